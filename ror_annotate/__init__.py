@@ -1,0 +1,2 @@
+"""ror_annotate."""
+__version__ = "0.1.0"

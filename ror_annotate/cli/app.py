@@ -1,0 +1,59 @@
+"""The Typer application behind ``ror`` and what every command shares.
+
+A user mistake (any :class:`~ror_annotate.errors.RorError`) prints one line
+``error [CODE]: message`` on stderr and exits with status 2; a traceback means a bug in ror_annotate.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated, Any
+
+import click
+import typer
+from rich.console import Console
+from typer.core import TyperGroup
+
+from ..errors import RorError
+
+console = Console()
+err_console = Console(stderr=True)
+
+
+class RorGroup(TyperGroup):
+    """Top-level command group that turns :class:`RorError` into one clear line and exit code 2."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except RorError as exc:
+            err_console.print(f"[bold red]error[/] [{exc.code}]: {exc.message}", highlight=False, soft_wrap=True)
+            raise click.exceptions.Exit(2) from None
+
+
+app = typer.Typer(
+    cls=RorGroup,
+    name="ror",
+    help="ror_annotate: label reasoning traces with six behaviors, review them, measure agreement, export, probe and steer.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_show_locals=False,
+)
+
+DbOption = Annotated[
+    Path,
+    typer.Option("--db", envvar="ROR_DB", help="DuckDB store file (env ROR_DB).", show_default=True),
+]
+LockTimeoutOption = Annotated[
+    float,
+    typer.Option("--lock-timeout", help="Seconds to wait while another ror process holds the store's lock."),
+]
+DEFAULT_DB_PATH = Path(os.environ.get("ROR_DB", "ror.duckdb"))
+
+
+def open_store(db: Path, lock_timeout: float = 10.0):
+    """Open the store for a command (imported lazily so ``ror --help`` stays fast)."""
+    from ..store import Store
+
+    return Store(db, lock_timeout=lock_timeout)

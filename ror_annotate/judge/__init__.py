@@ -1,0 +1,122 @@
+"""Judges: things that label segments with one of the six behaviors.
+
+Judges are looked up by name in a registry (spaCy-style): ``"baseline"`` is the offline cue-phrase
+baseline, ``"openai:MODEL"`` the LLM judge over any OpenAI-compatible endpoint. Third-party judges
+arrive through the ``ror_annotate.judges`` entry-point group; adding one is adding one module with a
+``@register_judge("name")`` factory.
+
+A judge reads traces and segments from the store and writes :class:`~ror_annotate.records.Label`
+records back through it; it never touches another stage's tables.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from importlib import import_module
+from importlib.metadata import entry_points
+from typing import TYPE_CHECKING, Any, Protocol
+
+from ..errors import ConfigError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from rich.progress import Progress
+
+    from ..records import Run
+    from ..store import Store
+
+
+@dataclass
+class JudgeReport:
+    """What one judging pass did. Token counts are in the judge model's tokens; cost in USD."""
+
+    labeled: int = 0
+    failed: int = 0
+    skipped: int = 0
+    requests: int = 0
+    cached_responses: int = 0
+    input_tokens: int = 0
+    cached_input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def as_counts(self) -> dict[str, Any]:
+        out = {k: v for k, v in self.__dict__.items() if k != "extra"}
+        out.update(self.extra)
+        return out
+
+
+class Judge(Protocol):
+    """The interface every judge implements.
+
+    Attributes
+    ----------
+    annotator : str
+        Annotator id written on its labels (``"baseline:cue-v1"``, ``"openai:gpt-4.1-mini"``).
+    source : str
+        ``"baseline"`` or ``"judge"``.
+    codebook_version : str
+        What its labels are relative to: a codebook content hash, or the baseline's rule-set name.
+    """
+
+    annotator: str
+    source: str
+    codebook_version: str
+
+    def label(
+        self, store: "Store", trace_ids: Sequence[str], *, run: "Run", progress: "Progress | None" = None
+    ) -> JudgeReport:
+        """Label every stored segment of ``trace_ids`` and write the labels to ``store``; idempotent."""
+        ...
+
+
+JudgeFactory = Callable[..., Judge]
+_REGISTRY: dict[str, JudgeFactory] = {}
+# Built-in judges live in these modules; importing one registers it.
+_BUILTIN_MODULES = {"baseline": ".baseline", "openai": ".llm"}
+
+
+def register_judge(name: str) -> Callable[[JudgeFactory], JudgeFactory]:
+    """Decorator: register ``factory(model: str | None, **options) -> Judge`` under ``name``."""
+
+    def deco(factory: JudgeFactory) -> JudgeFactory:
+        _REGISTRY[name] = factory
+        return factory
+
+    return deco
+
+
+def _load(name: str) -> JudgeFactory | None:
+    if name in _REGISTRY:
+        return _REGISTRY[name]
+    if name in _BUILTIN_MODULES:
+        import_module(_BUILTIN_MODULES[name], __name__)
+        return _REGISTRY.get(name)
+    for ep in entry_points(group="ror_annotate.judges"):
+        if ep.name == name:
+            _REGISTRY[name] = ep.load()
+            return _REGISTRY[name]
+    return None
+
+
+def available_judges() -> list[str]:
+    """Names of every judge that can be made (built-in and entry points)."""
+    names = set(_REGISTRY) | set(_BUILTIN_MODULES)
+    names |= {ep.name for ep in entry_points(group="ror_annotate.judges")}
+    return sorted(names)
+
+
+def make_judge(spec: str, **options: Any) -> Judge:
+    """Build a judge from a spec ``"NAME"`` or ``"NAME:MODEL"`` (e.g. ``"openai:gpt-4.1-mini"``).
+
+    Raises
+    ------
+    ConfigError
+        Unknown judge name (the message lists the available ones).
+    """
+    name, _, model = spec.partition(":")
+    factory = _load(name)
+    if factory is None:
+        raise ConfigError(f"unknown judge {spec!r}. Available judges: {', '.join(available_judges())} (e.g. --judge openai:gpt-4.1-mini)")
+    return factory(model or None, **options)

@@ -1,0 +1,175 @@
+"""Typed records that cross stage boundaries.
+
+Every record handed from one pipeline stage to the next is a pydantic model defined here;
+``schemas/*.schema.json`` are generated from these models (``python -m ror_annotate.records``)
+and a test keeps them in sync.
+
+Offsets are always Python string indices (code points) into ``Trace.text``, half-open
+``[char_start, char_end)``. Conversions to UTF-16 (Label Studio) or token indices
+(tokenizers) happen at those edges only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+#: The six behaviors, in ClassLabel order (index = class id in every export).
+BEHAVIORS: tuple[str, ...] = (
+    "planning",
+    "execution",
+    "restatement",
+    "fact",
+    "reflection",
+    "conclusion",
+)
+
+Behavior = Literal["planning", "execution", "restatement", "fact", "reflection", "conclusion"]
+
+#: Where a label came from. ``baseline`` is the offline cue-phrase judge, never an LLM.
+LabelSource = Literal["judge", "baseline", "human", "adjudicated"]
+LABEL_SOURCES: tuple[str, ...] = ("judge", "baseline", "human", "adjudicated")
+
+
+def utc_now() -> datetime:
+    """Timezone-aware current UTC time (stored as TIMESTAMPTZ)."""
+    return datetime.now(timezone.utc)
+
+
+def sha256_text(text: str) -> str:
+    """Hex sha256 of ``text`` encoded as UTF-8."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Trace(_Record):
+    """One reasoning trace: the text a reasoning model wrote before its answer.
+
+    ``text`` is the reasoning only (inside ``<think>...</think>`` when the source had tags);
+    ``answer`` is the final answer text after the reasoning, when known.
+    """
+
+    trace_id: str = Field(min_length=1, description="Stable id: given by the source, or 'sha256:<16 hex>' of problem+text.")
+    text: str = Field(min_length=1, description="The reasoning text; all segment offsets index into it.")
+    problem: str | None = None
+    answer: str | None = Field(None, description="Final answer text (after </think>, or the last \\boxed{}).")
+    gold_answer: str | None = Field(None, description="Reference answer, when the source gives one.")
+    correct: bool | None = Field(None, description="Whether the source marked the final answer correct.")
+    model: str | None = Field(None, description="The model that wrote the trace.")
+    source: str | None = Field(None, description="Where the trace came from (file, dataset name, repository).")
+    dataset: str | None = Field(None, description="Benchmark or source dataset (GSM8K, MATH, ...), used for stratified splits.")
+    meta: dict[str, Any] = Field(default_factory=dict, description="Any other JSON-serializable fields kept from the source.")
+
+    @property
+    def text_sha256(self) -> str:
+        """sha256 of ``text``; part of the judge cache key."""
+        return sha256_text(self.text)
+
+
+class Segment(_Record):
+    """A sentence- or clause-level piece of one trace.
+
+    Invariant: ``trace.text[char_start:char_end] == text``; the text neither starts nor ends with
+    whitespace. ``n_tokens`` is counted by ``token_counter`` (a tokenizer name, or
+    ``approx:regex-v1``, see :mod:`ror_annotate.segment`).
+    """
+
+    trace_id: str = Field(min_length=1)
+    segment_index: int = Field(ge=0, description="0-based position of the segment in its trace.")
+    char_start: int = Field(ge=0, description="Start offset in characters (code points), inclusive.")
+    char_end: int = Field(gt=0, description="End offset in characters (code points), exclusive.")
+    text: str = Field(min_length=1)
+    n_tokens: int = Field(ge=0, description="Length in tokens of the subject tokenizer, or the approximation.")
+
+    @model_validator(mode="after")
+    def _check_span(self) -> "Segment":
+        if self.char_end <= self.char_start:
+            raise ValueError(f"segment {self.trace_id}#{self.segment_index}: char_end {self.char_end} <= char_start {self.char_start}")
+        if self.char_end - self.char_start != len(self.text):
+            raise ValueError(
+                f"segment {self.trace_id}#{self.segment_index}: span length {self.char_end - self.char_start} "
+                f"!= len(text) {len(self.text)}"
+            )
+        return self
+
+    @property
+    def segment_id(self) -> str:
+        """``"<trace_id>#<segment_index>"``: the id shown to judges and annotators."""
+        return f"{self.trace_id}#{self.segment_index}"
+
+
+class Label(_Record):
+    """One behavior label for one segment from one annotator.
+
+    ``annotator`` names who labeled: ``"baseline:cue-v1"``, ``"openai:gpt-4.1-mini"``,
+    ``"openai:gpt-4.1-mini@s2"`` (second sample), a pseudonymous human id such as ``"h-3f2a9c"``,
+    or ``"adjudicator:<pseudonym>"``. Emails never appear here.
+    """
+
+    trace_id: str = Field(min_length=1)
+    segment_index: int = Field(ge=0)
+    label: Behavior
+    source: LabelSource
+    annotator: str = Field(min_length=1)
+    codebook_version: str = Field(min_length=1, description="sha256 of the codebook's canonical form, or a name for the baseline rules.")
+    run_id: str | None = None
+    study: str | None = Field(None, description="Review study the label belongs to (human and adjudicated labels).")
+    confidence: float | None = Field(None, ge=0.0, le=1.0)
+    rationale: str | None = None
+    created_at: datetime = Field(default_factory=utc_now)
+    extra: dict[str, Any] = Field(default_factory=dict, description="Source-specific provenance (Label Studio ids, lead time, ...).")
+
+    @property
+    def label_id(self) -> str:
+        """Deterministic id: one label per (segment, source, annotator, codebook, study)."""
+        key = json.dumps(
+            [self.trace_id, self.segment_index, self.source, self.annotator, self.codebook_version, self.study],
+            ensure_ascii=False,
+        )
+        return sha256_text(key)[:32]
+
+
+class Run(_Record):
+    """One execution of a ``ror`` command, for provenance and usage accounting."""
+
+    run_id: str
+    command: str
+    parameters: dict[str, Any] = Field(default_factory=dict, description="Options as given; secrets are never stored.")
+    package_versions: dict[str, str] = Field(default_factory=dict)
+    started_at: datetime = Field(default_factory=utc_now)
+    ended_at: datetime | None = None
+    status: Literal["running", "ok", "failed", "interrupted"] = "running"
+    counts: dict[str, Any] = Field(default_factory=dict, description="What the run did: traces, segments, labels, requests, tokens, cost_usd ...")
+
+
+RECORDS: dict[str, type[BaseModel]] = {"trace": Trace, "segment": Segment, "label": Label, "run": Run}
+
+
+def write_json_schemas(directory: str | Path) -> list[Path]:
+    """Write ``<name>.schema.json`` for every record in :data:`RECORDS` into ``directory``.
+
+    Returns the written paths. The files are generated from the models, never edited by hand.
+    """
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, model in RECORDS.items():
+        path = directory / f"{name}.schema.json"
+        path.write_text(json.dumps(model.model_json_schema(), indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        written.append(path)
+    return written
+
+
+if __name__ == "__main__":  # pragma: no cover
+    import sys
+
+    for p in write_json_schemas(sys.argv[1] if len(sys.argv) > 1 else Path(__file__).resolve().parent.parent / "schemas"):
+        print(p)

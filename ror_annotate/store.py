@@ -1,0 +1,594 @@
+"""The one embedded DuckDB file that holds everything: traces, segments, labels, runs.
+
+Every stage reads and writes through :class:`Store`; no stage opens the DuckDB file itself.
+Stages that need tables of their own (judge cache, review studies, ...) declare them with
+:meth:`Store.migrate`, which keeps one schema version per component in ``schema_versions``.
+
+Concurrency (DuckDB allows one read-write process per file, and even a read-only open is refused
+while another process writes; see ``shared/pitfalls/DB-01``): opening retries with exponential
+backoff for up to ``lock_timeout`` seconds and then raises :class:`StoreLockedError` naming the file.
+Inside one process every :class:`Store` on the same path shares one connection, so a second
+"view" never trips DuckDB's "different configuration" error.
+
+Timestamps are stored as naive UTC ``TIMESTAMP`` and come back timezone-aware.
+JSON-valued fields are stored as text (no DuckDB extension needed).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import threading
+import time
+import uuid
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+from .errors import SchemaVersionError, StoreError, StoreLockedError
+from .records import Label, Run, Segment, Trace, utc_now
+
+DEFAULT_DB = "ror.duckdb"
+
+#: Schema version of the core tables; bump and append to ``CORE_MIGRATIONS`` to change them.
+CORE_MIGRATIONS: tuple[str, ...] = (
+    # v1
+    """
+    CREATE TABLE traces (
+        trace_id VARCHAR PRIMARY KEY,
+        text VARCHAR NOT NULL,
+        text_sha256 VARCHAR NOT NULL,
+        problem VARCHAR, answer VARCHAR, gold_answer VARCHAR, correct BOOLEAN,
+        model VARCHAR, source VARCHAR, dataset VARCHAR,
+        meta VARCHAR,
+        ingested_at TIMESTAMP NOT NULL,
+        run_id VARCHAR
+    );
+    CREATE TABLE segmentations (
+        trace_id VARCHAR PRIMARY KEY,
+        segmenter VARCHAR NOT NULL,
+        token_counter VARCHAR NOT NULL,
+        n_segments INTEGER NOT NULL,
+        created_at TIMESTAMP NOT NULL,
+        run_id VARCHAR
+    );
+    CREATE TABLE segments (
+        trace_id VARCHAR NOT NULL,
+        segment_index INTEGER NOT NULL,
+        char_start INTEGER NOT NULL,
+        char_end INTEGER NOT NULL,
+        text VARCHAR NOT NULL,
+        n_tokens INTEGER NOT NULL,
+        PRIMARY KEY (trace_id, segment_index)
+    );
+    CREATE TABLE labels (
+        label_id VARCHAR PRIMARY KEY,
+        trace_id VARCHAR NOT NULL,
+        segment_index INTEGER NOT NULL,
+        label VARCHAR NOT NULL,
+        source VARCHAR NOT NULL,
+        annotator VARCHAR NOT NULL,
+        codebook_version VARCHAR NOT NULL,
+        run_id VARCHAR,
+        study VARCHAR,
+        confidence DOUBLE,
+        rationale VARCHAR,
+        created_at TIMESTAMP NOT NULL,
+        extra VARCHAR
+    );
+    CREATE TABLE runs (
+        run_id VARCHAR PRIMARY KEY,
+        command VARCHAR NOT NULL,
+        parameters VARCHAR,
+        package_versions VARCHAR,
+        started_at TIMESTAMP NOT NULL,
+        ended_at TIMESTAMP,
+        status VARCHAR NOT NULL,
+        counts VARCHAR
+    );
+    """,
+)
+
+_SECRET_KEY = re.compile(r"(api[_-]?key|token|secret|password|authorization)", re.IGNORECASE)
+
+# One shared connection per resolved path inside this process: [connection, refcount].
+_OPEN: dict[str, list[Any]] = {}
+_OPEN_LOCK = threading.Lock()
+
+
+def _to_naive_utc(value: datetime | None) -> datetime | None:
+    if value is None:
+        return None
+    if value.tzinfo is not None:
+        value = value.astimezone(timezone.utc).replace(tzinfo=None)
+    return value
+
+
+def _to_aware(value: datetime | None) -> datetime | None:
+    if value is None:
+        return None
+    return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value
+
+
+def scrub_secrets(parameters: dict[str, Any]) -> dict[str, Any]:
+    """Return ``parameters`` with the value of every key that looks like a secret replaced by ``"***"``.
+
+    Used before anything is written to ``runs.parameters`` or a log: API keys and tokens come from the
+    environment and must never reach the store.
+    """
+    clean: dict[str, Any] = {}
+    for key, value in parameters.items():
+        if _SECRET_KEY.search(str(key)) and value not in (None, "", False):
+            clean[key] = "***"
+        elif isinstance(value, dict):
+            clean[key] = scrub_secrets(value)
+        else:
+            clean[key] = value
+    return clean
+
+
+def _is_lock_error(exc: BaseException) -> bool:
+    text = str(exc)
+    return "lock" in text.lower() and ("Could not set lock" in text or "Conflicting lock" in text)
+
+
+def _connect_with_retry(path: str, lock_timeout: float) -> duckdb.DuckDBPyConnection:
+    deadline = time.monotonic() + max(lock_timeout, 0.0)
+    delay = 0.05
+    while True:
+        try:
+            return duckdb.connect(path)
+        except duckdb.IOException as exc:
+            if not _is_lock_error(exc):
+                raise StoreError(f"cannot open the store {path}: {exc}") from exc
+            if time.monotonic() >= deadline:
+                holder = re.search(r"PID (\d+)", str(exc))
+                who = f" (held by process {holder.group(1)})" if holder else ""
+                raise StoreLockedError(
+                    f"the store {path} is locked by another process{who}: DuckDB allows one writer per file. "
+                    f"Wait for that ror command to finish, or pass --db with another path. "
+                    f"(waited {lock_timeout:g} s; raise --lock-timeout to wait longer)"
+                ) from exc
+            time.sleep(min(delay, max(deadline - time.monotonic(), 0.0)) * (0.5 + random.random() / 2))
+            delay = min(delay * 2, 1.0)
+
+
+class Store:
+    """A DuckDB-backed store of traces, segments, labels and runs.
+
+    Parameters
+    ----------
+    path : str or Path, default ``"ror.duckdb"``
+        The database file; created (with parents) if missing. ``":memory:"`` works for tests.
+    lock_timeout : float, default 10.0
+        Seconds to keep retrying (with backoff) while another process holds the file's lock.
+
+    Raises
+    ------
+    StoreLockedError
+        The file stayed locked by another process for ``lock_timeout`` seconds.
+    SchemaVersionError
+        The file was written by a newer ror_annotate.
+    """
+
+    def __init__(self, path: str | Path = DEFAULT_DB, *, lock_timeout: float = 10.0) -> None:
+        self.path = str(path) if str(path) == ":memory:" else str(Path(path).expanduser().resolve())
+        if self.path != ":memory:":
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        self._tx_depth = 0
+        self._closed = False
+        with _OPEN_LOCK:
+            entry = _OPEN.get(self.path) if self.path != ":memory:" else None
+            if entry is None:
+                con = _connect_with_retry(self.path, lock_timeout)
+                entry = [con, 0]
+                if self.path != ":memory:":
+                    _OPEN[self.path] = entry
+            entry[1] += 1
+            self._entry = entry
+        self.con: duckdb.DuckDBPyConnection = entry[0]
+        self._ensure_versions_table()
+        self.migrate("core", CORE_MIGRATIONS)
+
+    # ------------------------------------------------------------------ lifecycle
+    def close(self) -> None:
+        """Release this handle; the connection closes when the last handle on the path closes."""
+        if self._closed:
+            return
+        self._closed = True
+        with _OPEN_LOCK:
+            self._entry[1] -= 1
+            if self._entry[1] <= 0:
+                self.con.close()
+                _OPEN.pop(self.path, None)
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator["Store"]:
+        """All writes inside the block land together or not at all (nested blocks join the outer one)."""
+        if self._tx_depth == 0:
+            self.con.execute("BEGIN TRANSACTION")
+        self._tx_depth += 1
+        try:
+            yield self
+        except BaseException:
+            self._tx_depth -= 1
+            if self._tx_depth == 0:
+                self.con.execute("ROLLBACK")
+            raise
+        else:
+            self._tx_depth -= 1
+            if self._tx_depth == 0:
+                self.con.execute("COMMIT")
+
+    # ------------------------------------------------------------------ schema
+    def _ensure_versions_table(self) -> None:
+        self.con.execute(
+            "CREATE TABLE IF NOT EXISTS schema_versions (component VARCHAR PRIMARY KEY, version INTEGER NOT NULL, applied_at TIMESTAMP NOT NULL)"
+        )
+
+    def schema_version(self, component: str = "core") -> int:
+        """Applied schema version of ``component`` (0 if none)."""
+        row = self.con.execute("SELECT version FROM schema_versions WHERE component = ?", [component]).fetchone()
+        return int(row[0]) if row else 0
+
+    def migrate(self, component: str, migrations: Sequence[str]) -> int:
+        """Apply the pending migrations of ``component`` (each a string of SQL statements), in order.
+
+        ``migrations[i]`` brings the component from version ``i`` to ``i + 1``. Each migration runs in
+        its own transaction together with the version bump. Returns the resulting version.
+
+        Raises :class:`SchemaVersionError` when the store is newer than ``migrations``.
+        """
+        current = self.schema_version(component)
+        if current > len(migrations):
+            raise SchemaVersionError(
+                f"the store {self.path} has {component} schema v{current}, but this ror_annotate knows only "
+                f"v{len(migrations)}: upgrade ror_annotate, or use another --db"
+            )
+        for version in range(current, len(migrations)):
+            with self.transaction():
+                for statement in _split_sql(migrations[version]):
+                    self.con.execute(statement)
+                self.con.execute(
+                    "INSERT OR REPLACE INTO schema_versions VALUES (?, ?, ?)",
+                    [component, version + 1, _to_naive_utc(utc_now())],
+                )
+        return len(migrations)
+
+    # ------------------------------------------------------------------ generic access
+    def execute(self, sql: str, params: Sequence[Any] | dict[str, Any] | None = None) -> duckdb.DuckDBPyConnection:
+        """Run one SQL statement on the shared connection (for stages' own tables)."""
+        return self.con.execute(sql, params) if params is not None else self.con.execute(sql)
+
+    def query_arrow(self, sql: str, params: Sequence[Any] | None = None) -> pa.Table:
+        """Run a query and return the result as a ``pyarrow.Table``."""
+        result = self.execute(sql, params)
+        table = result.fetch_arrow_table() if hasattr(result, "fetch_arrow_table") else result.arrow()
+        return table if isinstance(table, pa.Table) else table.read_all()
+
+    def insert_arrow(self, table_name: str, rows: pa.Table, *, on_conflict: str = "") -> None:
+        """Bulk insert a ``pyarrow.Table`` whose column names match ``table_name``'s columns.
+
+        ``on_conflict`` is appended verbatim (e.g. ``"ON CONFLICT DO NOTHING"``). Much faster than
+        ``executemany`` for thousands of rows.
+        """
+        view = f"_ror_insert_{uuid.uuid4().hex[:8]}"
+        self.con.register(view, rows)
+        try:
+            cols = ", ".join(f'"{c}"' for c in rows.column_names)
+            self.con.execute(f"INSERT INTO {table_name} ({cols}) SELECT {cols} FROM {view} {on_conflict}")
+        finally:
+            self.con.unregister(view)
+
+    # ------------------------------------------------------------------ traces
+    def upsert_traces(self, traces: Iterable[Trace], *, run_id: str | None = None) -> dict[str, int]:
+        """Insert traces; a trace already stored with the same text is left untouched.
+
+        Returns counts ``{"inserted": n, "unchanged": n}``.
+
+        Raises
+        ------
+        StoreError
+            A stored trace has the same id but different text (ids must be stable); nothing is written.
+        """
+        traces = list(traces)
+        if not traces:
+            return {"inserted": 0, "unchanged": 0}
+        existing = dict(self.con.execute("SELECT trace_id, text_sha256 FROM traces").fetchall())
+        new, unchanged = [], 0
+        seen: dict[str, str] = {}
+        for t in traces:
+            digest = t.text_sha256
+            prior = existing.get(t.trace_id) or seen.get(t.trace_id)
+            if prior is not None:
+                if prior != digest:
+                    raise StoreError(
+                        f"trace {t.trace_id!r} is already in {self.path} with different text: trace ids must be stable. "
+                        "Give the new trace another id, or use another --db"
+                    )
+                unchanged += 1
+                continue
+            seen[t.trace_id] = digest
+            new.append(t)
+        if new:
+            now = _to_naive_utc(utc_now())
+            table = pa.table(
+                {
+                    "trace_id": [t.trace_id for t in new],
+                    "text": [t.text for t in new],
+                    "text_sha256": [t.text_sha256 for t in new],
+                    "problem": [t.problem for t in new],
+                    "answer": [t.answer for t in new],
+                    "gold_answer": [t.gold_answer for t in new],
+                    "correct": pa.array([t.correct for t in new], type=pa.bool_()),
+                    "model": [t.model for t in new],
+                    "source": [t.source for t in new],
+                    "dataset": [t.dataset for t in new],
+                    "meta": [json.dumps(t.meta, ensure_ascii=False, default=str) for t in new],
+                    "ingested_at": pa.array([now] * len(new), type=pa.timestamp("us")),
+                    "run_id": pa.array([run_id] * len(new), type=pa.string()),
+                }
+            )
+            with self.transaction():
+                self.insert_arrow("traces", table)
+        return {"inserted": len(new), "unchanged": unchanged}
+
+    def trace_ids(self) -> list[str]:
+        """All stored trace ids, in ingestion order then id."""
+        return [r[0] for r in self.con.execute("SELECT trace_id FROM traces ORDER BY ingested_at, trace_id").fetchall()]
+
+    def get_trace(self, trace_id: str) -> Trace:
+        """The stored trace ``trace_id``; raises :class:`StoreError` if absent."""
+        traces = list(self.iter_traces([trace_id]))
+        if not traces:
+            raise StoreError(f"no trace {trace_id!r} in {self.path}; ingest it first (ror ingest)")
+        return traces[0]
+
+    def iter_traces(self, trace_ids: Sequence[str] | None = None) -> Iterator[Trace]:
+        """Yield stored traces (all, or those in ``trace_ids``), in ingestion order."""
+        cols = "trace_id, text, problem, answer, gold_answer, correct, model, source, dataset, meta"
+        if trace_ids is None:
+            rows = self.con.execute(f"SELECT {cols} FROM traces ORDER BY ingested_at, trace_id").fetchall()
+        else:
+            rows = self.con.execute(
+                f"SELECT {cols} FROM traces WHERE list_contains(?, trace_id) ORDER BY ingested_at, trace_id", [list(trace_ids)]
+            ).fetchall()
+        for r in rows:
+            yield Trace(
+                trace_id=r[0], text=r[1], problem=r[2], answer=r[3], gold_answer=r[4], correct=r[5],
+                model=r[6], source=r[7], dataset=r[8], meta=json.loads(r[9]) if r[9] else {},
+            )
+
+    # ------------------------------------------------------------------ segments
+    def segmentation_of(self, trace_id: str) -> tuple[str, str] | None:
+        """``(segmenter, token_counter)`` used for ``trace_id``, or None if not segmented."""
+        row = self.con.execute("SELECT segmenter, token_counter FROM segmentations WHERE trace_id = ?", [trace_id]).fetchone()
+        return (row[0], row[1]) if row else None
+
+    def replace_segments(
+        self,
+        trace_id: str,
+        segments: Sequence[Segment],
+        *,
+        segmenter: str,
+        token_counter: str,
+        run_id: str | None = None,
+        force: bool = False,
+    ) -> str:
+        """Store the segmentation of one trace; idempotent.
+
+        Returns ``"inserted"``, ``"unchanged"`` (same spans already stored) or ``"replaced"``.
+
+        Raises
+        ------
+        StoreError
+            The trace already has a different segmentation that labels refer to, and ``force`` is
+            False (re-segmenting would orphan them). With ``force`` those labels are deleted.
+        """
+        spans = [(s.char_start, s.char_end, s.n_tokens) for s in segments]
+        old = self.con.execute(
+            "SELECT char_start, char_end, n_tokens FROM segments WHERE trace_id = ? ORDER BY segment_index", [trace_id]
+        ).fetchall()
+        if old and [tuple(r) for r in old] == spans:
+            return "unchanged"
+        n_labels = self.con.execute("SELECT count(*) FROM labels WHERE trace_id = ?", [trace_id]).fetchone()[0]
+        if old and n_labels and not force:
+            raise StoreError(
+                f"trace {trace_id!r} is already segmented differently in {self.path} and {n_labels} labels refer to "
+                "those segments; re-segmenting would orphan them. Use another --db, or --force to drop those labels"
+            )
+        table = pa.table(
+            {
+                "trace_id": [trace_id] * len(segments),
+                "segment_index": pa.array([s.segment_index for s in segments], type=pa.int32()),
+                "char_start": pa.array([s.char_start for s in segments], type=pa.int32()),
+                "char_end": pa.array([s.char_end for s in segments], type=pa.int32()),
+                "text": [s.text for s in segments],
+                "n_tokens": pa.array([s.n_tokens for s in segments], type=pa.int32()),
+            }
+        )
+        with self.transaction():
+            if old:
+                self.con.execute("DELETE FROM labels WHERE trace_id = ?", [trace_id])
+                self.con.execute("DELETE FROM segments WHERE trace_id = ?", [trace_id])
+            self.insert_arrow("segments", table)
+            self.con.execute(
+                "INSERT OR REPLACE INTO segmentations VALUES (?, ?, ?, ?, ?, ?)",
+                [trace_id, segmenter, token_counter, len(segments), _to_naive_utc(utc_now()), run_id],
+            )
+        return "replaced" if old else "inserted"
+
+    def segments(self, trace_id: str | None = None) -> list[Segment]:
+        """Stored segments of one trace (or of all traces), ordered by trace then index."""
+        sql = "SELECT trace_id, segment_index, char_start, char_end, text, n_tokens FROM segments"
+        params: list[Any] = []
+        if trace_id is not None:
+            sql += " WHERE trace_id = ?"
+            params.append(trace_id)
+        rows = self.con.execute(sql + " ORDER BY trace_id, segment_index", params).fetchall()
+        return [
+            Segment(trace_id=r[0], segment_index=r[1], char_start=r[2], char_end=r[3], text=r[4], n_tokens=r[5])
+            for r in rows
+        ]
+
+    # ------------------------------------------------------------------ labels
+    def upsert_labels(self, labels: Iterable[Label]) -> int:
+        """Insert or replace labels by :attr:`Label.label_id`, in one transaction. Returns the count.
+
+        Raises :class:`StoreError` if a label names a segment that is not stored.
+        """
+        labels = list(labels)
+        if not labels:
+            return 0
+        table = pa.table(
+            {
+                "label_id": [lab.label_id for lab in labels],
+                "trace_id": [lab.trace_id for lab in labels],
+                "segment_index": pa.array([lab.segment_index for lab in labels], type=pa.int32()),
+                "label": [lab.label for lab in labels],
+                "source": [lab.source for lab in labels],
+                "annotator": [lab.annotator for lab in labels],
+                "codebook_version": [lab.codebook_version for lab in labels],
+                "run_id": pa.array([lab.run_id for lab in labels], type=pa.string()),
+                "study": pa.array([lab.study for lab in labels], type=pa.string()),
+                "confidence": pa.array([lab.confidence for lab in labels], type=pa.float64()),
+                "rationale": pa.array([lab.rationale for lab in labels], type=pa.string()),
+                "created_at": pa.array([_to_naive_utc(lab.created_at) for lab in labels], type=pa.timestamp("us")),
+                "extra": [json.dumps(lab.extra, ensure_ascii=False, default=str) for lab in labels],
+            }
+        )
+        view = f"_ror_labels_{uuid.uuid4().hex[:8]}"
+        self.con.register(view, table)
+        try:
+            missing = self.con.execute(
+                f"SELECT v.trace_id, v.segment_index FROM {view} v ANTI JOIN segments s "
+                "ON v.trace_id = s.trace_id AND v.segment_index = s.segment_index LIMIT 1"
+            ).fetchone()
+            if missing:
+                raise StoreError(
+                    f"label for segment {missing[0]}#{missing[1]} names a segment that is not in {self.path}; "
+                    "segment the trace first (ror segment)"
+                )
+            with self.transaction():
+                self.con.execute(f"DELETE FROM labels WHERE label_id IN (SELECT label_id FROM {view})")
+                self.con.execute(f"INSERT INTO labels SELECT * FROM {view}")
+        finally:
+            self.con.unregister(view)
+        return len(labels)
+
+    def labels(
+        self,
+        *,
+        source: str | Sequence[str] | None = None,
+        annotator: str | None = None,
+        study: str | None = None,
+        trace_id: str | None = None,
+    ) -> list[Label]:
+        """Stored labels filtered by source(s), annotator, study and trace, ordered by segment."""
+        where, params = [], []
+        if source is not None:
+            sources = [source] if isinstance(source, str) else list(source)
+            where.append("list_contains(?, source)")
+            params.append(sources)
+        for col, val in (("annotator", annotator), ("study", study), ("trace_id", trace_id)):
+            if val is not None:
+                where.append(f"{col} = ?")
+                params.append(val)
+        sql = (
+            "SELECT trace_id, segment_index, label, source, annotator, codebook_version, run_id, study, confidence, "
+            "rationale, created_at, extra FROM labels"
+        )
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        rows = self.con.execute(sql + " ORDER BY trace_id, segment_index, source, annotator", params).fetchall()
+        return [
+            Label(
+                trace_id=r[0], segment_index=r[1], label=r[2], source=r[3], annotator=r[4], codebook_version=r[5],
+                run_id=r[6], study=r[7], confidence=r[8], rationale=r[9], created_at=_to_aware(r[10]),
+                extra=json.loads(r[11]) if r[11] else {},
+            )
+            for r in rows
+        ]
+
+    def annotators(self) -> list[tuple[str, str, int]]:
+        """``(source, annotator, n_labels)`` for every annotator with labels in the store."""
+        return [
+            (r[0], r[1], int(r[2]))
+            for r in self.con.execute(
+                "SELECT source, annotator, count(*) FROM labels GROUP BY source, annotator ORDER BY source, annotator"
+            ).fetchall()
+        ]
+
+    # ------------------------------------------------------------------ runs
+    def start_run(self, command: str, parameters: dict[str, Any] | None = None) -> Run:
+        """Record the start of a command; secrets in ``parameters`` are scrubbed before writing."""
+        from .provenance import package_versions
+
+        run = Run(
+            run_id=f"run-{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}",
+            command=command,
+            parameters=scrub_secrets(parameters or {}),
+            package_versions=package_versions(),
+        )
+        self.con.execute(
+            "INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            [
+                run.run_id, run.command, json.dumps(run.parameters, default=str), json.dumps(run.package_versions),
+                _to_naive_utc(run.started_at), None, run.status, json.dumps(run.counts),
+            ],
+        )
+        return run
+
+    def finish_run(self, run_id: str, *, status: str = "ok", counts: dict[str, Any] | None = None) -> None:
+        """Record the end of a run with its final status and counts (merged into any stored counts)."""
+        row = self.con.execute("SELECT counts FROM runs WHERE run_id = ?", [run_id]).fetchone()
+        merged = json.loads(row[0]) if row and row[0] else {}
+        merged.update(counts or {})
+        self.con.execute(
+            "UPDATE runs SET ended_at = ?, status = ?, counts = ? WHERE run_id = ?",
+            [_to_naive_utc(utc_now()), status, json.dumps(merged, default=str), run_id],
+        )
+
+    def update_run_counts(self, run_id: str, counts: dict[str, Any]) -> None:
+        """Merge ``counts`` into a running run's counts (e.g. live usage accounting)."""
+        row = self.con.execute("SELECT counts FROM runs WHERE run_id = ?", [run_id]).fetchone()
+        merged = json.loads(row[0]) if row and row[0] else {}
+        merged.update(counts)
+        self.con.execute("UPDATE runs SET counts = ? WHERE run_id = ?", [json.dumps(merged, default=str), run_id])
+
+    def runs(self) -> list[Run]:
+        """All recorded runs, oldest first."""
+        rows = self.con.execute(
+            "SELECT run_id, command, parameters, package_versions, started_at, ended_at, status, counts FROM runs ORDER BY started_at"
+        ).fetchall()
+        return [
+            Run(
+                run_id=r[0], command=r[1], parameters=json.loads(r[2] or "{}"), package_versions=json.loads(r[3] or "{}"),
+                started_at=_to_aware(r[4]), ended_at=_to_aware(r[5]), status=r[6], counts=json.loads(r[7] or "{}"),
+            )
+            for r in rows
+        ]
+
+    # ------------------------------------------------------------------ summary
+    def counts(self) -> dict[str, int]:
+        """Row counts of the core tables."""
+        return {
+            t: int(self.con.execute(f"SELECT count(*) FROM {t}").fetchone()[0])
+            for t in ("traces", "segments", "labels", "runs")
+        }
+
+
+def _split_sql(script: str) -> list[str]:
+    return [s.strip() for s in script.split(";") if s.strip()]
