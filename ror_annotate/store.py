@@ -278,6 +278,16 @@ class Store:
         table = result.fetch_arrow_table() if hasattr(result, "fetch_arrow_table") else result.arrow()
         return table if isinstance(table, pa.Table) else table.read_all()
 
+    def _register(self, view: str, rows: pa.Table) -> None:
+        # DuckDB 2 refuses register()/unregister() while an earlier execute() has rows left
+        # unfetched (e.g. after fetchone()); abort() drops that pending result and nothing else.
+        self.con.abort()
+        self.con.register(view, rows)
+
+    def _unregister(self, view: str) -> None:
+        self.con.abort()
+        self.con.unregister(view)
+
     def insert_arrow(self, table_name: str, rows: pa.Table, *, on_conflict: str = "") -> None:
         """Bulk insert a ``pyarrow.Table`` whose column names match ``table_name``'s columns.
 
@@ -285,12 +295,12 @@ class Store:
         ``executemany`` for thousands of rows.
         """
         view = f"_ror_insert_{uuid.uuid4().hex[:8]}"
-        self.con.register(view, rows)
+        self._register(view, rows)
         try:
             cols = ", ".join(f'"{c}"' for c in rows.column_names)
             self.con.execute(f"INSERT INTO {table_name} ({cols}) SELECT {cols} FROM {view} {on_conflict}")
         finally:
-            self.con.unregister(view)
+            self._unregister(view)
 
     # ------------------------------------------------------------------ traces
     def upsert_traces(self, traces: Iterable[Trace], *, run_id: str | None = None) -> dict[str, int]:
@@ -470,13 +480,14 @@ class Store:
             }
         )
         view = f"_ror_labels_{uuid.uuid4().hex[:8]}"
-        self.con.register(view, table)
+        self._register(view, table)
         try:
             missing = self.con.execute(
                 f"SELECT v.trace_id, v.segment_index FROM {view} v ANTI JOIN segments s "
                 "ON v.trace_id = s.trace_id AND v.segment_index = s.segment_index LIMIT 1"
-            ).fetchone()
+            ).fetchall()  # fetchall: DuckDB 2 refuses unregister() while a result is unfinished
             if missing:
+                missing = missing[0]
                 raise StoreError(
                     f"label for segment {missing[0]}#{missing[1]} names a segment that is not in {self.path}; "
                     "segment the trace first (ror segment)"
@@ -485,7 +496,7 @@ class Store:
                 self.con.execute(f"DELETE FROM labels WHERE label_id IN (SELECT label_id FROM {view})")
                 self.con.execute(f"INSERT INTO labels SELECT * FROM {view}")
         finally:
-            self.con.unregister(view)
+            self._unregister(view)
         return len(labels)
 
     def labels(

@@ -1,0 +1,399 @@
+"""The spine's commands: ``ror ingest``, ``ror segment``, ``ror label``, ``ror run``, ``ror status``."""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from ..errors import InputError
+from .app import DEFAULT_DB_PATH, DbOption, LockTimeoutOption, app, console, err_console, open_store
+from .judge_options import (
+    JudgeBaseUrlOption,
+    JudgeBatchIdOption,
+    JudgeBatchOption,
+    JudgeChunkSizeOption,
+    JudgeCodebookOption,
+    JudgeConcurrencyOption,
+    JudgeContextTokensOption,
+    JudgeMaxAttemptsOption,
+    JudgeMaxTokensOption,
+    JudgeModeOption,
+    JudgePricesOption,
+    JudgeSamplesOption,
+    JudgeSeedOption,
+    JudgeTemperatureOption,
+    judge_options,
+)
+
+_INPUT_PANEL = "Input"
+
+InputArg = Annotated[
+    str,
+    typer.Argument(
+        help="Traces: a .jsonl/.json/.parquet file, a save_to_disk folder, or a Hugging Face dataset name "
+        "(e.g. open-r1/OpenR1-Math-220k). With --preset, may be omitted.",
+        show_default=False,
+    ),
+]
+PresetOption = Annotated[
+    str | None,
+    typer.Option("--preset", help="Column mapping of a public trace dataset: openr1-math, s1k-1.1, s1k, openthoughts.", rich_help_panel=_INPUT_PANEL),
+]
+SplitOption = Annotated[str | None, typer.Option("--split", help="Split of a Hugging Face dataset.", rich_help_panel=_INPUT_PANEL)]
+TextFieldOption = Annotated[str | None, typer.Option("--text-field", help="Column holding the reasoning text (a string, or a list of generations).", rich_help_panel=_INPUT_PANEL)]
+IdFieldOption = Annotated[str | None, typer.Option("--id-field", help="Column holding a stable trace id (default: trace_id/id/uuid, else a content hash).", rich_help_panel=_INPUT_PANEL)]
+ProblemFieldOption = Annotated[str | None, typer.Option("--problem-field", help="Column holding the problem statement.", rich_help_panel=_INPUT_PANEL)]
+AnswerFieldOption = Annotated[str | None, typer.Option("--answer-field", help="Column holding the model's final answer.", rich_help_panel=_INPUT_PANEL)]
+GoldFieldOption = Annotated[str | None, typer.Option("--gold-field", help="Column holding the reference answer.", rich_help_panel=_INPUT_PANEL)]
+ModelFieldOption = Annotated[str | None, typer.Option("--model-field", help="Column naming the model that wrote the trace.", rich_help_panel=_INPUT_PANEL)]
+DatasetFieldOption = Annotated[str | None, typer.Option("--dataset-field", help="Column naming the source dataset/benchmark.", rich_help_panel=_INPUT_PANEL)]
+SkipInvalidOption = Annotated[bool, typer.Option("--skip-invalid", help="Skip bad records (counted and reported) instead of stopping at the first.", rich_help_panel=_INPUT_PANEL)]
+LimitOption = Annotated[int | None, typer.Option("--limit", min=1, help="Read at most this many traces.", rich_help_panel=_INPUT_PANEL)]
+TokenizerOption = Annotated[
+    str | None,
+    typer.Option("--tokenizer", help="Subject-model fast tokenizer (name or local path) for token counts and token alignment; default: a documented approximation."),
+]
+MaxTokensSegOption = Annotated[int, typer.Option("--max-segment-tokens", min=8, help="Hard cap on segment length in tokens.")]
+JudgeSpecOption = Annotated[str, typer.Option("--judge", help="baseline (offline cue-phrase rules) or openai:MODEL.")]
+ForceOption = Annotated[bool, typer.Option("--force", help="Re-segment traces whose stored segmentation differs, deleting their labels.")]
+
+
+def _progress() -> Progress:
+    return Progress(
+        SpinnerColumn(), TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
+        TimeElapsedColumn(), TextColumn("{task.fields[info]}"), console=err_console, transient=False,
+    )
+
+
+@contextmanager
+def _tracked_run(store, command: str, parameters: dict[str, Any]) -> Iterator[Any]:
+    """Record a run in the store: ``ok`` on success, ``failed``/``interrupted`` otherwise."""
+    run = store.start_run(command, parameters)
+    counts: dict[str, Any] = {}
+    try:
+        yield run, counts
+    except KeyboardInterrupt:
+        store.finish_run(run.run_id, status="interrupted", counts=counts)
+        raise
+    except BaseException:
+        store.finish_run(run.run_id, status="failed", counts=counts)
+        raise
+    store.finish_run(run.run_id, status="ok", counts=counts)
+
+
+# --------------------------------------------------------------------------- stages as functions
+def _mapping(preset: str | None, columns: dict[str, str]):
+    from ..traces import PRESETS, ColumnMap
+
+    if not columns:
+        return None
+    base = PRESETS[preset].columns.model_dump() if preset in PRESETS else {}
+    base.update(columns)
+    return ColumnMap(**base)
+
+
+def do_ingest(
+    store, source: str, *, preset: str | None, split: str | None, columns: dict[str, str], skip_invalid: bool, limit: int | None, run_id: str
+) -> tuple[dict[str, int], list[str]]:
+    """Read, validate and store traces; nothing is stored unless the whole input validates.
+
+    Returns the counts and the trace ids of this input, in input order.
+    """
+    from ..traces import load_traces
+
+    mapping = _mapping(preset, columns)
+    with err_console.status(f"reading {source or preset} ..."):
+        result = load_traces(source, columns=mapping, preset=preset, split=split, skip_invalid=skip_invalid, limit=limit)
+    for skipped in result.skipped[:20]:
+        err_console.print(f"[yellow]skipped[/] {skipped.reason}", highlight=False)
+    if len(result.skipped) > 20:
+        err_console.print(f"[yellow]... and {len(result.skipped) - 20} more skipped records[/]")
+    counts = store.upsert_traces(result.traces, run_id=run_id)
+    counts["skipped"] = len(result.skipped)
+    counts["read"] = len(result.traces)
+    return counts, [t.trace_id for t in result.traces]
+
+
+def do_segment(store, trace_ids: Sequence[str], *, tokenizer: str | None, max_tokens: int, force: bool, run_id: str, progress: Progress | None) -> dict[str, int]:
+    """Segment traces and store their segments (idempotent; one transaction per trace)."""
+    from ..segment import Segmenter, make_token_counter
+
+    segmenter = Segmenter(max_tokens=max_tokens, token_counter=make_token_counter(tokenizer))
+    counter_name = segmenter.token_counter.name if getattr(segmenter, "token_counter", None) is not None else "unknown"
+    outcome: Counter[str] = Counter()
+    task = progress.add_task("segment", total=len(trace_ids), info="") if progress else None
+    for trace in store.iter_traces(trace_ids):
+        segments = segmenter.segment(trace.text, trace.trace_id)
+        status = store.replace_segments(
+            trace.trace_id, segments, segmenter=segmenter.name, token_counter=counter_name, run_id=run_id, force=force
+        )
+        outcome[status] += 1
+        outcome["segments"] += len(segments)
+        if progress is not None and task is not None:
+            progress.update(task, advance=1, info=f"{outcome['segments']} segments")
+    return dict(outcome)
+
+
+def do_label(store, trace_ids: Sequence[str], *, judge_spec: str, options: dict[str, Any], run, progress: Progress | None) -> dict[str, Any]:
+    """Label every stored segment of ``trace_ids`` with the named judge."""
+    from ..judge import make_judge
+
+    judge = make_judge(judge_spec, **options)
+    report = judge.label(store, list(trace_ids), run=run, progress=progress)
+    return report.as_counts()
+
+
+def _length_table(store, trace_ids: Sequence[str] | None = None) -> Table:
+    from ..segment import segment_stats
+
+    segments = store.segments()
+    if trace_ids is not None:
+        wanted = set(trace_ids)
+        segments = [s for s in segments if s.trace_id in wanted]
+    stats = segment_stats(segments)
+    table = Table(title="segment length (tokens)", show_header=True)
+    table.add_column("statistic")
+    table.add_column("ours", justify="right")
+    table.add_column("method's corpus", justify="right")
+    reference = {"median": "16", "p5": "3", "p95": "47", "max": "125 (cap)"}
+    for key in ("n_segments", "n_traces", "segments_per_trace", "median", "p5", "p95", "max", "mean"):
+        if key in stats:
+            value = stats[key]
+            table.add_row(key, f"{value:.1f}" if isinstance(value, float) else str(value), reference.get(key, ""))
+    return table
+
+
+def _label_table(store, trace_ids: Sequence[str] | None = None) -> Table:
+    table = Table(title="labels", show_header=True)
+    table.add_column("source")
+    table.add_column("annotator")
+    for name in ("planning", "execution", "restatement", "fact", "reflection", "conclusion"):
+        table.add_column(name[:11], justify="right")
+    wanted = set(trace_ids) if trace_ids is not None else None
+    per: dict[tuple[str, str], Counter[str]] = {}
+    for lab in store.labels():
+        if wanted is None or lab.trace_id in wanted:
+            per.setdefault((lab.source, lab.annotator), Counter())[lab.label] += 1
+    for (source, annotator), c in sorted(per.items()):
+        table.add_row(source, annotator, *(str(c[n]) for n in ("planning", "execution", "restatement", "fact", "reflection", "conclusion")))
+    return table
+
+
+# --------------------------------------------------------------------------- commands
+@app.command()
+def ingest(
+    source: InputArg = "",
+    preset: PresetOption = None,
+    split: SplitOption = None,
+    text_field: TextFieldOption = None,
+    id_field: IdFieldOption = None,
+    problem_field: ProblemFieldOption = None,
+    answer_field: AnswerFieldOption = None,
+    gold_field: GoldFieldOption = None,
+    model_field: ModelFieldOption = None,
+    dataset_field: DatasetFieldOption = None,
+    skip_invalid: SkipInvalidOption = False,
+    limit: LimitOption = None,
+    db: DbOption = DEFAULT_DB_PATH,
+    lock_timeout: LockTimeoutOption = 10.0,
+) -> None:
+    """Read traces into the store (validated first: a bad record stores nothing)."""
+    columns = _columns(text_field, id_field, problem_field, answer_field, gold_field, model_field, dataset_field)
+    _require_source(source, preset)
+    with open_store(db, lock_timeout) as store, _tracked_run(store, "ingest", {"source": source, "preset": preset, "split": split, **columns}) as (run, counts):
+        counts.update(do_ingest(store, source, preset=preset, split=split, columns=columns, skip_invalid=skip_invalid, limit=limit, run_id=run.run_id)[0])
+        console.print(f"traces: {counts['inserted']} new, {counts['unchanged']} already stored, {counts['skipped']} skipped -> {store.path}")
+
+
+@app.command()
+def segment(
+    tokenizer: TokenizerOption = None,
+    max_segment_tokens: MaxTokensSegOption = 125,
+    force: ForceOption = False,
+    stats: Annotated[bool, typer.Option("--stats", help="Print the segment length profile (tokens) next to the method's reference figures.")] = False,
+    db: DbOption = DEFAULT_DB_PATH,
+    lock_timeout: LockTimeoutOption = 10.0,
+) -> None:
+    """Split every stored trace into clause-level segments with exact character offsets."""
+    with open_store(db, lock_timeout) as store:
+        ids = store.trace_ids()
+        if not ids:
+            raise InputError(f"no traces in {store.path}; run `ror ingest FILE` first")
+        with _tracked_run(store, "segment", {"tokenizer": tokenizer, "max_segment_tokens": max_segment_tokens}) as (run, counts), _progress() as progress:
+            counts.update(do_segment(store, ids, tokenizer=tokenizer, max_tokens=max_segment_tokens, force=force, run_id=run.run_id, progress=progress))
+        console.print(
+            f"segments: {counts.get('segments', 0)} in {len(ids)} traces "
+            f"({counts.get('inserted', 0)} new, {counts.get('unchanged', 0)} unchanged, {counts.get('replaced', 0)} re-segmented)"
+        )
+        if stats:
+            console.print(_length_table(store))
+
+
+@app.command()
+def label(
+    judge: JudgeSpecOption = "baseline",
+    trace: Annotated[list[str] | None, typer.Option("--trace", help="Label only these trace ids (repeatable).")] = None,
+    base_url: JudgeBaseUrlOption = None,
+    chunk_size: JudgeChunkSizeOption = None,
+    mode: JudgeModeOption = None,
+    concurrency: JudgeConcurrencyOption = None,
+    temperature: JudgeTemperatureOption = None,
+    seed: JudgeSeedOption = None,
+    max_tokens: JudgeMaxTokensOption = None,
+    samples: JudgeSamplesOption = None,
+    batch: JudgeBatchOption = False,
+    batch_id: JudgeBatchIdOption = None,
+    prices: JudgePricesOption = None,
+    max_attempts: JudgeMaxAttemptsOption = None,
+    codebook: JudgeCodebookOption = None,
+    context_tokens: JudgeContextTokensOption = None,
+    db: DbOption = DEFAULT_DB_PATH,
+    lock_timeout: LockTimeoutOption = 10.0,
+) -> None:
+    """Label every stored segment with a judge (the offline baseline by default)."""
+    options = judge_options(
+        base_url=base_url, chunk_size=chunk_size, mode=mode, concurrency=concurrency, temperature=temperature, seed=seed,
+        max_tokens=max_tokens, samples=samples, batch=batch, batch_id=batch_id, prices=prices, max_attempts=max_attempts,
+        codebook=codebook, context_tokens=context_tokens,
+    )
+    with open_store(db, lock_timeout) as store:
+        ids = trace or [t for t in store.trace_ids() if store.segmentation_of(t) is not None]
+        if not ids:
+            raise InputError(f"no segmented traces in {store.path}; run `ror ingest FILE` and `ror segment` first")
+        with _tracked_run(store, "label", {"judge": judge, **options}) as (run, counts), _progress() as progress:
+            counts.update(do_label(store, ids, judge_spec=judge, options=options, run=run, progress=progress))
+        console.print(_label_table(store, ids))
+        _print_judge_counts(counts)
+
+
+@app.command()
+def run(
+    source: InputArg = "",
+    preset: PresetOption = None,
+    split: SplitOption = None,
+    text_field: TextFieldOption = None,
+    id_field: IdFieldOption = None,
+    problem_field: ProblemFieldOption = None,
+    answer_field: AnswerFieldOption = None,
+    gold_field: GoldFieldOption = None,
+    model_field: ModelFieldOption = None,
+    dataset_field: DatasetFieldOption = None,
+    skip_invalid: SkipInvalidOption = False,
+    limit: LimitOption = None,
+    tokenizer: TokenizerOption = None,
+    max_segment_tokens: MaxTokensSegOption = 125,
+    judge: JudgeSpecOption = "baseline",
+    base_url: JudgeBaseUrlOption = None,
+    chunk_size: JudgeChunkSizeOption = None,
+    mode: JudgeModeOption = None,
+    concurrency: JudgeConcurrencyOption = None,
+    temperature: JudgeTemperatureOption = None,
+    seed: JudgeSeedOption = None,
+    max_tokens: JudgeMaxTokensOption = None,
+    samples: JudgeSamplesOption = None,
+    batch: JudgeBatchOption = False,
+    batch_id: JudgeBatchIdOption = None,
+    prices: JudgePricesOption = None,
+    max_attempts: JudgeMaxAttemptsOption = None,
+    codebook: JudgeCodebookOption = None,
+    context_tokens: JudgeContextTokensOption = None,
+    out: Annotated[Path | None, typer.Option("--out", help="Dataset folder (save_to_disk layout + parquet + card); default exports/<input name>.")] = None,
+    labels: Annotated[str, typer.Option("--labels", help="Which labels to export: auto, judge, baseline, human, adjudicated, majority.")] = "auto",
+    split_seed: Annotated[int, typer.Option("--split-seed", help="Seed of the by-trace train/validation/test split.")] = 0,
+    db: DbOption = DEFAULT_DB_PATH,
+    lock_timeout: LockTimeoutOption = 10.0,
+) -> None:
+    """The main job: ingest -> segment -> label -> export, with a summary at the end."""
+    from ..export import export_dataset
+
+    _require_source(source, preset)
+    columns = _columns(text_field, id_field, problem_field, answer_field, gold_field, model_field, dataset_field)
+    options = judge_options(
+        base_url=base_url, chunk_size=chunk_size, mode=mode, concurrency=concurrency, temperature=temperature, seed=seed,
+        max_tokens=max_tokens, samples=samples, batch=batch, batch_id=batch_id, prices=prices, max_attempts=max_attempts,
+        codebook=codebook, context_tokens=context_tokens,
+    )
+    out = out or Path("exports") / _dataset_name(source, preset)
+    params = {"source": source, "preset": preset, "split": split, **columns, "tokenizer": tokenizer, "judge": judge, **options, "out": str(out), "labels": labels}
+    with open_store(db, lock_timeout) as store:
+        with _tracked_run(store, "run", params) as (run_rec, counts):
+            ingested, ids = do_ingest(store, source, preset=preset, split=split, columns=columns, skip_invalid=skip_invalid, limit=limit, run_id=run_rec.run_id)
+            counts["ingest"] = ingested
+            with _progress() as progress:
+                counts["segment"] = do_segment(store, ids, tokenizer=tokenizer, max_tokens=max_segment_tokens, force=False, run_id=run_rec.run_id, progress=progress)
+                counts["label"] = do_label(store, ids, judge_spec=judge, options=options, run=run_rec, progress=progress)
+            with err_console.status(f"exporting to {out} ..."):
+                summary = export_dataset(store, out, label_source=labels, tokenizer=tokenizer, seed=split_seed, trace_ids=ids)
+            counts["export"] = {"out_dir": str(out)}
+        _print_summary(store, ids, ingested, summary, out)
+        _print_judge_counts(counts["label"])
+
+
+# --------------------------------------------------------------------------- helpers
+def _columns(text, id_, problem, answer, gold, model, dataset) -> dict[str, str]:
+    given = {"text": text, "trace_id": id_, "problem": problem, "answer": answer, "gold_answer": gold, "model": model, "dataset": dataset}
+    return {k: v for k, v in given.items() if v is not None}
+
+
+def _require_source(source: str, preset: str | None) -> None:
+    if not source and not preset:
+        raise InputError("no input: give a traces file or dataset name (ror run FILE), or --preset NAME")
+
+
+def _dataset_name(source: str, preset: str | None) -> str:
+    if preset and not source:
+        return preset
+    name = Path(source).name if source else "dataset"
+    for suffix in (".jsonl", ".ndjson", ".json", ".parquet"):
+        name = name.removesuffix(suffix)
+    return name.replace("/", "__") or "dataset"
+
+
+def _print_summary(store, ids: Sequence[str], ingested: dict[str, int], summary, out: Path) -> None:
+    segs = [s for s in store.segments() if s.trace_id in set(ids)]
+    lengths = [s.n_tokens for s in segs]
+    table = Table(title="ror run: summary", show_header=False)
+    table.add_column("what")
+    table.add_column("value", justify="right")
+    table.add_row("traces", f"{len(ids)} ({ingested.get('inserted', 0)} new, {ingested.get('skipped', 0)} skipped)")
+    table.add_row("segments", str(len(segs)))
+    if lengths:
+        q = statistics.quantiles(lengths, n=20, method="inclusive") if len(lengths) > 1 else [lengths[0]] * 19
+        table.add_row("segment tokens median / p5 / p95 / max", f"{statistics.median(lengths):g} / {q[0]:g} / {q[18]:g} / {max(lengths)}")
+    counts = getattr(summary, "label_counts", None) or {}
+    for name, n in (counts.items() if isinstance(counts, dict) else []):
+        table.add_row(f"label {name}", str(n))
+    table.add_row("dataset", str(out))
+    console.print(table)
+
+
+def _print_judge_counts(counts: dict[str, Any]) -> None:
+    shown = {k: v for k, v in counts.items() if v not in (0, 0.0, None, {}, [])}
+    if shown:
+        console.print("judge: " + ", ".join(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}" for k, v in shown.items()), highlight=False)
+
+
+@app.command()
+def status(db: DbOption = DEFAULT_DB_PATH, lock_timeout: LockTimeoutOption = 10.0) -> None:
+    """What the store holds: traces, segments, labels per annotator, recent runs."""
+    with open_store(db, lock_timeout) as store:
+        counts = store.counts()
+        console.print(f"{store.path}: {counts['traces']} traces, {counts['segments']} segments, {counts['labels']} labels, {counts['runs']} runs")
+        if counts["labels"]:
+            console.print(_label_table(store))
+        runs = store.runs()[-10:]
+        if runs:
+            table = Table(title="recent runs")
+            for col in ("run", "command", "status", "started", "counts"):
+                table.add_column(col)
+            for r in runs:
+                table.add_row(r.run_id, r.command, r.status, r.started_at.strftime("%Y-%m-%d %H:%M:%S"), str(r.counts)[:80])
+            console.print(table)

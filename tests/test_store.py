@@ -1,0 +1,167 @@
+"""The DuckDB store: idempotence, transactions, schema versions, locking across processes (DB-01)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from ror_annotate.errors import SchemaVersionError, StoreError, StoreLockedError
+from ror_annotate.records import Label, Segment, Trace
+from ror_annotate.store import Store, scrub_secrets
+
+from .conftest import load_pitfall
+
+TEXT = "Let me think. 3.14 × 2 = 6.28 🙂 答案。"
+
+
+def _trace(tid: str = "t1", text: str = TEXT) -> Trace:
+    return Trace(trace_id=tid, text=text, problem="What is 2π?", model="m", dataset="d")
+
+
+def _segments(tid: str = "t1") -> list[Segment]:
+    return [
+        Segment(trace_id=tid, segment_index=0, char_start=0, char_end=13, text=TEXT[0:13], n_tokens=4),
+        Segment(trace_id=tid, segment_index=1, char_start=14, char_end=len(TEXT), text=TEXT[14:], n_tokens=9),
+    ]
+
+
+def _label(i: int, label: str = "planning", annotator: str = "a1") -> Label:
+    return Label(trace_id="t1", segment_index=i, label=label, source="human", annotator=annotator, codebook_version="cb")
+
+
+def test_roundtrip_non_ascii_and_idempotent(db_path: Path) -> None:
+    with Store(db_path) as store:
+        assert store.upsert_traces([_trace()]) == {"inserted": 1, "unchanged": 0}
+        assert store.upsert_traces([_trace()]) == {"inserted": 0, "unchanged": 1}
+        assert store.replace_segments("t1", _segments(), segmenter="s", token_counter="c") == "inserted"
+        assert store.replace_segments("t1", _segments(), segmenter="s", token_counter="c") == "unchanged"
+        store.upsert_labels([_label(0), _label(1, "execution")])
+        store.upsert_labels([_label(0), _label(1, "execution")])
+        assert store.counts() == {"traces": 1, "segments": 2, "labels": 2, "runs": 0}
+    with Store(db_path) as store:
+        trace = store.get_trace("t1")
+        assert trace.text == TEXT
+        seg = store.segments("t1")[1]
+        assert trace.text[seg.char_start:seg.char_end] == seg.text == "3.14 × 2 = 6.28 🙂 答案。"
+        assert [lab.label for lab in store.labels()] == ["planning", "execution"]
+
+
+def test_relabel_replaces_not_duplicates(db_path: Path) -> None:
+    with Store(db_path) as store:
+        store.upsert_traces([_trace()])
+        store.replace_segments("t1", _segments(), segmenter="s", token_counter="c")
+        store.upsert_labels([_label(0, "planning")])
+        store.upsert_labels([_label(0, "reflection")])
+        labels = store.labels()
+        assert [(lab.segment_index, lab.label) for lab in labels] == [(0, "reflection")]
+
+
+def test_changed_text_under_same_id_is_refused(db_path: Path) -> None:
+    with Store(db_path) as store:
+        store.upsert_traces([_trace()])
+        with pytest.raises(StoreError, match="different text"):
+            store.upsert_traces([_trace(text="something else")])
+        assert store.get_trace("t1").text == TEXT
+
+
+def test_resegmenting_with_labels_needs_force(db_path: Path) -> None:
+    with Store(db_path) as store:
+        store.upsert_traces([_trace()])
+        store.replace_segments("t1", _segments(), segmenter="s", token_counter="c")
+        store.upsert_labels([_label(0)])
+        one = [Segment(trace_id="t1", segment_index=0, char_start=0, char_end=len(TEXT), text=TEXT, n_tokens=12)]
+        with pytest.raises(StoreError, match="labels refer"):
+            store.replace_segments("t1", one, segmenter="s2", token_counter="c")
+        assert len(store.segments("t1")) == 2 and store.counts()["labels"] == 1
+        assert store.replace_segments("t1", one, segmenter="s2", token_counter="c", force=True) == "replaced"
+        assert len(store.segments("t1")) == 1 and store.counts()["labels"] == 0
+
+
+def test_label_for_unknown_segment_writes_nothing(db_path: Path) -> None:
+    with Store(db_path) as store:
+        store.upsert_traces([_trace()])
+        store.replace_segments("t1", _segments(), segmenter="s", token_counter="c")
+        with pytest.raises(StoreError, match="t1#7"):
+            store.upsert_labels([_label(0), _label(7)])
+        assert store.counts()["labels"] == 0
+
+
+def test_transaction_rolls_back_on_error(db_path: Path) -> None:
+    with Store(db_path) as store:
+        store.upsert_traces([_trace()])
+        store.replace_segments("t1", _segments(), segmenter="s", token_counter="c")
+        with pytest.raises(RuntimeError):
+            with store.transaction():
+                store.upsert_labels([_label(0)])
+                raise RuntimeError("crash mid-stage")
+        assert store.counts()["labels"] == 0
+
+
+def test_schema_versions_and_stage_migrations(db_path: Path) -> None:
+    with Store(db_path) as store:
+        assert store.schema_version("core") == 1
+        store.migrate("demo", ["CREATE TABLE demo (x INTEGER)", "ALTER TABLE demo ADD COLUMN y INTEGER"])
+        assert store.schema_version("demo") == 2
+        store.migrate("demo", ["CREATE TABLE demo (x INTEGER)", "ALTER TABLE demo ADD COLUMN y INTEGER"])  # no-op
+        with pytest.raises(SchemaVersionError, match="v2"):
+            store.migrate("demo", ["CREATE TABLE demo (x INTEGER)"])
+
+
+def test_runs_never_store_secrets(db_path: Path) -> None:
+    with Store(db_path) as store:
+        run = store.start_run("label", {"judge": "openai:x", "api_key": "sk-secret-value", "nested": {"hf_token": "hf_abc"}})
+        store.finish_run(run.run_id, counts={"labeled": 3})
+        raw = store.execute("SELECT parameters FROM runs").fetchone()[0]
+    assert "sk-secret-value" not in raw and "hf_abc" not in raw
+    assert scrub_secrets({"token": "", "x": 1}) == {"token": "", "x": 1}
+
+
+_HOLDER = textwrap.dedent(
+    """
+    import sys, time
+    from ror_annotate.records import Label
+    from ror_annotate.store import Store
+    store = Store(sys.argv[1])
+    store.upsert_labels([Label(trace_id="t1", segment_index=0, label="fact", source="human", annotator="helper", codebook_version="cb")])
+    print("locked", flush=True)
+    time.sleep(3)
+    store.close()
+    """
+)
+
+
+def test_db01_lock_across_processes(db_path: Path) -> None:
+    """shared/pitfalls/DB-01: a second process waits with backoff, or gets our own error naming the file."""
+    case = load_pitfall("DB-01")
+    assert case["expected"]["final_rows"] == 3
+    with Store(db_path) as store:
+        store.upsert_traces([_trace()])
+        store.replace_segments("t1", _segments(), segmenter="s", token_counter="c")
+    holder = subprocess.Popen([sys.executable, "-c", _HOLDER, str(db_path)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        # (b) short timeout: our own lock error, naming the file, wrapping duckdb.IOException
+        t0 = time.monotonic()
+        with pytest.raises(StoreLockedError) as info:
+            Store(db_path, lock_timeout=0.5)
+        assert str(db_path.resolve()) in str(info.value) and isinstance(info.value.__cause__, duckdb.IOException)
+        assert time.monotonic() - t0 < 2.5
+        # (a) long timeout: waits for the holder to release, then writes
+        with Store(db_path, lock_timeout=10) as store:
+            store.upsert_labels([_label(0, "planning", "a")])
+    finally:
+        holder.wait(timeout=20)
+    # (c) a reader after release sees both rows
+    with Store(db_path, lock_timeout=10) as store:
+        assert sorted(lab.annotator for lab in store.labels()) == ["a", "helper"]
+        # same process: a second handle (a "read-only view") shares the connection, no configuration clash
+        with Store(db_path) as view:
+            assert view.con is store.con
+            view.upsert_labels([_label(1, "execution", "b")])
+        assert store.counts()["labels"] == case["expected"]["final_rows"]
