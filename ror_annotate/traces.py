@@ -241,7 +241,7 @@ def _iter_parquet(path: Path) -> Iterator[tuple[str, dict[str, Any] | Exception]
             row += 1
 
 
-def _iter_hf(name: str, split: str | None, config: str | None) -> Iterator[tuple[str, dict[str, Any] | Exception]]:
+def _iter_hf(name: str, split: str | None, config: str | None, streaming: bool = False) -> Iterator[tuple[str, dict[str, Any] | Exception]]:
     import datasets
 
     try:
@@ -249,7 +249,8 @@ def _iter_hf(name: str, split: str | None, config: str | None) -> Iterator[tuple
         if local.is_dir() and ((local / "dataset_info.json").exists() or (local / "dataset_dict.json").exists()):
             ds = datasets.load_from_disk(name)
         else:
-            ds = datasets.load_dataset(name, config, split=split or "train")
+            # Streaming when only the first rows are wanted: OpenR1-Math is gigabytes.
+            ds = datasets.load_dataset(name, config, split=split or "train", streaming=streaming)
     except FileNotFoundError as exc:
         raise InputError(f"{name}: no such file, directory or Hugging Face dataset ({exc})") from None
     except Exception as exc:  # network errors, missing configs, gated datasets...
@@ -257,7 +258,7 @@ def _iter_hf(name: str, split: str | None, config: str | None) -> Iterator[tuple
             f"{name}: could not load it with datasets.load_dataset (split={split!r}, config={config!r}): {exc}. "
             "Offline? Pass a local JSONL/JSON/parquet file instead."
         ) from None
-    if isinstance(ds, datasets.DatasetDict):
+    if isinstance(ds, (datasets.DatasetDict, datasets.IterableDatasetDict)):
         if split is None:
             raise InputError(f"{name}: has splits {list(ds)}; choose one with --split")
         ds = ds[split]
@@ -265,7 +266,9 @@ def _iter_hf(name: str, split: str | None, config: str | None) -> Iterator[tuple
         yield f"{name}[{split or 'train'}] row {i}", obj
 
 
-def iter_records(source: str | Path, *, split: str | None = None, config: str | None = None) -> Iterator[tuple[str, dict[str, Any] | Exception]]:
+def iter_records(
+    source: str | Path, *, split: str | None = None, config: str | None = None, streaming: bool = False
+) -> Iterator[tuple[str, dict[str, Any] | Exception]]:
     """Yield ``(where, record_or_error)`` from a file or a Hugging Face dataset name.
 
     ``where`` names the file and line (or row) for error messages. Format by extension:
@@ -287,7 +290,7 @@ def iter_records(source: str | Path, *, split: str | None = None, config: str | 
         raise InputError(f"{path}: empty directory")
     if str(source).startswith((".", "/", "~")) and not path.exists():
         raise InputError(f"{source}: no such file")
-    return _iter_hf(str(source), split, config)
+    return _iter_hf(str(source), split, config, streaming)
 
 
 # --------------------------------------------------------------------------- mapping
@@ -430,7 +433,7 @@ def load_traces(
     # A file's name, not its path: local directories must not leak into exports and cards.
     source_name = Path(source).name if Path(source).is_file() else str(source)
     seen: dict[str, str] = {}
-    for where, rec in iter_records(source, split=split, config=config):
+    for where, rec in iter_records(source, split=split, config=config, streaming=limit is not None):
         try:
             if isinstance(rec, Exception):
                 raise rec

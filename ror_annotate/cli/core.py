@@ -10,8 +10,9 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, SpinnerColumn, Task, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from ..errors import InputError
 from .app import DEFAULT_DB_PATH, DbOption, LockTimeoutOption, app, console, err_console, open_store
@@ -66,10 +67,17 @@ JudgeSpecOption = Annotated[str, typer.Option("--judge", help="baseline (offline
 ForceOption = Annotated[bool, typer.Option("--force", help="Re-segment traces whose stored segmentation differs, deleting their labels.")]
 
 
+class _InfoColumn(ProgressColumn):
+    """Free text a stage attaches to its task (``info=...``); tasks without it show nothing."""
+
+    def render(self, task: Task) -> Text:
+        return Text(str(task.fields.get("info", "")), style="dim")
+
+
 def _progress() -> Progress:
     return Progress(
         SpinnerColumn(), TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
-        TimeElapsedColumn(), TextColumn("{task.fields[info]}"), console=err_console, transient=False,
+        TimeElapsedColumn(), _InfoColumn(), console=err_console, transient=False,
     )
 
 
@@ -331,7 +339,7 @@ def run(
                 counts["segment"] = do_segment(store, ids, tokenizer=tokenizer, max_tokens=max_segment_tokens, force=False, run_id=run_rec.run_id, progress=progress)
                 counts["label"] = do_label(store, ids, judge_spec=judge, options=options, run=run_rec, progress=progress)
             with err_console.status(f"exporting to {out} ..."):
-                summary = export_dataset(store, out, label_source=labels, tokenizer=tokenizer, seed=split_seed, trace_ids=ids)
+                summary = export_dataset(store, out, label_source=labels, tokenizer=tokenizer, seed=split_seed)
             counts["export"] = {"out_dir": str(out)}
         _print_summary(store, ids, ingested, summary, out)
         _print_judge_counts(counts["label"])
