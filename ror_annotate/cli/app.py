@@ -29,7 +29,7 @@ class RorGroup(TyperGroup):
             return super().invoke(ctx)
         except RorError as exc:
             err_console.print(f"[bold red]error[/] [{exc.code}]: {exc.message}", highlight=False, soft_wrap=True)
-            raise click.exceptions.Exit(2) from None
+            raise typer.Exit(2) from None  # typer vendors click: click.exceptions.Exit is not caught
 
 
 app = typer.Typer(

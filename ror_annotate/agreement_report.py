@@ -1,0 +1,259 @@
+"""The agreement report: a markdown file with PNG figures, written next to a dataset.
+
+``write_report(result, out_dir)`` takes an :class:`~ror_annotate.agreement.AgreementResult` or its
+JSON form (``agreement_summary(store, ...)`` / ``ror agree --json``) and writes
+
+- ``agreement.md``: statistics with bootstrap intervals (segment- and token-weighted), Cohen's
+  kappa per pair, per-class scores against the reference, the most frequent disagreement pairs with
+  example segments, and the meaning of every "undefined" reason;
+- ``confusion.png``: one confusion-matrix heat map per annotator (rows: reference);
+- ``per_class.png``: per-class F1 per annotator with bootstrap intervals.
+
+The markdown is self-contained apart from the two PNGs (relative links), so the export stage can
+paste it into a dataset card.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from .errors import AgreementError
+
+REPORT_NAME = "agreement.md"
+CONFUSION_PNG = "confusion.png"
+PER_CLASS_PNG = "per_class.png"
+
+_STATS = (
+    ("percent_agreement", "Percent agreement"),
+    ("fleiss_kappa", "Fleiss' kappa"),
+    ("krippendorff_alpha", "Krippendorff's alpha (nominal)"),
+    ("gwet_ac1", "Gwet's AC1"),
+)
+
+
+def _as_dict(result: Any) -> dict[str, Any]:
+    if isinstance(result, dict):
+        return result
+    to_dict = getattr(result, "to_dict", None)
+    if to_dict is None:
+        raise AgreementError(f"write_report needs an AgreementResult or its dict form, got {type(result).__name__}")
+    return to_dict()
+
+
+def _fmt(x: Any, digits: int = 3) -> str:
+    return "–" if x is None else f"{x:.{digits}f}"
+
+
+def _cell(est: dict[str, Any] | None) -> tuple[str, str]:
+    """(value, interval) cells; an undefined value shows its reason."""
+    if not est:
+        return "–", ""
+    if est.get("value") is None:
+        return f"undefined ({est.get('reason')})", ""
+    ci = f"[{_fmt(est['ci_low'])}, {_fmt(est['ci_high'])}]" if est.get("ci_low") is not None else ""
+    return _fmt(est["value"]), ci
+
+
+def _md_text(text: str, limit: int = 160) -> str:
+    text = " ".join(str(text).split())
+    if len(text) > limit:
+        text = text[: limit - 1] + "…"
+    return text.replace("|", "\\|")
+
+
+def _summary_rows(d: dict[str, Any]) -> list[str]:
+    token = d.get("token_weighted") or {}
+    head = "| statistic | segment-weighted | 95% CI | token-weighted | 95% CI |"
+    if d.get("bootstrap", {}).get("confidence_level") not in (None, 0.95):
+        level = round(100 * d["bootstrap"]["confidence_level"], 1)
+        head = head.replace("95%", f"{level:g}%")
+    rows = [head, "|---|---|---|---|---|"]
+    for key, name in _STATS:
+        seg_v, seg_ci = _cell(d.get(key))
+        tok_v, tok_ci = _cell(token.get(key)) if token else ("–", "")
+        rows.append(f"| {name} | {seg_v} | {seg_ci} | {tok_v} | {tok_ci} |")
+    return rows
+
+
+def _kappa_rows(d: dict[str, Any]) -> list[str]:
+    token = {(k["annotator_a"], k["annotator_b"]): k for k in (d.get("token_weighted") or {}).get("cohen_kappa", [])}
+    rows = ["| annotator A | annotator B | items | kappa | 95% CI | token-weighted | 95% CI |", "|---|---|---|---|---|---|---|"]
+    for k in d.get("cohen_kappa", []):
+        v, ci = _cell(k)
+        tv, tci = _cell(token.get((k["annotator_a"], k["annotator_b"])))
+        rows.append(f"| {k['annotator_a']} | {k['annotator_b']} | {k.get('n_items', 0)} | {v} | {ci} | {tv} | {tci} |")
+    return rows
+
+
+def _per_class_section(d: dict[str, Any]) -> list[str]:
+    pc = d.get("per_class")
+    if not pc or not pc.get("annotators"):
+        return ["No reference was chosen, so there are no per-class figures (pass a reference: majority, human, adjudicated or an annotator)."]
+    lines = [f"Reference: **{pc['reference']}** (confusion rows are the reference, columns the annotator).", ""]
+    for ann, entry in pc["annotators"].items():
+        mv, mci = _cell(entry.get("macro_f1"))
+        av, aci = _cell(entry.get("accuracy"))
+        lines += [f"### {ann}", "", f"macro-F1 {mv} {mci}; accuracy {av} {aci}", ""]
+        lines += ["| class | support | precision | recall | F1 | 95% CI | kappa (one-vs-rest) |", "|---|---|---|---|---|---|---|"]
+        for cls, s in entry["classes"].items():
+            p, _ = _cell(s["precision"])
+            r, _ = _cell(s["recall"])
+            f, fci = _cell(s["f1"])
+            k, _ = _cell(s["kappa"])
+            lines.append(f"| {cls} | {s['support']:g} | {p} | {r} | {f} | {fci} | {k} |")
+        lines.append("")
+    return lines
+
+
+def _disagreement_rows(d: dict[str, Any]) -> list[str]:
+    pairs = d.get("disagreements") or []
+    if not pairs:
+        return ["No two annotators disagreed on any item."]
+    rows = ["| labels | count | example segments |", "|---|---|---|"]
+    for p in pairs:
+        texts = p.get("example_texts") or []
+        examples = [
+            f"`{_md_text(i, 60)}`" + (f" {_md_text(texts[n])}" if n < len(texts) and texts[n] else "")
+            for n, i in enumerate(p.get("examples", []))
+        ]
+        rows.append(f"| {p['labels'][0]} / {p['labels'][1]} | {p['count']} | {'<br>'.join(examples)} |")
+    return rows
+
+
+def _plot_confusions(d: dict[str, Any], path: Path) -> bool:
+    pc = (d.get("per_class") or {}).get("annotators") or {}
+    if not pc:
+        return False
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    cats = d["categories"]
+    n = len(pc)
+    fig, axes = plt.subplots(1, n, figsize=(4.2 * n + 0.8, 4.2), squeeze=False)
+    for ax, (ann, entry) in zip(axes[0], pc.items()):
+        counts = np.asarray(entry["confusion_matrix"], dtype=float)
+        rows = counts.sum(1, keepdims=True)
+        share = np.divide(counts, rows, out=np.zeros_like(counts), where=rows > 0)
+        im = ax.imshow(share, vmin=0, vmax=1, cmap="Blues")
+        for i in range(len(cats)):
+            for j in range(len(cats)):
+                ax.text(j, i, f"{counts[i, j]:g}", ha="center", va="center", fontsize=7,
+                        color="white" if share[i, j] > 0.6 else "black")
+        ax.set_xticks(range(len(cats)), cats, rotation=45, ha="right", fontsize=8)
+        ax.set_yticks(range(len(cats)), cats, fontsize=8)
+        ax.set_xlabel(ann)
+        ax.set_ylabel(f"reference: {d['per_class']['reference']}")
+    fig.colorbar(im, ax=axes[0].tolist(), shrink=0.8, label="share of reference row")
+    fig.savefig(path, dpi=120, bbox_inches="tight")
+    plt.close(fig)
+    return True
+
+
+def _plot_per_class(d: dict[str, Any], path: Path) -> bool:
+    pc = (d.get("per_class") or {}).get("annotators") or {}
+    if not pc:
+        return False
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    cats = d["categories"]
+    width = 0.8 / len(pc)
+    fig, ax = plt.subplots(figsize=(max(6, 1.3 * len(cats)), 3.8))
+    x = np.arange(len(cats))
+    for n, (ann, entry) in enumerate(pc.items()):
+        f1 = [entry["classes"][c]["f1"] for c in cats]
+        vals = np.array([e["value"] if e["value"] is not None else np.nan for e in f1], dtype=float)
+        lo = np.array([e["ci_low"] if e["ci_low"] is not None else np.nan for e in f1], dtype=float)
+        hi = np.array([e["ci_high"] if e["ci_high"] is not None else np.nan for e in f1], dtype=float)
+        # a percentile interval need not contain the estimate on tiny data; matplotlib wants yerr >= 0
+        err = np.clip(np.vstack([np.nan_to_num(vals - lo), np.nan_to_num(hi - vals)]), 0, None)
+        ax.bar(x + n * width - 0.4 + width / 2, np.nan_to_num(vals), width, yerr=err, capsize=2, label=ann)
+    ax.set_xticks(x, cats, rotation=30, ha="right")
+    ax.set_ylim(0, 1.05)
+    ax.set_ylabel(f"F1 vs {d['per_class']['reference']}")
+    ax.legend(fontsize=8)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
+    plt.close(fig)
+    return True
+
+
+def write_report(result: Any, out_dir: str | Path, *, title: str = "Agreement report") -> Path:
+    """Write ``agreement.md``, ``agreement.json`` and the PNG figures into ``out_dir``.
+
+    Parameters
+    ----------
+    result : AgreementResult or dict
+        The figures (the dict form is what ``agreement_summary`` returns).
+    out_dir : str or Path
+        Created if missing; files of the same names are overwritten.
+    title : str
+        First heading of the markdown.
+
+    Returns
+    -------
+    Path
+        The markdown file.
+    """
+    d = _as_dict(result)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    boot = d.get("bootstrap", {})
+    lines = [
+        f"# {title}",
+        "",
+        f"{d['n_items']} items (segments) in {d.get('n_traces', '?')} traces, labeled by {d['n_annotators']} annotators "
+        f"({', '.join(d.get('annotators', []))}); categories: {', '.join(d.get('categories', []))}.",
+        "",
+        f"Intervals: {boot.get('method', 'percentile')} bootstrap over whole traces (segments of one trace are not "
+        f"independent), {boot.get('n_resamples', 0)} resamples, seed {boot.get('seed')}. Token-weighted figures weight "
+        "each segment by its token count.",
+        "",
+        "## Agreement",
+        "",
+        *_summary_rows(d),
+        "",
+        "## Cohen's kappa per pair",
+        "",
+        *_kappa_rows(d),
+        "",
+        "## Per-class agreement",
+        "",
+        *_per_class_section(d),
+    ]
+    if _plot_confusions(d, out / CONFUSION_PNG):
+        lines += [f"![Confusion matrices]({CONFUSION_PNG})", ""]
+    if _plot_per_class(d, out / PER_CLASS_PNG):
+        lines += [f"![Per-class F1]({PER_CLASS_PNG})", ""]
+    lines += ["## Most frequent disagreements", "", *_disagreement_rows(d), ""]
+    used = _reasons_used(d)
+    if used:
+        lines += ["## Undefined values", ""]
+        reasons = d.get("reasons", {})
+        lines += [f"- `{r}`: {reasons.get(r, '')}" for r in sorted(used)]
+        lines.append("")
+    path = out / REPORT_NAME
+    path.write_text("\n".join(lines), encoding="utf-8")
+    (out / "agreement.json").write_text(json.dumps(d, indent=2, allow_nan=False, ensure_ascii=False) + "\n", encoding="utf-8")
+    return path
+
+
+def _reasons_used(obj: Any) -> set[str]:
+    found: set[str] = set()
+    if isinstance(obj, dict):
+        if obj.get("reason") and obj.get("value") is None:
+            found.add(obj["reason"])
+        for k, v in obj.items():
+            if k != "reasons":
+                found |= _reasons_used(v)
+    elif isinstance(obj, list):
+        for v in obj:
+            found |= _reasons_used(v)
+    return found

@@ -1,0 +1,115 @@
+"""``ror agree``: agreement statistics over labels in the store, or over a long-format CSV."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from ..errors import InputError
+from .app import DEFAULT_DB_PATH, DbOption, LockTimeoutOption, app, console, open_store
+
+_SEL = "Selection (store)"
+_OUT = "Output"
+
+
+def _fmt_estimate(est: dict[str, Any]) -> tuple[str, str]:
+    if est.get("value") is None:
+        return f"undefined ({est.get('reason')})", ""
+    ci = f"[{est['ci_low']:.3f}, {est['ci_high']:.3f}]" if est.get("ci_low") is not None else ""
+    return f"{est['value']:.3f}", ci
+
+
+def _print_tables(d: dict[str, Any]) -> None:
+    token = d.get("token_weighted") or {}
+    table = Table(title=f"Agreement: {d['n_items']} items, {d.get('n_traces', '?')} traces, {d['n_annotators']} annotators")
+    for col in ("statistic", "segment", "CI", "token", "CI"):
+        table.add_column(col)
+    for key, name in (
+        ("percent_agreement", "percent agreement"),
+        ("fleiss_kappa", "Fleiss' kappa"),
+        ("krippendorff_alpha", "Krippendorff's alpha"),
+        ("gwet_ac1", "Gwet's AC1"),
+    ):
+        sv, sci = _fmt_estimate(d[key])
+        tv, tci = _fmt_estimate(token[key]) if token else ("", "")
+        table.add_row(name, sv, sci, tv, tci)
+    console.print(table)
+    pairs = Table(title="Cohen's kappa per pair")
+    for col in ("A", "B", "items", "kappa", "CI"):
+        pairs.add_column(col)
+    for k in d["cohen_kappa"]:
+        v, ci = _fmt_estimate(k)
+        pairs.add_row(k["annotator_a"], k["annotator_b"], f"{k['n_items']:g}", v, ci)
+    console.print(pairs)
+    pc = d.get("per_class")
+    if pc and pc.get("annotators"):
+        t = Table(title=f"Per-class F1 vs {pc['reference']}")
+        t.add_column("annotator")
+        for c in d["categories"]:
+            t.add_column(c)
+        t.add_column("macro-F1")
+        for ann, entry in pc["annotators"].items():
+            t.add_row(ann, *[_fmt_estimate(entry["classes"][c]["f1"])[0] for c in d["categories"]], " ".join(_fmt_estimate(entry["macro_f1"])))
+        console.print(t)
+
+
+@app.command("agree")
+def agree(
+    db: DbOption = DEFAULT_DB_PATH,
+    lock_timeout: LockTimeoutOption = 10.0,
+    annotator: Annotated[list[str] | None, typer.Option("--annotator", "-a", help="Compare these annotators (repeatable). Default: all selected.", rich_help_panel=_SEL)] = None,
+    source: Annotated[list[str] | None, typer.Option("--source", help="Only labels from these sources: judge, baseline, human, adjudicated (repeatable).", rich_help_panel=_SEL)] = None,
+    study: Annotated[str | None, typer.Option("--study", help="Labels of this review study.", rich_help_panel=_SEL)] = None,
+    with_judge: Annotated[bool, typer.Option("--with-judge", help="With --study: also the judge labels on the study's segments.", rich_help_panel=_SEL)] = False,
+    codebook_version: Annotated[str | None, typer.Option("--codebook-version", help="Only labels under this codebook version (hash).", rich_help_panel=_SEL)] = None,
+    reference: Annotated[str | None, typer.Option("--reference", help="Reference for per-class figures and confusion matrices: human, adjudicated, majority, none, or an annotator name.")] = "majority",
+    from_csv: Annotated[Path | None, typer.Option("--from-csv", help="Long-format CSV (item_id, annotator, label; optional trace_id/group, weight) instead of the store.")] = None,
+    categories: Annotated[str | None, typer.Option("--categories", help="With --from-csv: comma-separated category set, or 'auto' (the labels found). Default: the six behaviors.")] = None,
+    resamples: Annotated[int, typer.Option("--resamples", min=0, help="Trace-level bootstrap resamples (0: no intervals).")] = 1000,
+    confidence: Annotated[float, typer.Option("--confidence", min=0.5, max=0.999, help="Confidence level of the intervals.")] = 0.95,
+    seed: Annotated[int, typer.Option("--seed", help="Bootstrap seed.")] = 0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the figures as JSON (NaN as null with a reason).", rich_help_panel=_OUT)] = False,
+    report: Annotated[Path | None, typer.Option("--report", help="Write agreement.md, agreement.json and PNG figures into this folder.", rich_help_panel=_OUT)] = None,
+) -> None:
+    """Inter-annotator agreement: percent agreement, Cohen's kappa per pair, Fleiss' kappa, Krippendorff's alpha,
+    Gwet's AC1, per-class scores vs a reference, with trace-level bootstrap intervals."""
+    from ..agreement import agreement, agreement_summary, ratings_from_csv
+    from ..records import BEHAVIORS
+
+    ref = None if reference in (None, "", "none") else reference
+    if from_csv is not None:
+        if study or with_judge or source or codebook_version:
+            raise InputError("--from-csv reads labels from the file: --study, --with-judge, --source and --codebook-version apply to the store only")
+        cats: Any = BEHAVIORS if categories is None else ("auto" if categories.strip() == "auto" else [c.strip() for c in categories.split(",") if c.strip()])
+        ratings = ratings_from_csv(from_csv, categories=cats)
+        if annotator:
+            unknown = [a for a in annotator if a not in ratings.annotators]
+            if unknown:
+                raise InputError(f"{from_csv}: no labels from annotator(s) {unknown}; the file has {list(ratings.annotators)}")
+            ratings = ratings.subset_annotators(annotator)
+        if ref in ("human", "adjudicated"):
+            raise InputError(f"--reference {ref} needs label sources from the store; with --from-csv use majority, none or an annotator name")
+        result = agreement(ratings, reference=ref, n_resamples=resamples, confidence_level=confidence, seed=seed).to_dict()
+        result["selection"] = {"csv": str(from_csv)}
+    else:
+        if categories is not None:
+            raise InputError("--categories applies to --from-csv; labels in the store always use the six behaviors")
+        with open_store(db, lock_timeout) as store:
+            result = agreement_summary(
+                store, annotators=annotator or None, sources=source or None, study=study, with_judge=with_judge,
+                codebook_version=codebook_version, reference=ref, n_resamples=resamples, confidence_level=confidence, seed=seed,
+            )
+    if report is not None:
+        from ..agreement_report import write_report
+
+        path = write_report(result, report)
+        if not as_json:
+            console.print(f"report: {path}")
+    if as_json:
+        typer.echo(json.dumps(result, indent=2, allow_nan=False, ensure_ascii=False))
+    else:
+        _print_tables(result)
