@@ -1,0 +1,282 @@
+"""A local OpenAI-compatible HTTP server for tests and benchmarks (stdlib ``ThreadingHTTPServer``).
+
+Endpoints: ``POST /v1/chat/completions`` (``response_format`` json_schema), ``POST /v1/files``
+(multipart upload), ``GET /v1/files/{id}/content``, ``POST /v1/batches``, ``GET /v1/batches/{id}``.
+
+It labels deterministically from cue words (:func:`cue_label`), reading the segments back out of
+the prompt (markers ``«i»``, ids after "Label exactly these segment ids"). Usage: prompt tokens are
+counted with :func:`ror_annotate.judge.prompt.approx_tokens`; ``cached_tokens`` simulates a provider
+prefix cache (longest common prefix with an earlier prompt, counted only from 1,024 tokens, in steps
+of 128 tokens, as OpenAI documents for its prompt caching).
+
+Faults are scripted per chat request, in arrival order: ``server.push(fault, ...)``. A fault is a
+dict, one of
+
+* ``{"status": 429, "headers": {...}, "body": {...}}``: reply exactly that (pitfall replays);
+  with ``status`` 200 the body is sent as is.
+* ``{"kind": "truncate"}``: the right answer cut in half, ``finish_reason="length"``.
+* ``{"kind": "drop", "n": 1}`` / ``{"kind": "dup"}`` / ``{"kind": "bad_label"}``: omit the last n ids,
+  repeat the first id, give the first id the label ``"compute"`` (not in the codebook).
+* ``{"kind": "refusal"}``, ``{"kind": "slow", "seconds": s}`` (then answers normally).
+
+Every request is recorded in ``server.requests`` (method, path, JSON body; the Authorization
+header is kept only as a flag ``has_key`` plus the key itself for placeholder checks).
+"""
+
+from __future__ import annotations
+
+import email.parser
+import email.policy
+import itertools
+import json
+import re
+import threading
+import time
+from collections import deque
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from ror_annotate.judge.prompt import approx_tokens
+
+_MARK_RE = re.compile(r"«(\d+)» ")
+_IDS_RE = re.compile(r"Label exactly these segment ids \(\d+\): ([0-9, ]+)\s*$")
+
+CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("conclusion", re.compile(r"\b(answer is|therefore|boxed)\b", re.I)),
+    ("reflection", re.compile(r"\b(wait|hmm|mistake|wrong|checks out)\b", re.I)),
+    ("planning", re.compile(r"\b(let me|i'll|i will|next|i need to)\b|\bfirst,", re.I)),
+    ("fact", re.compile(r"\b(recall|formula|theorem|is defined as)\b", re.I)),
+    ("restatement", re.compile(r"\b(again|so far|the problem says|we have)\b", re.I)),
+)
+
+
+def cue_label(text: str) -> str:
+    """The fake judge's rule: the first cue class whose pattern matches, else ``execution``."""
+    for label, pattern in CUES:
+        if pattern.search(text):
+            return label
+    return "execution"
+
+
+def parse_prompt(messages: list[dict[str, Any]]) -> tuple[dict[int, str], list[int]]:
+    """Segments ``{id: text}`` and the requested ids, read back from the judge's prompt."""
+    user = messages[-1]["content"]
+    trace = user.split("<trace>\n", 1)[1].rsplit("\n</trace>", 1)[0]
+    parts = _MARK_RE.split(trace)
+    segs = {int(parts[i]): parts[i + 1] for i in range(1, len(parts) - 1, 2)}
+    m = _IDS_RE.search(user)
+    ids = [int(x) for x in m.group(1).split(",")] if m else []
+    return segs, ids
+
+
+class FakeOpenAI:
+    """The server. Use as a context manager; ``base_url`` ends in ``/v1``.
+
+    Parameters
+    ----------
+    latency : float
+        Seconds added to every chat completion (benchmarks use 0.05).
+    batch_polls : int
+        ``GET /v1/batches/{id}`` answers ``in_progress`` this many times before ``completed``.
+    """
+
+    def __init__(self, *, latency: float = 0.0, batch_polls: int = 1, record_bodies: bool = True) -> None:
+        self.latency = latency
+        self.batch_polls = batch_polls
+        self.record_bodies = record_bodies
+        self.requests: list[dict[str, Any]] = []
+        self.script: deque[dict[str, Any]] = deque()
+        self.files: dict[str, dict[str, Any]] = {}
+        self.batches: dict[str, dict[str, Any]] = {}
+        self._prompts: deque[str] = deque(maxlen=32)
+        self._lock = threading.Lock()
+        self._ids = itertools.count(1)
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+    def __enter__(self) -> "FakeOpenAI":
+        handler = type("Handler", (_Handler,), {"fake": self})
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        assert self._server is not None
+        self._server.shutdown()
+        self._server.server_close()
+
+    @property
+    def base_url(self) -> str:
+        assert self._server is not None
+        return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
+
+    def push(self, *faults: dict[str, Any]) -> None:
+        """Queue faults for the next chat requests, in order (``{}`` = answer normally)."""
+        self.script.extend(faults)
+
+    def chat_requests(self) -> list[dict[str, Any]]:
+        """Recorded ``POST /v1/chat/completions`` request bodies, in arrival order."""
+        return [r["body"] for r in self.requests if r["path"] == "/v1/chat/completions"]
+
+    # ------------------------------------------------------------------ logic
+    def _next_id(self, prefix: str) -> str:
+        return f"{prefix}-{next(self._ids)}"
+
+    def _cached_tokens(self, prompt: str) -> int:
+        with self._lock:
+            best = 0
+            for old in self._prompts:
+                n = min(len(old), len(prompt))
+                if best >= n:
+                    continue
+                lo = 0
+                # longest common prefix by binary search on slices (fast for long prompts)
+                hi = n
+                while lo < hi:
+                    mid = (lo + hi + 1) // 2
+                    if old[:mid] == prompt[:mid]:
+                        lo = mid
+                    else:
+                        hi = mid - 1
+                best = max(best, lo)
+            self._prompts.append(prompt)
+        tokens = approx_tokens(prompt[:best])
+        return 0 if tokens < 1024 else (tokens // 128) * 128
+
+    def answer(self, body: dict[str, Any], fault: dict[str, Any]) -> tuple[int, dict[str, str], dict[str, Any]]:
+        """Status, headers and JSON body for one chat completion request."""
+        if "status" in fault:
+            return fault["status"], dict(fault.get("headers", {})), fault.get("body", {})
+        kind = fault.get("kind")
+        if kind == "slow":
+            time.sleep(fault.get("seconds", 1.0))
+        if kind == "500":
+            return 500, {}, {"error": {"message": "internal error", "type": "server_error"}}
+        messages = body["messages"]
+        prompt = "\n".join(m["content"] for m in messages)
+        segs, ids = parse_prompt(messages)
+        items = [{"segment_id": i, "label": cue_label(segs.get(i, "")), "confidence": 0.9, "rationale": "cue word"} for i in ids]
+        if kind == "drop":
+            items = items[: max(len(items) - fault.get("n", 1), 0)]
+        elif kind == "dup" and items:
+            items = [items[0], *items]
+        elif kind == "bad_label" and items:
+            items[0] = {**items[0], "label": "compute"}
+        content: str | None = json.dumps({"labels": items})
+        finish, refusal = "stop", None
+        if kind == "truncate":
+            content, finish = content[: len(content) // 2], "length"
+        elif kind == "refusal":
+            content, refusal = None, "I can't help with that."
+        prompt_tokens = approx_tokens(prompt) + 4 * len(messages)
+        completion_tokens = approx_tokens(content or refusal or "")
+        reply = {
+            "id": self._next_id("chatcmpl"), "object": "chat.completion", "created": int(time.time()),
+            "model": body.get("model", "fake"),
+            "choices": [{"index": 0, "finish_reason": finish, "logprobs": None,
+                         "message": {"role": "assistant", "content": content, "refusal": refusal}}],
+            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                      "total_tokens": prompt_tokens + completion_tokens,
+                      "prompt_tokens_details": {"cached_tokens": self._cached_tokens(prompt)}},
+        }
+        return 200, {}, reply
+
+    def _run_batch(self, batch: dict[str, Any]) -> None:
+        lines = self.files[batch["input_file_id"]]["content"].decode("utf-8").splitlines()
+        out = []
+        for line in lines:
+            req = json.loads(line)
+            status, _, body = self.answer(req["body"], {})
+            out.append({"id": self._next_id("batch_req"), "custom_id": req["custom_id"],
+                        "response": {"status_code": status, "request_id": self._next_id("req"), "body": body}, "error": None})
+        fid = self._next_id("file")
+        data = "".join(json.dumps(o) + "\n" for o in out).encode("utf-8")
+        self.files[fid] = {"id": fid, "object": "file", "bytes": len(data), "created_at": int(time.time()),
+                           "filename": "output.jsonl", "purpose": "batch_output", "status": "processed", "content": data}
+        batch.update(status="completed", output_file_id=fid, completed_at=int(time.time()),
+                     request_counts={"total": len(out), "completed": len(out), "failed": 0})
+
+
+class _Handler(BaseHTTPRequestHandler):
+    fake: FakeOpenAI
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args: Any) -> None:  # keep test output clean
+        pass
+
+    def _send(self, status: int, body: Any, headers: dict[str, str] | None = None, *, raw: bytes | None = None) -> None:
+        data = raw if raw is not None else json.dumps(body).encode("utf-8")
+        self.send_response(status)
+        self.send_header("Content-Type", "application/octet-stream" if raw is not None else "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _record(self, body: Any) -> None:
+        auth = self.headers.get("Authorization", "")
+        with self.fake._lock:
+            self.fake.requests.append({"method": self.command, "path": self.path,
+                                       "body": body if self.fake.record_bodies or self.path != "/v1/chat/completions" else None,
+                                       "api_key": auth.removeprefix("Bearer ")})
+
+    def do_GET(self) -> None:  # noqa: N802
+        fake = self.fake
+        self._record(None)
+        m = re.fullmatch(r"/v1/batches/([\w-]+)", self.path)
+        if m and m.group(1) in fake.batches:
+            batch = fake.batches[m.group(1)]
+            batch["_polls"] += 1
+            if batch["status"] != "completed" and batch["_polls"] > fake.batch_polls:
+                fake._run_batch(batch)
+            elif batch["status"] != "completed":
+                batch["status"] = "in_progress"
+            return self._send(200, {k: v for k, v in batch.items() if not k.startswith("_")})
+        m = re.fullmatch(r"/v1/files/([\w-]+)/content", self.path)
+        if m and m.group(1) in fake.files:
+            return self._send(200, None, raw=fake.files[m.group(1)]["content"])
+        self._send(404, {"error": {"message": f"no route {self.path}", "type": "invalid_request_error"}})
+
+    def do_POST(self) -> None:  # noqa: N802
+        fake = self.fake
+        length = int(self.headers.get("Content-Length", 0))
+        raw = self.rfile.read(length)
+        if self.path == "/v1/files":
+            return self._upload(raw)
+        body = json.loads(raw or b"{}")
+        self._record(body)
+        if self.path == "/v1/chat/completions":
+            with fake._lock:
+                fault = fake.script.popleft() if fake.script else {}
+            if fake.latency:
+                time.sleep(fake.latency)
+            status, headers, reply = fake.answer(body, fault)
+            return self._send(status, reply, headers)
+        if self.path == "/v1/batches":
+            bid = fake._next_id("batch")
+            fake.batches[bid] = {"id": bid, "object": "batch", "endpoint": body["endpoint"], "input_file_id": body["input_file_id"],
+                                 "completion_window": body.get("completion_window", "24h"), "status": "validating",
+                                 "created_at": int(time.time()), "_polls": 0}
+            return self._send(200, {k: v for k, v in fake.batches[bid].items() if not k.startswith("_")})
+        self._send(404, {"error": {"message": f"no route {self.path}", "type": "invalid_request_error"}})
+
+    def _upload(self, raw: bytes) -> None:
+        ctype = self.headers.get("Content-Type", "")
+        msg = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(
+            b"Content-Type: " + ctype.encode() + b"\r\n\r\n" + raw
+        )
+        fields: dict[str, Any] = {}
+        for part in msg.iter_parts():
+            name = part.get_param("name", header="content-disposition")
+            fields[name] = (part.get_filename(), part.get_payload(decode=True))
+        self._record({"purpose": fields.get("purpose", (None, b""))[1].decode()})
+        filename, content = fields["file"]
+        fid = self.fake._next_id("file")
+        obj = {"id": fid, "object": "file", "bytes": len(content), "created_at": int(time.time()),
+               "filename": filename or "input.jsonl", "purpose": "batch", "status": "processed"}
+        self.fake.files[fid] = {**obj, "content": content}
+        self._send(200, obj)
