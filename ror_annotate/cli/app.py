@@ -13,6 +13,7 @@ from typing import Annotated, Any
 import click
 import typer
 from rich.console import Console
+from rich.markup import escape  # messages may contain [brackets] (paths, lists, extras)
 from typer.core import TyperGroup
 
 from ..errors import RorError
@@ -28,7 +29,7 @@ class RorGroup(TyperGroup):
         try:
             return super().invoke(ctx)
         except RorError as exc:
-            err_console.print(f"[bold red]error[/] [{exc.code}]: {exc.message}", highlight=False, soft_wrap=True)
+            err_console.print(f"[bold red]error[/] [{exc.code}]: {escape(exc.message)}", highlight=False, soft_wrap=True)
             raise typer.Exit(2) from None  # typer vendors click: click.exceptions.Exit is not caught
 
 

@@ -1,0 +1,234 @@
+"""``ror capture``, ``ror probe``, ``ror experts``, ``ror steer``: the probe-and-steer stage.
+
+torch and transformers are imported only inside the commands that need them (capture, steer, and
+probe with the embeddings control); without them those commands print one line telling how to
+install the ``steer`` extra.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.table import Table
+
+from ..errors import InputError, SteerError
+from .app import app, console, err_console
+
+_PANEL = "Probe and steer"
+
+ModelOption = Annotated[str, typer.Option("--model", help="Local checkpoint directory of an MoE causal LM.")]
+DeviceOption = Annotated[str, typer.Option("--device", help="torch device: cpu, cuda, cuda:1...")]
+DtypeOption = Annotated[str, typer.Option("--dtype", help="Model dtype: auto, float32, bfloat16, float16.")]
+
+
+def _parse_layers(text: str | None) -> list[int] | None:
+    if not text:
+        return None
+    out: list[int] = []
+    try:
+        for part in text.split(","):
+            if "-" in part:
+                lo, hi = part.split("-")
+                out.extend(range(int(lo), int(hi) + 1))
+            else:
+                out.append(int(part))
+    except ValueError:
+        raise InputError(f"--layers {text!r}: expected comma-separated layer indices or ranges like 8-16") from None
+    return out
+
+
+@app.command("capture", rich_help_panel=_PANEL)
+def capture_cmd(
+    tokens: Annotated[Path, typer.Argument(help="Export directory (with tokens/) or the tokens dataset directory.")],
+    model: ModelOption,
+    out: Annotated[Path, typer.Option("--out", help="Capture directory (resumed if it exists).")],
+    device: DeviceOption = "cpu",
+    dtype: DtypeOption = "auto",
+    batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="Traces per forward.")] = 8,
+    max_batch_tokens: Annotated[int, typer.Option("--max-batch-tokens", min=1, help="Bound on batch x longest trace.")] = 16384,
+    padding_side: Annotated[str, typer.Option("--padding-side", help="left or right (same logits either way).")] = "right",
+    layers: Annotated[Optional[str], typer.Option("--layers", help="MoE layers to store, e.g. 8-16,20 (default all).")] = None,
+    splits: Annotated[Optional[str], typer.Option("--splits", help="Comma-separated splits (default all).")] = None,
+    logits_dtype: Annotated[str, typer.Option("--logits-dtype", help="float16 or float32 on disk.")] = "float16",
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Delete an existing capture in --out first.")] = False,
+    limit: Annotated[Optional[int], typer.Option("--limit", min=1, help="Capture at most this many new traces.")] = None,
+) -> None:
+    """Capture router logits (tokens x layers x experts, before top-k) and the selected experts of every trace."""
+    from ..steer import require_torch
+
+    require_torch()
+    from rich.progress import Progress
+
+    from ..steer.capture import capture_router_logits, load_model
+    from ..steer.tokens import load_tokens
+
+    dd = load_tokens(tokens)
+    split_list = [s.strip() for s in splits.split(",")] if splits else None
+    lm = load_model(model, device=device, dtype=dtype)
+    total = sum(len(dd[s]) for s in (split_list or list(dd.keys())) if s in dd)
+    with Progress(console=err_console, transient=True) as progress:
+        task = progress.add_task("capturing", total=total)
+        report = capture_router_logits(
+            lm, dd, out, model_name=model, splits=split_list, layers=_parse_layers(layers), batch_size=batch_size,
+            max_batch_tokens=max_batch_tokens, padding_side=padding_side, logits_dtype=logits_dtype,
+            overwrite=overwrite, limit=limit, progress=lambda n: progress.advance(task, n))
+    rate = report.tokens / report.seconds if report.seconds else 0.0
+    console.print(f"captured {report.captured} traces ({report.tokens} tokens, {rate:,.0f} tokens/s), "
+                  f"skipped {report.skipped} already captured -> {out}")
+
+
+@app.command("probe", rich_help_panel=_PANEL)
+def probe_cmd(
+    tokens: Annotated[Path, typer.Argument(help="Export directory (with tokens/) or the tokens dataset directory.")],
+    capture: Annotated[Path, typer.Option("--capture", help="Capture directory written by `ror capture`.")],
+    level: Annotated[str, typer.Option("--level", help="token or segment.")] = "token",
+    windows: Annotated[str, typer.Option("--windows", help="Window sizes in layers, e.g. 1,9.")] = "1",
+    controls: Annotated[str, typer.Option("--controls", help="Comma-separated: position, tfidf, embeddings (needs --model).")] = "position,tfidf",
+    model: Annotated[Optional[str], typer.Option("--model", help="Checkpoint for the input-embeddings control.")] = None,
+    max_train: Annotated[int, typer.Option("--max-train", min=1, help="Train rows kept (seeded subsample), token level.")] = 50_000,
+    seed: Annotated[int, typer.Option("--seed")] = 0,
+    out: Annotated[Optional[Path], typer.Option("--out", help="Write the table as CSV and per-layer dev curves as JSON here.")] = None,
+) -> None:
+    """Train linear probes on router logits (layer and C chosen on validation), report test macro-F1."""
+    from ..steer.capture import Capture
+    from ..steer.probe import PROBE_COLUMNS, format_table, run_probes
+    from ..steer.table import labeled_tokens
+    from ..steer.tokens import load_tokens
+
+    try:
+        window_sizes = [int(w) for w in windows.split(",") if w.strip()]
+    except ValueError:
+        raise InputError(f"--windows {windows!r}: expected comma-separated integers") from None
+    control_list = [c.strip() for c in controls.split(",") if c.strip()]
+    embeddings = None
+    if "embeddings" in control_list:
+        if not model:
+            raise InputError("the embeddings control needs --model (the checkpoint whose input embeddings to use)")
+        from ..steer import require_torch
+
+        require_torch()
+        from ..steer.capture import load_model
+
+        embeddings = load_model(model).get_input_embeddings().weight.detach().float().cpu().numpy()
+    cap = Capture(capture)
+    table = labeled_tokens(cap, load_tokens(tokens))
+    rows, curves = run_probes(cap, table, level=level, windows=window_sizes, controls=control_list,
+                              embeddings=embeddings, max_train=max_train, seed=seed,
+                              progress=lambda msg: err_console.print(f"probe {msg}", highlight=False))
+    shown = Table(title=f"behavior probes ({level} level, macro-F1; C and layer chosen on validation)")
+    for col in PROBE_COLUMNS:
+        shown.add_column(col)
+    for r in format_table(rows):
+        shown.add_row(*r)
+    console.print(shown)
+    if out is not None:
+        import csv
+
+        out.mkdir(parents=True, exist_ok=True)
+        with (out / "probe.csv").open("w", newline="", encoding="utf-8") as fh:
+            writer = csv.DictWriter(fh, fieldnames=list(rows[0].as_dict()))
+            writer.writeheader()
+            writer.writerows(r.as_dict() for r in rows)
+        (out / "probe_dev_curves.json").write_text(json.dumps(curves, indent=1))
+        console.print(f"wrote {out / 'probe.csv'} and {out / 'probe_dev_curves.json'}")
+
+
+@app.command("experts", rich_help_panel=_PANEL)
+def experts_cmd(
+    tokens: Annotated[Path, typer.Argument(help="Export directory (with tokens/) or the tokens dataset directory.")],
+    capture: Annotated[Path, typer.Option("--capture", help="Capture directory written by `ror capture`.")],
+    out: Annotated[Path, typer.Option("--out", help="Directory for the CSV tables, PNG plots and steering specs.")],
+    top_k: Annotated[int, typer.Option("--top-k", min=1, help="Size of each behavior's expert set.")] = 10,
+    permutations: Annotated[int, typer.Option("--permutations", min=1, help="Label permutations for the Jaccard null.")] = 20,
+    steer_size: Annotated[int, typer.Option("--steer-size", min=0, help="Experts per layer in the steer_suppress_*.json specs (0: none).")] = 0,
+    splits: Annotated[Optional[str], typer.Option("--splits", help="Comma-separated splits (default all).")] = None,
+    seed: Annotated[int, typer.Option("--seed")] = 0,
+) -> None:
+    """Risk difference of every expert per behavior and dataset, top-k sets, Jaccard null, transfer AUC."""
+    import numpy as np
+
+    from ..steer.capture import Capture
+    from ..steer.experts import analyze, write_report
+    from ..steer.table import labeled_tokens
+    from ..steer.tokens import load_tokens
+
+    cap = Capture(capture)
+    dd = load_tokens(tokens)
+    table = labeled_tokens(cap, dd, [s.strip() for s in splits.split(",")] if splits else None)
+    selected = np.asarray(cap.selected[table.rows])
+    report = analyze(selected, table.labels, table.dataset, table.segment, dataset_names=table.dataset_names,
+                     layers=cap.meta.layers, n_experts=cap.meta.n_experts, k=min(top_k, cap.meta.n_experts),
+                     n_permutations=permutations, seed=seed)
+    if steer_size:
+        limit = cap.meta.n_experts - cap.meta.top_k
+        if steer_size > limit:
+            raise InputError(f"--steer-size {steer_size}: suppressing more than {limit} of {cap.meta.n_experts} "
+                             f"experts leaves fewer than top-{cap.meta.top_k}")
+    files = write_report(report, out, steer_size=steer_size or None)
+    summary = Table(title="expert association")
+    summary.add_column("statistic")
+    summary.add_column("value")
+    for key, value in {**report.jaccard, **{f"profile corr {k}": v for k, v in report.corr_summary.items()}}.items():
+        summary.add_row(key.replace("_", " "), f"{value:.3f}")
+    if report.transfer:
+        cross = [r["auc"] for r in report.transfer if r["source"] != r["target"]]
+        if cross:
+            summary.add_row("transfer AUC (mean, cross-dataset)", f"{float(np.mean(cross)):.3f}")
+    console.print(summary)
+    console.print(f"wrote {len(files)} files to {out}")
+
+
+@app.command("steer", rich_help_panel=_PANEL)
+def steer_cmd(
+    problems: Annotated[Path, typer.Argument(help="JSONL of problems: {id, problem, answer}.")],
+    model: ModelOption,
+    spec: Annotated[Path, typer.Option("--spec", help="Steering spec JSON: {activate: {layer: [ids]}, suppress: {...}, eps}.")],
+    schedule: Annotated[str, typer.Option("--schedule", help="always or after_first_answer.")] = "always",
+    conditions: Annotated[str, typer.Option("--conditions", help="Comma-separated: unmodified, steered, random, concise_prompt.")] = "unmodified,steered,random,concise_prompt",
+    max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", min=1)] = 1024,
+    device: DeviceOption = "cpu",
+    dtype: DtypeOption = "auto",
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the random-expert control.")] = 0,
+    out: Annotated[Optional[Path], typer.Option("--out", help="Write per-generation rows as JSONL here.")] = None,
+) -> None:
+    """Generate with steered routing vs the unmodified model and controls; print token counts and accuracy."""
+    from ..steer import require_torch
+
+    require_torch()
+    from transformers import AutoTokenizer
+
+    from ..steer.capture import load_model
+    from ..steer.evaluate import load_problems, run_evaluation, summarize
+    from ..steer.steering import RoutingEdit
+
+    if schedule not in ("always", "after_first_answer"):
+        raise InputError(f"unknown schedule {schedule!r}; choose 'always' or 'after_first_answer'")
+    if not spec.exists():
+        raise InputError(f"{spec}: no such steering spec; `ror experts --steer-size N` writes steer_suppress_<behavior>.json")
+    try:
+        edit = RoutingEdit.from_json(json.loads(spec.read_text(encoding="utf-8")))
+    except (json.JSONDecodeError, ValueError, TypeError, AttributeError) as exc:
+        raise InputError(f"{spec}: not a steering spec ({exc})") from None
+    items = load_problems(problems)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(model)
+    except OSError as exc:
+        raise SteerError(f"cannot load the tokenizer of {model!r}: {exc}") from None
+    lm = load_model(model, device=device, dtype=dtype)
+    rows = run_evaluation(lm, tokenizer, items, edit, conditions=[c.strip() for c in conditions.split(",") if c.strip()],
+                          schedule=schedule, max_new_tokens=max_new_tokens, seed=seed,
+                          progress=lambda msg: err_console.print(f"generating {msg}", highlight=False))
+    shown = Table(title=f"steering evaluation ({len(items)} problems, schedule {schedule})")
+    for col in ("condition", "n", "median tokens", "mean tokens", "accuracy", "median change vs unmodified"):
+        shown.add_column(col)
+    for s in summarize(rows):
+        shown.add_row(s["condition"], str(s["n"]), f"{s['median_tokens']:g}", f"{s['mean_tokens']:.1f}",
+                      f"{s['accuracy']:.3f}", f"{s['median_token_change']:+.1%}")
+    console.print(shown)
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+        console.print(f"wrote {out}")

@@ -1,0 +1,461 @@
+"""Teacher-forced capture of router logits on the exported token grid, streamed to disk.
+
+A capture directory holds
+
+- ``meta.json``: model, family, MoE layer indices, ``n_experts``, ``top_k``, storage dtypes;
+- ``logits.bin``: raw router logits before top-k, ``[n_tokens_total, n_layers, n_experts]``
+  (float16 by default, float32 on request), C order, appended trace after trace;
+- ``selected.bin``: the experts each router selected, ``[n_tokens_total, n_layers, top_k]`` int16;
+- ``index.jsonl``: one line per captured trace ``{trace_id, split, dataset, start, n_tokens}``
+  (``start`` in tokens into the two arrays).
+
+A line is appended to the index only after the trace's arrays are flushed, so a capture
+interrupted at any point resumes cleanly: the arrays are truncated back to what the index
+covers and traces already indexed are skipped. :class:`Capture` reads the arrays back as
+``numpy.memmap`` views, so corpora larger than RAM work.
+
+Padding: a batch is padded to its longest trace; padded positions are dropped before writing.
+With left padding, ``position_ids`` are computed from the attention mask (as ``generate`` does),
+so real tokens see the same positions as unbatched; with right padding the real tokens already
+occupy positions ``0..n-1``. Both give the unbatched logits for real tokens (tested).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
+
+import numpy as np
+
+from ..errors import SteerError
+from . import require_torch
+from .families import RouterSite, find_router_sites
+from .hooks import RouterHooks
+
+STORE_DTYPES = {"float16": np.float16, "float32": np.float32}
+SELECTED_DTYPE = np.int16
+
+
+@dataclass
+class CaptureMeta:
+    """Shape and provenance of a capture directory (``meta.json``).
+
+    Attributes
+    ----------
+    model : str
+        Model path or name.
+    family : str
+        Router family name.
+    layers : list of int
+        Decoder layer index of each stored layer (axis 1 of the arrays).
+    n_experts, top_k : int
+    logits_dtype : str
+        ``"float16"`` or ``"float32"``.
+    model_dtype : str
+        dtype the forward ran in (e.g. ``"torch.bfloat16"``).
+    """
+
+    model: str
+    family: str
+    layers: list[int]
+    n_experts: int
+    top_k: int
+    logits_dtype: str = "float16"
+    model_dtype: str = ""
+    version: int = 1
+
+    def compatible(self, other: "CaptureMeta") -> list[str]:
+        """Names of the fields that differ from ``other`` (dtype of the forward excluded)."""
+        keys = ("model", "family", "layers", "n_experts", "top_k", "logits_dtype")
+        return [k for k in keys if getattr(self, k) != getattr(other, k)]
+
+
+@dataclass
+class CaptureReport:
+    """What a :func:`capture_router_logits` call did.
+
+    Attributes
+    ----------
+    captured, skipped : int
+        Traces written now / already present (resume).
+    tokens : int
+        Tokens written now.
+    seconds : float
+        Wall-clock time of the forwards and writes.
+    out_dir : str
+    """
+
+    captured: int = 0
+    skipped: int = 0
+    tokens: int = 0
+    seconds: float = 0.0
+    out_dir: str = ""
+    splits: dict[str, int] = field(default_factory=dict)
+
+
+class Capture:
+    """Read a capture directory back.
+
+    Parameters
+    ----------
+    path : str or Path
+        The capture directory.
+
+    Attributes
+    ----------
+    meta : CaptureMeta
+    index : list of dict
+        One entry per trace (``trace_id, split, dataset, start, n_tokens``).
+    logits : numpy.memmap of shape (n_tokens_total, n_layers, n_experts)
+    selected : numpy.memmap of shape (n_tokens_total, n_layers, top_k), int16
+
+    Raises
+    ------
+    SteerError
+        If the directory is not a capture or its arrays are shorter than the index says.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        meta_path = self.path / "meta.json"
+        if not meta_path.exists():
+            raise SteerError(f"{self.path}: not a capture directory (no meta.json); run `ror capture` first")
+        self.meta = CaptureMeta(**json.loads(meta_path.read_text()))
+        self.index = _read_index(self.path / "index.jsonl")
+        self._by_id = {row["trace_id"]: row for row in self.index}
+        n_total = sum(row["n_tokens"] for row in self.index)
+        n_layers, e, k = len(self.meta.layers), self.meta.n_experts, self.meta.top_k
+        self.logits = _memmap(self.path / "logits.bin", STORE_DTYPES[self.meta.logits_dtype], (n_total, n_layers, e))
+        self.selected = _memmap(self.path / "selected.bin", SELECTED_DTYPE, (n_total, n_layers, k))
+
+    @property
+    def n_tokens(self) -> int:
+        """Total tokens captured."""
+        return int(self.logits.shape[0])
+
+    def __contains__(self, trace_id: str) -> bool:
+        return trace_id in self._by_id
+
+    def trace(self, trace_id: str) -> tuple[np.ndarray, np.ndarray]:
+        """Arrays of one trace.
+
+        Returns
+        -------
+        logits : ndarray of shape (n_tokens, n_layers, n_experts)
+        selected : ndarray of shape (n_tokens, n_layers, top_k)
+
+        Raises
+        ------
+        SteerError
+            If the trace was not captured.
+        """
+        row = self._by_id.get(trace_id)
+        if row is None:
+            raise SteerError(f"trace {trace_id!r} is not in the capture at {self.path}; run `ror capture` on it")
+        sl = slice(row["start"], row["start"] + row["n_tokens"])
+        return self.logits[sl], self.selected[sl]
+
+
+def _read_index(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    lines = path.read_text(encoding="utf-8").splitlines()
+    rows = []
+    for line_no, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            # only a torn last line (crash while appending) is tolerated: it was never committed
+            if line_no != len(lines):
+                raise SteerError(f"{path}:{line_no}: corrupt index line; delete the capture and run again") from None
+    return rows
+
+
+def _memmap(path: Path, dtype: Any, shape: tuple[int, ...]) -> np.ndarray:
+    need = int(np.prod(shape)) * np.dtype(dtype).itemsize
+    have = path.stat().st_size if path.exists() else 0
+    if have < need:
+        raise SteerError(f"{path}: {have} bytes but the index needs {need}; the capture is damaged, run it again")
+    if need == 0:
+        return np.zeros(shape, dtype=dtype)
+    return np.memmap(path, dtype=dtype, mode="r", shape=shape)
+
+
+class _Writer:
+    """Append-only writer with crash-safe resume (see the module docstring)."""
+
+    def __init__(self, out_dir: Path, meta: CaptureMeta, *, overwrite: bool) -> None:
+        self.out_dir = out_dir
+        out_dir.mkdir(parents=True, exist_ok=True)
+        meta_path = out_dir / "meta.json"
+        if overwrite:
+            for name in ("meta.json", "index.jsonl", "logits.bin", "selected.bin"):
+                (out_dir / name).unlink(missing_ok=True)
+        if meta_path.exists():
+            old = CaptureMeta(**json.loads(meta_path.read_text()))
+            diff = old.compatible(meta)
+            if diff:
+                raise SteerError(f"{out_dir} holds a capture with different {', '.join(diff)}; "
+                                 "choose another --out or pass --overwrite")
+        meta_path.write_text(json.dumps(asdict(meta), indent=2))
+        self.index = _read_index(out_dir / "index.jsonl")
+        self.done = {row["trace_id"] for row in self.index}
+        self.n_total = sum(row["n_tokens"] for row in self.index)
+        n_layers = len(meta.layers)
+        self.logit_row = n_layers * meta.n_experts * np.dtype(STORE_DTYPES[meta.logits_dtype]).itemsize
+        self.sel_row = n_layers * meta.top_k * np.dtype(SELECTED_DTYPE).itemsize
+        self._truncate()
+        # rewrite the index without a possibly torn last line
+        with (out_dir / "index.jsonl").open("w", encoding="utf-8") as fh:
+            fh.writelines(json.dumps(row) + "\n" for row in self.index)
+        self.logits_fh = (out_dir / "logits.bin").open("ab")
+        self.sel_fh = (out_dir / "selected.bin").open("ab")
+        self.index_fh = (out_dir / "index.jsonl").open("a", encoding="utf-8")
+
+    def _truncate(self) -> None:
+        for name, row_bytes in (("logits.bin", self.logit_row), ("selected.bin", self.sel_row)):
+            path = self.out_dir / name
+            need = self.n_total * row_bytes
+            have = path.stat().st_size if path.exists() else 0
+            if have < need:
+                raise SteerError(f"{path}: shorter than its index ({have} < {need} bytes); pass --overwrite")
+            if have > need or not path.exists():
+                with path.open("ab") as fh:
+                    fh.truncate(need)
+
+    def append(self, rows: Sequence[tuple[dict, np.ndarray, np.ndarray]]) -> None:
+        for _, logits, selected in rows:
+            self.logits_fh.write(np.ascontiguousarray(logits).tobytes())
+            self.sel_fh.write(np.ascontiguousarray(selected).tobytes())
+        self.logits_fh.flush()
+        self.sel_fh.flush()
+        os.fsync(self.logits_fh.fileno())
+        os.fsync(self.sel_fh.fileno())
+        for info, logits, _ in rows:
+            entry = {**info, "start": self.n_total, "n_tokens": int(logits.shape[0])}
+            self.index_fh.write(json.dumps(entry) + "\n")
+            self.n_total += int(logits.shape[0])
+            self.done.add(info["trace_id"])
+        self.index_fh.flush()
+
+    def close(self) -> None:
+        for fh in (self.logits_fh, self.sel_fh, self.index_fh):
+            fh.close()
+
+
+def load_model(path: str, *, device: str = "cpu", dtype: str = "auto") -> Any:
+    """Load a causal MoE model for capture or steering, with hub kernels off.
+
+    Parameters
+    ----------
+    path : str
+        Local checkpoint directory (or a name already in the local cache).
+    device : str
+        ``"cpu"``, ``"cuda"``, ``"cuda:1"``...
+    dtype : str
+        ``"auto"`` (the checkpoint's), ``"float32"``, ``"bfloat16"`` or ``"float16"``.
+
+    Returns
+    -------
+    transformers.PreTrainedModel
+        In eval mode on ``device``.
+
+    Raises
+    ------
+    SteerError
+        If the checkpoint cannot be loaded.
+    """
+    torch = require_torch()
+    import transformers
+
+    torch_dtype = "auto" if dtype == "auto" else getattr(torch, dtype)
+    errors = []
+    for auto in (transformers.AutoModelForCausalLM, transformers.AutoModelForImageTextToText):
+        try:
+            model = auto.from_pretrained(path, dtype=torch_dtype)
+            return model.to(device).eval()
+        except (ValueError, KeyError) as exc:  # unknown architecture for this auto class: try the next
+            errors.append(f"{auto.__name__}: {exc}")
+        except OSError as exc:
+            raise SteerError(f"cannot load model {path!r}: {exc}") from None
+    raise SteerError(f"cannot load model {path!r} as a causal or image-text-to-text LM: {'; '.join(errors)}")
+
+
+def _batches(lengths: Sequence[int], batch_size: int, max_batch_tokens: int | None) -> Iterable[list[int]]:
+    """Group row indices sorted by length so padding is small; bounded by rows and padded tokens."""
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    batch: list[int] = []
+    for i in order:
+        longest = max([lengths[j] for j in batch] + [lengths[i]])
+        too_many = max_batch_tokens is not None and batch and longest * (len(batch) + 1) > max_batch_tokens
+        if batch and (len(batch) >= batch_size or too_many):
+            yield batch
+            batch = []
+        batch.append(i)
+    if batch:
+        yield batch
+
+
+def forward_router_logits(model: Any, sequences: Sequence[Sequence[int]], *, sites: list[RouterSite] | None = None,
+                          padding_side: str = "right", pad_token_id: int = 0):
+    """Run one padded batch and return router logits and selections of the real tokens.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        MoE model of a registered family.
+    sequences : sequence of sequence of int
+        Token ids, one list per trace (the exact exported ``input_ids``; nothing is added).
+    sites : list of RouterSite, optional
+        Routers to read (default: all).
+    padding_side : {"right", "left"}
+    pad_token_id : int
+
+    Returns
+    -------
+    list of (logits, selected)
+        Per sequence: ``logits`` float32 tensor ``[n_tokens, n_layers, n_experts]`` (raw, before
+        top-k) and ``selected`` int64 tensor ``[n_tokens, n_layers, top_k]``, on CPU.
+    """
+    torch = require_torch()
+    sites = sites if sites is not None else find_router_sites(model)
+    if padding_side not in ("left", "right"):
+        raise SteerError(f"padding_side must be 'left' or 'right', got {padding_side!r}")
+    device = next(model.parameters()).device
+    longest = max(len(s) for s in sequences)
+    ids = torch.full((len(sequences), longest), pad_token_id, dtype=torch.long)
+    mask = torch.zeros((len(sequences), longest), dtype=torch.long)
+    for row, seq in enumerate(sequences):
+        sl = slice(0, len(seq)) if padding_side == "right" else slice(longest - len(seq), longest)
+        ids[row, sl] = torch.as_tensor(list(seq), dtype=torch.long)
+        mask[row, sl] = 1
+    kwargs: dict[str, Any] = {"input_ids": ids.to(device), "attention_mask": mask.to(device), "use_cache": False}
+    if padding_side == "left":
+        kwargs["position_ids"] = (mask.cumsum(-1) - 1).clamp(min=0).to(device)
+    got: dict[int, tuple[Any, Any]] = {}
+
+    def on_route(site, logits, output):
+        got[site.position] = (logits.detach(), output[2].detach())
+        return None
+
+    with torch.inference_mode(), RouterHooks(model, on_route, sites=sites):
+        model(**kwargs)
+    b, s = ids.shape
+    # accumulate on the device, copy once (a per-layer .cpu() forces a sync per layer)
+    logits = torch.stack([got[site.position][0].reshape(b, s, -1).float() for site in sites], dim=2).cpu()
+    selected = torch.stack([got[site.position][1].reshape(b, s, -1) for site in sites], dim=2).cpu()
+    out = []
+    for row in range(b):
+        keep = mask[row].bool()
+        out.append((logits[row, keep], selected[row, keep].long()))
+    return out
+
+
+def capture_router_logits(model: Any, tokens: Any, out_dir: str | Path, *, model_name: str = "",
+                          splits: Sequence[str] | None = None, layers: Sequence[int] | None = None,
+                          batch_size: int = 8, max_batch_tokens: int | None = 16384, padding_side: str = "right",
+                          pad_token_id: int | None = None, logits_dtype: str = "float16", overwrite: bool = False,
+                          limit: int | None = None, progress: Callable[[int], None] | None = None) -> CaptureReport:
+    """Capture router logits of every trace of the ``tokens`` dataset into ``out_dir``.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        Loaded MoE model (device and dtype as loaded; see :func:`load_model`).
+    tokens : datasets.DatasetDict
+        The exported ``tokens`` configuration (:func:`~ror_annotate.steer.tokens.load_tokens`).
+    out_dir : str or Path
+        Capture directory; created, or resumed if it already holds a compatible capture.
+    model_name : str
+        Recorded in ``meta.json``; resuming with another name is refused.
+    splits : sequence of str, optional
+        Splits to capture (default: all).
+    layers : sequence of int, optional
+        Decoder layer indices to store (default: every MoE layer).
+    batch_size : int
+        Traces per forward.
+    max_batch_tokens : int or None
+        Upper bound on ``batch * longest`` per forward (memory); a longer single trace still runs.
+    padding_side : {"right", "left"}
+    pad_token_id : int, optional
+        Default: the model config's ``pad_token_id``, else 0 (masked either way).
+    logits_dtype : {"float16", "float32"}
+        Storage dtype of the logits (float16: 2 bytes per layer per expert per token).
+    overwrite : bool
+        Delete an existing capture in ``out_dir`` first.
+    limit : int, optional
+        Capture at most this many new traces (smoke runs).
+    progress : callable, optional
+        Called with the number of traces finished after each batch.
+
+    Returns
+    -------
+    CaptureReport
+
+    Raises
+    ------
+    SteerError
+        Unsupported model, an incompatible existing capture, an unknown layer or split.
+    """
+    import time
+
+    require_torch()
+    if logits_dtype not in STORE_DTYPES:
+        raise SteerError(f"logits_dtype must be one of {sorted(STORE_DTYPES)}, got {logits_dtype!r}")
+    sites = find_router_sites(model)
+    if layers is not None:
+        wanted = set(int(x) for x in layers)
+        unknown = wanted - {s.layer for s in sites}
+        if unknown:
+            raise SteerError(f"layers {sorted(unknown)} have no MoE router; MoE layers: {[s.layer for s in sites]}")
+        sites = [s for s in sites if s.layer in wanted]
+    if len({(s.n_experts, s.top_k) for s in sites}) != 1:
+        raise SteerError("MoE layers differ in n_experts/top_k; capture them separately with --layers")
+    if pad_token_id is None:
+        pad_token_id = getattr(getattr(model, "config", None), "pad_token_id", None) or 0
+    meta = CaptureMeta(model=model_name or getattr(model.config, "_name_or_path", "") or type(model).__name__,
+                       family=sites[0].family.name, layers=[s.layer for s in sites], n_experts=sites[0].n_experts,
+                       top_k=sites[0].top_k, logits_dtype=logits_dtype, model_dtype=str(next(model.parameters()).dtype))
+    splits = list(splits) if splits is not None else list(tokens.keys())
+    unknown_splits = [s for s in splits if s not in tokens]
+    if unknown_splits:
+        raise SteerError(f"splits {unknown_splits} not in the tokens dataset; it has {list(tokens.keys())}")
+    writer = _Writer(Path(out_dir), meta, overwrite=overwrite)
+    report = CaptureReport(out_dir=str(out_dir))
+    start = time.perf_counter()
+    try:
+        for split in splits:
+            ds = tokens[split].select_columns(["trace_id", "dataset", "input_ids"])
+            todo = [i for i, tid in enumerate(ds["trace_id"]) if tid not in writer.done]
+            report.skipped += len(ds) - len(todo)
+            if limit is not None:
+                todo = todo[: max(0, limit - report.captured)]
+            lengths = [len(ds[i]["input_ids"]) for i in todo]
+            for group in _batches(lengths, batch_size, max_batch_tokens):
+                rows = [ds[todo[j]] for j in group]
+                empty = [r["trace_id"] for r in rows if not r["input_ids"]]
+                if empty:
+                    raise SteerError(f"{split}: trace(s) {empty[:3]} have no input_ids; re-export them")
+                results = forward_router_logits(model, [r["input_ids"] for r in rows], sites=sites,
+                                                 padding_side=padding_side, pad_token_id=pad_token_id)
+                store = STORE_DTYPES[logits_dtype]
+                writer.append([({"trace_id": r["trace_id"], "split": split, "dataset": r["dataset"]},
+                                lg.numpy().astype(store), sel.numpy().astype(SELECTED_DTYPE))
+                               for r, (lg, sel) in zip(rows, results)])
+                report.captured += len(rows)
+                report.tokens += sum(len(r["input_ids"]) for r in rows)
+                report.splits[split] = report.splits.get(split, 0) + len(rows)
+                if progress is not None:
+                    progress(len(rows))
+    finally:
+        writer.close()
+    report.seconds = time.perf_counter() - start
+    return report
+
+
+__all__ = ["Capture", "CaptureMeta", "CaptureReport", "capture_router_logits", "forward_router_logits", "load_model"]

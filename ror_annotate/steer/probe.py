@@ -1,0 +1,372 @@
+"""Linear probes that read the six behaviors from router logits, with the method's controls.
+
+Features (Routes of Reasoning, ../shared/DESIGN.md "Probe"):
+
+- router logits of one MoE layer, minus their per-token mean over experts, ``[n, n_experts]``;
+  a window of consecutive layers is the concatenation ``[n, window * n_experts]``;
+- controls: the input embedding of the token, TF-IDF of the segment's tokens (uni- and bigrams of
+  token ids: the exported dataset carries the token grid, not the text), and the position in the
+  trace (relative position and log(1 + index)).
+
+Probe: L2-regularised multinomial logistic regression (scikit-learn ``LogisticRegression`` with
+lbfgs; features standardised on train), ``C`` and the layer / window chosen by macro-F1 on the
+validation split, reported on test next to the majority-class baseline (the train split's most
+frequent class predicted everywhere). Macro-F1 averages over the classes present in train or test,
+the same set for probe and baseline (``sklearn.metrics.f1_score(average="macro", labels=...,
+zero_division=0)``).
+
+Token level: one row per labeled token. Segment level: one row per segment, features averaged
+over its tokens, label = its tokens' label.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from ..errors import SteerError
+from .capture import Capture
+from .table import TokenTable
+
+DEFAULT_CS: tuple[float, ...] = (0.01, 0.1, 1.0, 10.0)
+
+
+def center_logits(logits: np.ndarray) -> np.ndarray:
+    """Subtract each token's mean over experts, per layer.
+
+    Parameters
+    ----------
+    logits : ndarray of shape (n_tokens, n_layers, n_experts)
+
+    Returns
+    -------
+    ndarray of shape (n_tokens, n_layers, n_experts), float32
+    """
+    x = np.asarray(logits, dtype=np.float32)
+    return x - x.mean(axis=-1, keepdims=True)
+
+
+def router_features(capture: Capture, rows: np.ndarray, layer_positions: Sequence[int]) -> np.ndarray:
+    """Centered router logits of some layers, concatenated.
+
+    Parameters
+    ----------
+    capture : Capture
+    rows : ndarray of shape (n,)
+        Capture rows (tokens).
+    layer_positions : sequence of int
+        Positions along the capture's layer axis (not decoder layer indices).
+
+    Returns
+    -------
+    ndarray of shape (n, len(layer_positions) * n_experts), float32
+    """
+    order = np.argsort(rows, kind="stable")
+    block = np.empty((rows.shape[0], len(layer_positions), capture.meta.n_experts), dtype=np.float32)
+    # sorted reads from the memmap are sequential on disk
+    block[order] = center_logits(capture.logits[rows[order]][:, list(layer_positions), :])
+    return block.reshape(rows.shape[0], -1)
+
+
+def position_features(table: TokenTable) -> np.ndarray:
+    """``[n, 2]``: relative position in the trace and ``log1p`` of the token index."""
+    rel = table.position / np.maximum(table.trace_len, 1)
+    return np.stack([rel, np.log1p(table.position)], axis=1).astype(np.float32)
+
+
+def embedding_features(table: TokenTable, embeddings: np.ndarray) -> np.ndarray:
+    """``[n, hidden]``: rows of the input embedding matrix ``[vocab, hidden]`` for each token."""
+    if table.token_id.max(initial=0) >= embeddings.shape[0]:
+        raise SteerError(f"token id {int(table.token_id.max())} outside the embedding matrix of {embeddings.shape[0]} rows")
+    return np.asarray(embeddings[table.token_id], dtype=np.float32)
+
+
+def segment_documents(table: TokenTable) -> dict[int, list[str]]:
+    """Token ids of each segment as strings (TF-IDF documents), keyed by global segment key."""
+    docs: dict[int, list[str]] = {}
+    order = np.lexsort((table.position, table.segment))
+    for seg, tok in zip(table.segment[order], table.token_id[order]):
+        docs.setdefault(int(seg), []).append(str(int(tok)))
+    return docs
+
+
+def segment_means(table: TokenTable, features: Any) -> tuple[Any, np.ndarray, np.ndarray]:
+    """Average token features over segments.
+
+    Returns
+    -------
+    features : ndarray or sparse matrix of shape (n_segments, n_features)
+    labels : ndarray of shape (n_segments,)
+    split : ndarray of shape (n_segments,)
+        Split of each segment.
+    """
+    from scipy import sparse
+
+    keys, inverse, counts = np.unique(table.segment, return_inverse=True, return_counts=True)
+    avg = sparse.csr_matrix((1.0 / counts[inverse], (inverse, np.arange(len(table)))), shape=(len(keys), len(table)))
+    first = np.zeros(len(keys), dtype=np.int64)
+    first[inverse[::-1]] = np.arange(len(table))[::-1]
+    mixed = np.flatnonzero(np.bincount(inverse, weights=(table.labels != table.labels[first][inverse])) > 0)
+    if mixed.size:
+        raise SteerError(f"{mixed.size} segment(s) have tokens with different labels; the export is inconsistent")
+    out = avg @ features
+    return (out.astype(np.float32) if isinstance(out, np.ndarray) else out), table.labels[first], table.split[first]
+
+
+def macro_f1(y_true: np.ndarray, y_pred: np.ndarray, labels: Sequence[int]) -> float:
+    """Macro-F1 over ``labels`` (``sklearn.metrics.f1_score``, ``zero_division=0``)."""
+    from sklearn.metrics import f1_score
+
+    return float(f1_score(y_true, y_pred, labels=list(labels), average="macro", zero_division=0))
+
+
+@dataclass
+class ProbeFit:
+    """Result of :func:`fit_probe`: C chosen on dev, scores on dev and test.
+
+    Attributes
+    ----------
+    C : float
+    dev_f1, test_f1, baseline_f1 : float
+        Macro-F1 on validation and test, and the majority baseline's on test.
+    dev_by_C : dict of float to float
+    """
+
+    C: float
+    dev_f1: float
+    test_f1: float
+    baseline_f1: float
+    dev_by_C: dict[float, float] = field(default_factory=dict)
+
+
+def fit_probe(x_train: Any, y_train: np.ndarray, x_dev: Any, y_dev: np.ndarray, x_test: Any, y_test: np.ndarray, *,
+              Cs: Sequence[float] = DEFAULT_CS, max_iter: int = 500, scale: bool = True, seed: int = 0) -> ProbeFit:
+    """Fit the L2 multinomial logistic probe, choosing C by dev macro-F1.
+
+    Parameters
+    ----------
+    x_train, x_dev, x_test : array-like or sparse matrix of shape (n_*, n_features)
+    y_train, y_dev, y_test : ndarray of shape (n_*,)
+        Class ids.
+    Cs : sequence of float
+        Inverse regularisation strengths tried.
+    max_iter : int
+        lbfgs iterations.
+    scale : bool
+        Standardise features on train (dense: mean and variance; sparse: variance only).
+    seed : int
+
+    Returns
+    -------
+    ProbeFit
+
+    Raises
+    ------
+    SteerError
+        If train has fewer than two classes or a split is empty.
+    """
+    import warnings
+
+    from sklearn.exceptions import ConvergenceWarning
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    for name, y in (("train", y_train), ("validation", y_dev), ("test", y_test)):
+        if len(y) == 0:
+            raise SteerError(f"the {name} split has no labeled rows; the probe needs train, validation and test")
+    if np.unique(y_train).size < 2:
+        raise SteerError("the train split has fewer than two behaviors; a probe cannot be fitted")
+    labels = sorted(set(np.unique(y_train)) | set(np.unique(y_test)))
+    majority = np.bincount(y_train).argmax()
+    baseline = macro_f1(y_test, np.full_like(y_test, majority), labels)
+    sparse_input = hasattr(x_train, "tocsr")
+    best: tuple[float, float, Any] | None = None
+    dev_by_c: dict[float, float] = {}
+    for C in Cs:
+        steps = [StandardScaler(with_mean=not sparse_input)] if scale else []
+        model = make_pipeline(*steps, LogisticRegression(C=C, l1_ratio=0.0, max_iter=max_iter, random_state=seed))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            model.fit(x_train, y_train)
+        dev = macro_f1(y_dev, model.predict(x_dev), labels)
+        dev_by_c[float(C)] = dev
+        if best is None or dev > best[0]:
+            best = (dev, float(C), model)
+    assert best is not None
+    test = macro_f1(y_test, best[2].predict(x_test), labels)
+    return ProbeFit(C=best[1], dev_f1=best[0], test_f1=test, baseline_f1=baseline, dev_by_C=dev_by_c)
+
+
+@dataclass
+class ProbeRow:
+    """One line of the probe table (the method's layout)."""
+
+    features: str
+    layers: str
+    level: str
+    n_features: int
+    C: float
+    dev_f1: float
+    test_f1: float
+    baseline_f1: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _split_arrays(feats: Any, labels: np.ndarray, split: np.ndarray, names=("train", "validation", "test")):
+    out = []
+    for name in names:
+        mask = split == name
+        out.extend([feats[mask] if not hasattr(feats, "tocsr") else feats.tocsr()[mask], labels[mask]])
+    return out
+
+
+def _subsample(table: TokenTable, max_train: int | None, seed: int) -> TokenTable:
+    if max_train is None:
+        return table
+    train = np.flatnonzero(table.split == "train")
+    if train.size <= max_train:
+        return table
+    rng = np.random.default_rng(seed)
+    keep = np.ones(len(table), dtype=bool)
+    keep[rng.choice(train, train.size - max_train, replace=False)] = False
+    return table.subset(keep)
+
+
+def run_probes(capture: Capture, table: TokenTable, *, level: str = "token", windows: Sequence[int] = (1,),
+               controls: Sequence[str] = ("position", "tfidf"), embeddings: np.ndarray | None = None,
+               Cs: Sequence[float] = DEFAULT_CS, max_train: int | None = 50_000, seed: int = 0,
+               progress: Callable[[str], None] | None = None) -> tuple[list[ProbeRow], dict[str, dict[int, float]]]:
+    """Run the router-logit probes (per layer and per window) and the controls.
+
+    Parameters
+    ----------
+    capture : Capture
+    table : TokenTable
+        Labeled tokens of the train, validation and test splits.
+    level : {"token", "segment"}
+    windows : sequence of int
+        Window sizes in layers; 1 = single layers. For each size the window with the best dev
+        macro-F1 is reported.
+    controls : sequence of {"position", "tfidf", "embeddings"}
+        ``embeddings`` needs the ``embeddings`` matrix ``[vocab, hidden]``.
+    embeddings : ndarray, optional
+    Cs : sequence of float
+    max_train : int or None
+        Train rows kept (seeded subsample) at token level; None keeps all.
+    seed : int
+    progress : callable, optional
+        Called with a short description before each candidate.
+
+    Returns
+    -------
+    rows : list of ProbeRow
+        Best window of each size, then the controls.
+    dev_curves : dict of str to dict of int to float
+        ``"window=<w>"`` -> first decoder layer of the window -> best dev macro-F1.
+
+    Raises
+    ------
+    SteerError
+        Unknown level or control, or a missing split.
+    """
+    if level not in ("token", "segment"):
+        raise SteerError(f"level must be 'token' or 'segment', got {level!r}")
+    unknown = set(controls) - {"position", "tfidf", "embeddings"}
+    if unknown:
+        raise SteerError(f"unknown controls {sorted(unknown)}; choose from position, tfidf, embeddings")
+    for split in ("train", "validation", "test"):
+        if not np.any(table.split == split):
+            raise SteerError(f"no labeled tokens in the {split!r} split; the probe needs train, validation and test")
+    if level == "token":
+        table = _subsample(table, max_train, seed)
+    layer_ids = capture.meta.layers
+
+    def evaluate(name: str, layers: str, feats: Any) -> ProbeRow:
+        if progress is not None:
+            progress(f"{name} {layers}")
+        labels, split = table.labels, table.split
+        if level == "segment":
+            feats, labels, split = segment_means(table, feats)
+        fit = fit_probe(*_split_arrays(feats, labels, split), Cs=Cs, seed=seed)
+        return ProbeRow(name, layers, level, int(feats.shape[1]), fit.C, fit.dev_f1, fit.test_f1, fit.baseline_f1)
+
+    rows: list[ProbeRow] = []
+    curves: dict[str, dict[int, float]] = {}
+    for w in windows:
+        if not 1 <= w <= len(layer_ids):
+            raise SteerError(f"window {w} outside 1..{len(layer_ids)} captured layers")
+        best: ProbeRow | None = None
+        curve: dict[int, float] = {}
+        for start in range(len(layer_ids) - w + 1):
+            span = f"L{layer_ids[start]}" if w == 1 else f"L{layer_ids[start]}-L{layer_ids[start + w - 1]}"
+            row = evaluate("router logits", span, router_features(capture, table.rows, range(start, start + w)))
+            curve[layer_ids[start]] = row.dev_f1
+            if best is None or row.dev_f1 > best.dev_f1:
+                best = row
+        curves[f"window={w}"] = curve
+        assert best is not None
+        rows.append(best)
+    for control in controls:
+        if control == "position":
+            rows.append(evaluate("position", "-", position_features(table)))
+        elif control == "embeddings":
+            if embeddings is None:
+                raise SteerError("the embeddings control needs the model's input embedding matrix (--model)")
+            rows.append(evaluate("input embeddings", "-", embedding_features(table, embeddings)))
+        elif control == "tfidf":
+            rows.append(evaluate("TF-IDF", "-", tfidf_features(table)))
+    return rows, curves
+
+
+def tfidf_features(table: TokenTable) -> Any:
+    """TF-IDF of each token's segment (uni- and bigrams of token ids), fitted on train segments.
+
+    Returns
+    -------
+    scipy.sparse matrix of shape (n_tokens, n_terms)
+    """
+    from sklearn.feature_extraction.text import TfidfVectorizer
+
+    docs = segment_documents(table)
+    seg_split = dict(zip(table.segment.tolist(), table.split.tolist()))
+    vec = TfidfVectorizer(analyzer=_id_ngrams, sublinear_tf=True, min_df=1)
+    vec.fit([docs[s] for s in docs if seg_split[s] == "train"])
+    keys = list(docs)
+    mat = vec.transform([docs[s] for s in keys]).tocsr()
+    where = {s: i for i, s in enumerate(keys)}
+    return mat[[where[int(s)] for s in table.segment]]
+
+
+def _id_ngrams(doc: list[str]) -> list[str]:
+    return doc + [f"{a}_{b}" for a, b in zip(doc, doc[1:])]
+
+
+def format_table(rows: Sequence[ProbeRow]) -> list[list[str]]:
+    """Rows of strings for printing: features, layers, level, dims, C, dev, test, baseline."""
+    return [[r.features, r.layers, r.level, str(r.n_features), f"{r.C:g}", f"{r.dev_f1:.3f}", f"{r.test_f1:.3f}",
+             f"{r.baseline_f1:.3f}"] for r in rows]
+
+
+PROBE_COLUMNS = ("features", "layers", "level", "n_features", "C", "dev macro-F1", "test macro-F1", "majority baseline")
+
+__all__ = [
+    "DEFAULT_CS",
+    "PROBE_COLUMNS",
+    "ProbeFit",
+    "ProbeRow",
+    "center_logits",
+    "embedding_features",
+    "fit_probe",
+    "format_table",
+    "macro_f1",
+    "position_features",
+    "router_features",
+    "run_probes",
+    "segment_means",
+    "tfidf_features",
+]

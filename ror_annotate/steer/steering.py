@@ -1,0 +1,343 @@
+"""Routing-score steering (SteerMoE operator) as a context manager over a loaded model.
+
+The operator (Fayyaz et al., "Steering MoE LLMs via Expert (De)Activation", arXiv:2509.09660,
+Sec. 3; used by "Routes of Reasoning", ../shared/DESIGN.md): take ``log p = log_softmax(logits)``,
+set every expert of the activate set to ``max(log p) + eps`` and every expert of the suppress set
+to ``min(log p) - eps`` (max and min of the token's unedited log-probabilities), recompute the
+softmax and the top-k with the family's own rules (:func:`~ror_annotate.steer.families.route`).
+The edit runs in fp32 whatever the model dtype: in bf16 ``min - eps`` rounds back onto ``min``.
+Shared experts are separate modules beside the router and are never touched.
+
+Schedules decide, per sequence of the batch, whether the edit applies at a forward:
+:class:`AlwaysOn`, or :class:`AfterFirstAnswer` (only once the generated text contains a first
+answer, where the method found almost all of the token savings).
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Mapping, Sequence
+
+from ..errors import SteerError
+from . import require_torch
+from .families import RouterSite, find_router_sites, log_probs, route
+from .hooks import RouterHooks
+
+ExpertSets = Mapping[int, Sequence[int]]
+
+
+@dataclass(frozen=True)
+class RoutingEdit:
+    """Experts to activate and suppress, per decoder layer index.
+
+    Attributes
+    ----------
+    activate, suppress : dict of int to tuple of int
+        Decoder layer index -> routed expert ids.
+    eps : float
+        Margin above the max / below the min log-probability (nats).
+    """
+
+    activate: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    suppress: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    eps: float = 1e-2
+
+    @classmethod
+    def from_sets(cls, activate: ExpertSets | None = None, suppress: ExpertSets | None = None, *,
+                  eps: float = 1e-2) -> "RoutingEdit":
+        """Build from any mapping of layer -> iterable of expert ids (JSON keys may be strings)."""
+        def norm(sets: ExpertSets | None) -> dict[int, tuple[int, ...]]:
+            return {int(k): tuple(sorted({int(e) for e in v})) for k, v in (sets or {}).items() if len(v)}
+        return cls(norm(activate), norm(suppress), float(eps))
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "RoutingEdit":
+        """Build from ``{"activate": {layer: [ids]}, "suppress": {...}, "eps": 0.01}``."""
+        unknown = set(data) - {"activate", "suppress", "eps", "meta"}
+        if unknown:
+            raise SteerError(f"steering spec has unknown keys {sorted(unknown)}; expected activate, suppress, eps")
+        return cls.from_sets(data.get("activate"), data.get("suppress"), eps=data.get("eps", 1e-2))
+
+    def to_json(self) -> dict[str, Any]:
+        """The inverse of :meth:`from_json` (layer keys as strings)."""
+        return {"activate": {str(k): list(v) for k, v in self.activate.items()},
+                "suppress": {str(k): list(v) for k, v in self.suppress.items()}, "eps": self.eps}
+
+    @property
+    def empty(self) -> bool:
+        """True when no expert is edited."""
+        return not self.activate and not self.suppress
+
+    def validate(self, sites: Sequence[RouterSite]) -> None:
+        """Check the edit against a model's routers.
+
+        Raises
+        ------
+        SteerError
+            If a layer is not an MoE layer, an expert id is out of range, an expert is both
+            activated and suppressed, ``|activate| > top_k``, fewer than ``top_k`` experts remain
+            after suppression, or ``eps`` is not positive.
+        """
+        if not self.eps > 0:
+            raise SteerError(f"eps must be positive, got {self.eps}")
+        by_layer = {s.layer: s for s in sites}
+        for kind, sets in (("activate", self.activate), ("suppress", self.suppress)):
+            for layer, ids in sets.items():
+                site = by_layer.get(layer)
+                if site is None:
+                    raise SteerError(f"{kind}: layer {layer} has no MoE router; MoE layers are {sorted(by_layer)}")
+                bad = [e for e in ids if not 0 <= e < site.n_experts]
+                if bad:
+                    raise SteerError(f"{kind}: expert ids {bad} at layer {layer} are outside 0..{site.n_experts - 1} "
+                                     "(shared experts are not routed and cannot be edited)")
+        for layer, site in by_layer.items():
+            act, sup = set(self.activate.get(layer, ())), set(self.suppress.get(layer, ()))
+            if act & sup:
+                raise SteerError(f"layer {layer}: experts {sorted(act & sup)} are both activated and suppressed")
+            if len(act) > site.top_k:
+                raise SteerError(f"layer {layer}: {len(act)} experts to activate but only top-{site.top_k} are selected")
+            if site.n_experts - len(sup) < site.top_k:
+                raise SteerError(f"layer {layer}: suppressing {len(sup)} of {site.n_experts} experts leaves fewer than "
+                                 f"top-{site.top_k} to select")
+
+
+def edit_log_probs(logp, activate: Sequence[int], suppress: Sequence[int], eps: float, rows=None):
+    """Apply the SteerMoE edit to fp32 log-probabilities.
+
+    Parameters
+    ----------
+    logp : torch.Tensor of shape (n_tokens, n_experts), float32
+        ``log_softmax`` of the router logits.
+    activate, suppress : sequence of int
+        Expert ids set to ``max + eps`` and ``min - eps`` (max/min over the unedited row).
+    eps : float
+        Margin in nats.
+    rows : torch.Tensor of shape (n_tokens,), bool, optional
+        Tokens the edit applies to; others keep their log-probabilities.
+
+    Returns
+    -------
+    torch.Tensor of shape (n_tokens, n_experts), float32
+    """
+    torch = require_torch()
+    if logp.dtype != torch.float32:
+        raise SteerError(f"the routing edit must run in float32, got {logp.dtype}")
+    edited = logp.clone()
+    if len(activate):
+        edited[:, list(activate)] = logp.max(dim=-1, keepdim=True).values + eps
+    if len(suppress):
+        edited[:, list(suppress)] = logp.min(dim=-1, keepdim=True).values - eps
+    if rows is not None:
+        edited = torch.where(rows[:, None], edited, logp)
+    return edited
+
+
+class AlwaysOn:
+    """Schedule: the edit applies to every token of every forward."""
+
+    name = "always"
+
+    def reset(self, batch_size: int) -> None:
+        """Start a new batch of sequences."""
+
+    def observe(self, input_ids) -> None:
+        """See the tokens fed to the next forward (unused)."""
+
+    def active_rows(self, batch_size: int):
+        """Return ``None``: every row is active."""
+        return None
+
+
+class AfterFirstAnswer:
+    """Schedule: the edit applies to a sequence only after its generated text contains an answer.
+
+    A forward with more than one position is taken as a new prompt (prefill): the generated text
+    restarts empty. Each one-token decoding step appends the token, and once the decoded tail of a
+    row matches ``pattern`` the row stays steered until the next prompt.
+
+    Parameters
+    ----------
+    tokenizer : transformers tokenizer
+        Decodes generated tokens.
+    pattern : str
+        Regular expression marking a first answer (default: a closed ``\\boxed{...}`` or
+        "answer is <something>").
+    window : int
+        Tokens of the tail decoded at each step (the pattern must fit in it).
+    """
+
+    name = "after_first_answer"
+    DEFAULT_PATTERN = r"\\boxed\{[^{}]*\}|answer is\s*:?\s*\S"
+
+    def __init__(self, tokenizer: Any, pattern: str = DEFAULT_PATTERN, *, window: int = 48) -> None:
+        self.tokenizer = tokenizer
+        self.pattern = re.compile(pattern, re.IGNORECASE)
+        self.window = window
+        self._generated: list[list[int]] = []
+        self._active: list[bool] = []
+
+    def reset(self, batch_size: int) -> None:
+        """Start a new batch of ``batch_size`` sequences (nothing generated yet)."""
+        self._generated = [[] for _ in range(batch_size)]
+        self._active = [False] * batch_size
+
+    def observe(self, input_ids) -> None:
+        """Record the tokens fed to the next forward: a prompt (resets) or one new token per row."""
+        batch, seq = int(input_ids.shape[0]), int(input_ids.shape[1])
+        if seq > 1 or len(self._generated) != batch:
+            self.reset(batch)
+            return
+        for row, token in enumerate(input_ids[:, -1].tolist()):
+            if self._active[row]:
+                continue
+            self._generated[row].append(int(token))
+            tail = self.tokenizer.decode(self._generated[row][-self.window:], skip_special_tokens=True)
+            self._active[row] = bool(self.pattern.search(tail))
+
+    def active_rows(self, batch_size: int):
+        """Return a bool tensor ``[batch_size]``: which sequences are steered now."""
+        torch = require_torch()
+        if len(self._active) != batch_size:
+            return torch.zeros(batch_size, dtype=torch.bool)
+        return torch.tensor(self._active, dtype=torch.bool)
+
+
+def random_expert_sets(edit: RoutingEdit, sites: Sequence[RouterSite], *, seed: int = 0) -> RoutingEdit:
+    """Control: random expert sets of the same size per layer as ``edit``.
+
+    Parameters
+    ----------
+    edit : RoutingEdit
+        The edit whose per-layer set sizes are matched.
+    sites : sequence of RouterSite
+        The model's routers (for ``n_experts``).
+    seed : int
+        Seed of :class:`random.Random`; the same seed gives the same sets.
+
+    Returns
+    -------
+    RoutingEdit
+        Disjoint random activate/suppress sets, same sizes and eps.
+    """
+    rng = random.Random(seed)
+    by_layer = {s.layer: s for s in sites}
+    activate: dict[int, list[int]] = {}
+    suppress: dict[int, list[int]] = {}
+    for layer in sorted(set(edit.activate) | set(edit.suppress)):
+        n_act, n_sup = len(edit.activate.get(layer, ())), len(edit.suppress.get(layer, ()))
+        drawn = rng.sample(range(by_layer[layer].n_experts), n_act + n_sup)
+        activate[layer], suppress[layer] = drawn[:n_act], drawn[n_act:]
+    return RoutingEdit.from_sets(activate, suppress, eps=edit.eps)
+
+
+@dataclass
+class SteeringHandle:
+    """What :func:`steer_routing` yields: counters and, if asked, the selections made.
+
+    Attributes
+    ----------
+    sites : list of RouterSite
+    hooks : RouterHooks
+        ``hooks.forwards`` and ``hooks.fired`` count forwards and router calls.
+    selections : list of dict
+        When ``record=True``: one dict per forward, site position -> selected experts
+        ``[batch, seq, top_k]`` (CPU int64), and ``"active"`` -> rows steered at that forward.
+    """
+
+    sites: list[RouterSite]
+    hooks: RouterHooks
+    selections: list[dict] = field(default_factory=list)
+
+
+@contextmanager
+def steer_routing(model: Any, edit: RoutingEdit | None = None, *, schedule: Any = None, record: bool = False,
+                  check_fired: bool = True) -> Iterator[SteeringHandle]:
+    """Steer a loaded MoE model's routing while the context is open.
+
+    Works with ``model(...)`` and ``model.generate(...)`` (with the KV cache): the edit is applied
+    at every forward, on every MoE layer, to the tokens the schedule marks active. With an empty
+    edit the routing is still recomputed through the family's rules, which must reproduce the
+    router's own output (a test of each family's adapter).
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        A transformers MoE model of a registered family.
+    edit : RoutingEdit, optional
+        Experts to activate / suppress per layer; ``None`` means none.
+    schedule : AlwaysOn or AfterFirstAnswer, optional
+        Default :class:`AlwaysOn`.
+    record : bool, default False
+        Keep every forward's recomputed selections in ``handle.selections`` (tests, audits).
+    check_fired : bool, default True
+        Raise if a router did not fire in some forward.
+
+    Yields
+    ------
+    SteeringHandle
+
+    Raises
+    ------
+    SteerError
+        Unsupported family, invalid edit (see :meth:`RoutingEdit.validate`), or a router that did
+        not fire (raised from inside the forward).
+    """
+    torch = require_torch()
+    edit = edit or RoutingEdit()
+    schedule = schedule or AlwaysOn()
+    sites = find_router_sites(model)
+    edit.validate(sites)
+    state: dict[str, Any] = {"rows": None}
+    handle: SteeringHandle
+
+    def on_route(site: RouterSite, logits, output):
+        batch_shape = hooks.batch_shape
+        rows = state["rows"]
+        token_rows = None
+        if rows is not None and batch_shape is not None:
+            token_rows = rows.to(logits.device).repeat_interleave(batch_shape[1])
+        logp = log_probs(logits)
+        act, sup = edit.activate.get(site.layer, ()), edit.suppress.get(site.layer, ())
+        if act or sup:
+            logp = edit_log_probs(logp, act, sup, edit.eps, rows=token_rows)
+        weights, indices = route(site, logp)
+        if record and batch_shape is not None and handle.selections:
+            handle.selections[-1][site.position] = indices.detach().cpu().reshape(*batch_shape, site.top_k)
+        return (output[0], weights.to(output[1].dtype), indices.to(output[2].dtype))
+
+    hooks = RouterHooks(model, on_route, sites=sites, check_fired=check_fired)
+    handle = SteeringHandle(sites=sites, hooks=hooks)
+
+    def observe(_module, args, kwargs):
+        shape_source = kwargs.get("input_ids")
+        if shape_source is None and args and torch.is_tensor(args[0]):
+            shape_source = args[0]
+        if shape_source is not None:
+            schedule.observe(shape_source)
+            state["rows"] = schedule.active_rows(int(shape_source.shape[0]))
+        else:
+            state["rows"] = None
+        if record:
+            rows = state["rows"]
+            handle.selections.append({"active": None if rows is None else rows.clone()})
+
+    with hooks:
+        schedule_handle = model.register_forward_pre_hook(observe, with_kwargs=True)
+        try:
+            yield handle
+        finally:
+            schedule_handle.remove()
+
+
+__all__ = [
+    "AfterFirstAnswer",
+    "AlwaysOn",
+    "RoutingEdit",
+    "SteeringHandle",
+    "edit_log_probs",
+    "random_expert_sets",
+    "steer_routing",
+]

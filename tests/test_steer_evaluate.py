@@ -1,0 +1,87 @@
+"""``ror steer``: answer extraction, the summary arithmetic, and an end-to-end run on a saved tiny model."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ror_annotate.errors import InputError
+from ror_annotate.steer.evaluate import answers_match, extract_answer, load_problems, summarize
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("so x = 3 and then \\boxed{\\frac{1}{2}} done", "\\frac{1}{2}"),
+    ("first \\boxed{4}, wait, actually \\boxed{5}.", "5"),
+    ("Therefore the answer is 1,234.", "1,234"),
+    ("we get 12 apples and 7 pears", "7"),
+    ("no digits here", None),
+])
+def test_extract_answer(text, expected):
+    assert extract_answer(text) == expected
+
+
+def test_answers_match_normalisation():
+    assert answers_match("1,234", "1234")
+    assert answers_match("$12.0$", "12")
+    assert answers_match("\\text{yes}", "yes")
+    assert not answers_match("13", "12")
+    assert not answers_match(None, "12")
+    assert not answers_match("12", "")
+
+
+def test_summarize_hand_numbers():
+    rows = [
+        {"condition": "unmodified", "problem_id": "a", "generated_tokens": 100, "correct": True},
+        {"condition": "unmodified", "problem_id": "b", "generated_tokens": 200, "correct": False},
+        {"condition": "steered", "problem_id": "a", "generated_tokens": 50, "correct": True},
+        {"condition": "steered", "problem_id": "b", "generated_tokens": 180, "correct": True},
+    ]
+    by = {s["condition"]: s for s in summarize(rows)}
+    assert by["steered"]["median_tokens"] == 115
+    assert by["steered"]["accuracy"] == 1.0 and by["unmodified"]["accuracy"] == 0.5
+    # paired changes: -50% and -10% -> median -30%
+    assert by["steered"]["median_token_change"] == pytest.approx(-0.30)
+
+
+def test_load_problems_errors(tmp_path):
+    path = tmp_path / "p.jsonl"
+    path.write_text('{"problem": "1+1?", "answer": "2"}\n{"answer": "3"}\n')
+    with pytest.raises(InputError, match=r"p.jsonl:2: no 'problem'"):
+        load_problems(path)
+
+
+@pytest.mark.steer
+def test_ror_steer_end_to_end(tmp_path):
+    pytest.importorskip("torch")
+    from typer.testing import CliRunner
+
+    from ror_annotate.cli import app
+
+    from . import moe_fixtures as mf
+    from .tokenizers_fixtures import byte_level_bpe
+
+    tok = byte_level_bpe()
+    model = mf.build("qwen3_moe")
+    model.resize_token_embeddings(len(tok), mean_resizing=False)
+    model.config.eos_token_id = tok.eos_token_id
+    model.config.pad_token_id = tok.pad_token_id
+    model.generation_config.eos_token_id = tok.eos_token_id
+    model.generation_config.pad_token_id = tok.pad_token_id
+    model.save_pretrained(tmp_path / "model")
+    tok.save_pretrained(tmp_path / "model")
+    (tmp_path / "problems.jsonl").write_text(
+        "".join(json.dumps({"id": i, "problem": f"What is {i} + {i}?", "answer": str(2 * i)}) + "\n" for i in (1, 2)))
+    (tmp_path / "spec.json").write_text(json.dumps({"suppress": {"0": [0, 1], "1": [2]}, "activate": {"1": [5]}}))
+    res = CliRunner().invoke(app, ["steer", str(tmp_path / "problems.jsonl"), "--model", str(tmp_path / "model"),
+                                   "--spec", str(tmp_path / "spec.json"), "--max-new-tokens", "6",
+                                   "--out", str(tmp_path / "rows.jsonl")])
+    assert res.exit_code == 0, res.output
+    rows = [json.loads(line) for line in (tmp_path / "rows.jsonl").read_text().splitlines()]
+    assert [(r["condition"], r["problem_id"]) for r in rows] == [
+        (c, p) for c in ("unmodified", "steered", "random", "concise_prompt") for p in ("1", "2")]
+    assert all(1 <= r["generated_tokens"] <= 6 for r in rows)
+    assert "steering evaluation" in res.output
+    bad = CliRunner().invoke(app, ["steer", str(tmp_path / "problems.jsonl"), "--model", str(tmp_path / "model"),
+                                   "--spec", str(tmp_path / "spec.json"), "--schedule", "sometimes"])
+    assert bad.exit_code == 2 and "unknown schedule" in bad.output
