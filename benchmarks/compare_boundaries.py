@@ -1,0 +1,121 @@
+"""Compare our segment boundaries with the segmentations other judges made of the same traces.
+
+Reads ``../shared/data/traces.jsonl`` (field ``trace``) and ``labeled_segments.jsonl``
+(``trace_id, char_start, char_end, labeler, source_repo``), segments every trace that has
+labeled segments with :class:`ror_annotate.segment.Segmenter`, and prints boundary
+precision / recall / F1 per (source repository, labeler).
+
+A *boundary* is a segment start moved forward past whitespace. The first boundary of each
+covered range is dropped (every segmentation has it), and our boundaries are only counted
+inside the range a source covered (some sources segmented only a prefix of the trace).
+A boundary matches when the other segmentation has one at the same character (``exact``) or
+within +-2 characters (``tol2``); precision = matched ours / ours, recall = matched theirs /
+theirs, F1 their harmonic mean (the usual boundary-detection scoring, e.g. the
+segmentation-evaluation literature's "boundary similarity with tolerance").
+
+Usage::
+
+    python benchmarks/compare_boundaries.py [--data DIR] [--tokenizer PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import json
+import statistics
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from ror_annotate.segment import Segmenter, make_token_counter  # noqa: E402
+
+
+def _skip_ws(text: str, pos: int) -> int:
+    while pos < len(text) and text[pos].isspace():
+        pos += 1
+    return pos
+
+
+def _matched(mine: list[int], theirs: list[int], tol: int) -> int:
+    """How many of ``mine`` have a boundary of ``theirs`` (sorted) within ``tol`` characters."""
+    hits = 0
+    for b in mine:
+        i = bisect.bisect_left(theirs, b - tol)
+        if i < len(theirs) and theirs[i] <= b + tol:
+            hits += 1
+    return hits
+
+
+def _prf(tp_p: int, n_p: int, tp_r: int, n_r: int) -> tuple[float, float, float]:
+    p = tp_p / n_p if n_p else float("nan")
+    r = tp_r / n_r if n_r else float("nan")
+    f = 2 * p * r / (p + r) if p + r else 0.0
+    return p, r, f
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--data", type=Path, default=REPO.parent / "shared" / "data", help="folder with traces.jsonl and labeled_segments.jsonl")
+    ap.add_argument("--tokenizer", default=None, help="tokenizer for the cap (default: the approximation)")
+    args = ap.parse_args(argv)
+
+    traces = {}
+    with open(args.data / "traces.jsonl", encoding="utf-8") as fh:
+        for line in fh:
+            row = json.loads(line)
+            traces[row["trace_id"]] = row["trace"]
+    theirs: dict[tuple[str, str], dict[str, list[tuple[int, int]]]] = defaultdict(lambda: defaultdict(list))
+    with open(args.data / "labeled_segments.jsonl", encoding="utf-8") as fh:
+        for line in fh:
+            row = json.loads(line)
+            if row["char_start"] is None or row["trace_id"] not in traces:
+                continue
+            source = (row["source_repo"], row["labeler"])
+            theirs[source][row["trace_id"]].append((row["char_start"], row["char_end"]))
+
+    segmenter = Segmenter(token_counter=make_token_counter(args.tokenizer))
+    ours: dict[str, list[tuple[int, int]]] = {}
+    for spans in theirs.values():
+        for trace_id in spans:
+            if trace_id not in ours:
+                ours[trace_id] = [(s.char_start, s.char_end) for s in segmenter.segment(traces[trace_id], trace_id)]
+
+    header = f"{'source':<40} {'labeler':<34} {'traces':>6} {'theirs':>7} {'ours':>7} {'chars/seg t|o':>14}  {'P':>5} {'R':>5} {'F1':>5}  {'P±2':>5} {'R±2':>5} {'F1±2':>5}"
+    print(f"segmenter {segmenter.name}, token counter {segmenter.token_counter.name}")
+    print(header)
+    print("-" * len(header))
+    for (repo, labeler), per_trace in sorted(theirs.items()):
+        counts = {"n_t": 0, "n_o": 0, "e_o": 0, "e_t": 0, "t_o": 0, "t_t": 0}
+        len_t, len_o = [], []
+        for trace_id, spans in per_trace.items():
+            text = traces[trace_id]
+            spans.sort()
+            lo, hi = _skip_ws(text, spans[0][0]), max(e for _, e in spans)
+            b_t = sorted({_skip_ws(text, s) for s, _ in spans} - {lo})
+            mine = [(s, e) for s, e in ours[trace_id] if lo <= s < hi]
+            b_o = sorted({s for s, _ in mine} - {lo})
+            len_t += [e - s for s, e in spans]
+            len_o += [e - s for s, e in mine]
+            counts["n_t"] += len(b_t)
+            counts["n_o"] += len(b_o)
+            counts["e_o"] += _matched(b_o, b_t, 0)
+            counts["e_t"] += _matched(b_t, b_o, 0)
+            counts["t_o"] += _matched(b_o, b_t, 2)
+            counts["t_t"] += _matched(b_t, b_o, 2)
+        p, r, f = _prf(counts["e_o"], counts["n_o"], counts["e_t"], counts["n_t"])
+        p2, r2, f2 = _prf(counts["t_o"], counts["n_o"], counts["t_t"], counts["n_t"])
+        med = f"{statistics.median(len_t):.0f}|{statistics.median(len_o):.0f}"
+        print(
+            f"{repo:<40} {labeler[:34]:<34} {len(per_trace):>6} {counts['n_t']:>7} {counts['n_o']:>7} {med:>14}  "
+            f"{p:5.3f} {r:5.3f} {f:5.3f}  {p2:5.3f} {r2:5.3f} {f2:5.3f}"
+        )
+    print("chars/seg: median segment length in characters, theirs|ours, over the covered ranges.")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,787 @@
+"""Split a reasoning trace into sentence- and clause-level segments with exact offsets.
+
+The segmenter is spaCy's blank English pipeline (its tokenizer and rule-based
+``sentencizer``; no downloaded model) plus rules for the text reasoning models write:
+
+1. **Protected spans** are found first and never contain a boundary: code fences
+   (```` ``` ```` / ``~~~``), display math (``$$...$$``, ``\\[...\\]``,
+   ``\\begin{env}...\\end{env}``), inline math (``\\(...\\)``, ``$...$`` with Pandoc's
+   delimiter rule) and inline code. Math may not run over a blank line (LaTeX rejects a
+   paragraph break inside math), so one unclosed delimiter cannot swallow the trace.
+2. **Line breaks** outside protected spans always end a segment (paragraphs, list items,
+   headings, display equations each start their own segment).
+3. **Sentence ends** come from spaCy's sentencizer, plus a rule for sentence punctuation
+   glued to math (``$x$. Then``) and for CJK enders (``。！？``). A candidate is dropped when
+   it would cut inside a protected span, between an enumerator and its item (``1.``,
+   ``(a)``, ``- ``), after an abbreviation (spaCy's English tokenizer exceptions plus a
+   list for technical prose: ``approx.``, ``incl.``, ``e.g.``, ``Eq. 3`` ...) or before a
+   lowercase word, and when no whitespace separates the two sides (decimals, file names).
+4. **Clauses**: a sentence is split before strong discourse markers of reasoning traces
+   (``; ``, ``, so``, ``, but``, ``, wait``, ``, hmm``, ``, alternatively``, ``, therefore``
+   ...) when both sides keep at least :data:`MIN_CLAUSE_TOKENS` tokens; a piece still longer
+   than :data:`SOFT_MAX_TOKENS` is split at weaker clause punctuation (``, ``, ``: ``,
+   before ``and``/``then``/``where``...), as near its middle as possible. These two sizes
+   are measured with the ``approx:regex-v1`` counter whatever tokenizer is configured, so
+   the rules are fast and do not depend on the tokenizer; only the cap does.
+5. **Hard cap**: a piece over ``max_tokens`` is split at the best available boundary: clause
+   punctuation, then whitespace outside math, then whitespace inside math, then any
+   character that does not start a combining sequence. The cap always wins.
+
+Every returned segment satisfies ``text[char_start:char_end] == segment.text``, has no
+leading or trailing whitespace, and the segments are ordered, non-overlapping and cover
+every non-whitespace character (whitespace as defined by :meth:`str.isspace`). These
+invariants are checked on every call by :func:`check_segments`; a violation raises
+:class:`~ror_annotate.errors.SegmentationError` instead of returning bad segments.
+
+Offsets are Python string indices (code points), as everywhere in ror_annotate.
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+import statistics
+import unicodedata
+from collections.abc import Iterable, Sequence
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from .errors import ConfigError, SegmentationError
+from .records import Segment
+
+__all__ = [
+    "APPROX_COUNTER_NAME",
+    "SEGMENTER_NAME",
+    "ApproxTokenCounter",
+    "HFTokenCounter",
+    "Segmenter",
+    "TokenCounter",
+    "check_segments",
+    "find_protected_spans",
+    "make_token_counter",
+    "segment_stats",
+    "segment_text",
+]
+
+#: Versioned id of the rule set below; change it whenever a rule changes the output.
+SEGMENTER_NAME = "ror-clause-v1"
+#: Name of the built-in token-count approximation (see :class:`ApproxTokenCounter`).
+APPROX_COUNTER_NAME = "approx:regex-v1"
+
+#: A clause split must leave at least this many tokens on each side. Like SOFT_MAX_TOKENS it is
+#: measured with the ``approx:regex-v1`` counter whatever tokenizer is configured, so the rules
+#: (not the cap) give the same segments for every tokenizer and stay fast.
+MIN_CLAUSE_TOKENS = 4
+#: Pieces longer than this (approximate tokens) are split again at weaker clause punctuation.
+SOFT_MAX_TOKENS = 40
+#: Lines longer than this (characters) are handed to spaCy in whitespace-cut chunks, far
+#: below spaCy's ``max_length`` (1,000,000) so memory stays flat on any trace length.
+SPACY_CHUNK_CHARS = 20_000
+
+
+# --------------------------------------------------------------------------- token counting
+@runtime_checkable
+class TokenCounter(Protocol):
+    """Counts the tokens of a piece of text.
+
+    Attributes
+    ----------
+    name : str
+        Provenance id stored with every segmentation: a tokenizer name or path, or
+        :data:`APPROX_COUNTER_NAME`.
+    """
+
+    name: str
+
+    def count(self, text: str) -> int:
+        """Number of tokens in ``text`` (no special tokens such as BOS/EOS)."""
+        ...
+
+
+# A counter may also offer ``count_many(texts: list[str]) -> list[int]`` (batched counting);
+# the segmenter uses it when present (HFTokenCounter does, through ``encode_batch``).
+
+
+# cl100k-style pre-tokenization (the regex tiktoken's cl100k_base splits text with before BPE),
+# written with stdlib ``re`` classes: letters = [^\W\d_], numbers = \d (runs of at most 3).
+_PRETOKEN = re.compile(
+    r"'(?i:[sdmt]|ll|ve|re)"
+    r"|(?:[^\r\n\w]|_)?[^\W\d_]+"
+    r"|\d{1,3}"
+    r"| ?(?:[^\s\w]|_)+[\r\n]*"
+    r"|\s*[\r\n]+"
+    r"|\s+(?!\S)"
+    r"|\s+"
+)
+# Scripts written without spaces, where byte-level BPEs spend about one token per character.
+_CJK_CHAR = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff\uff66-\uff9f]")
+#: Letters per extra token in a long word (BPE vocabularies hold common words whole; 10 gave
+#: the closest total to the DeepSeek-V3 tokenizer on the real traces).
+_LETTERS_PER_TOKEN = 10
+# Characters per token for a run of symbols (``\frac{``, ``^{(``, ``)**``): BPE merges short
+# punctuation runs only partly.
+_SYMBOLS_PER_TOKEN = 2
+
+
+class ApproxTokenCounter:
+    """Tokenizer-free approximation of a byte-level BPE token count (``approx:regex-v1``).
+
+    The text is pre-tokenized with the regex of tiktoken's ``cl100k_base`` (words with their
+    leading space, digit runs in groups of at most 3, punctuation runs, whitespace). Each
+    pre-token counts 1, plus 1 per further ``10`` letters of a long word, plus 1 per further
+    ``2`` characters of a symbol run (LaTeX such as ``\\frac{`` splits into several BPE
+    tokens), and each CJK character counts as one token.
+
+    This is an estimate for the length profile and the hard cap when the subject model's
+    tokenizer is not available. How close it comes to a real BPE on the real traces is
+    reported by ``benchmarks/bench_segment.py --compare-tokenizer PATH`` and in the project
+    notes. Pass a Hugging Face tokenizer (:func:`make_token_counter`) for exact counts.
+    """
+
+    name = APPROX_COUNTER_NAME
+
+    def count(self, text: str) -> int:
+        """Approximate token count of ``text``.
+
+        Parameters
+        ----------
+        text : str
+            Any text; an empty string counts 0.
+
+        Returns
+        -------
+        int
+            Estimated number of tokens.
+        """
+        n = 0
+        for piece in _PRETOKEN.findall(text):
+            n += 1
+            core = piece.strip()
+            if not core:
+                continue
+            n_cjk = len(_CJK_CHAR.findall(core))
+            if n_cjk:
+                n += n_cjk - 1
+                continue
+            if core[-1].isalpha():
+                n += (len(core) - 1) // _LETTERS_PER_TOKEN
+            elif not core[0].isdigit():
+                n += (len(core) - 1) // _SYMBOLS_PER_TOKEN
+        return n
+
+    def __repr__(self) -> str:
+        return f"ApproxTokenCounter(name={self.name!r})"
+
+
+class HFTokenCounter:
+    """Exact token counts from a Hugging Face fast tokenizer (the ``tokenizers`` library).
+
+    Parameters
+    ----------
+    tokenizer : tokenizers.Tokenizer
+        The Rust tokenizer (``PreTrainedTokenizerFast.backend_tokenizer``).
+    name : str
+        Provenance name: the Hugging Face model id or the path it was loaded from.
+
+    Notes
+    -----
+    Each segment is counted on its own with ``add_special_tokens=False``. A byte-level BPE
+    may count a word one token differently in context (``"Ġword"`` after a space) than at a
+    segment start; the exact per-token grid for exports is computed by the alignment stage on
+    the whole trace, not from these counts.
+    """
+
+    def __init__(self, tokenizer: Any, *, name: str) -> None:
+        self._tokenizer = tokenizer
+        self.name = name
+
+    def count(self, text: str) -> int:
+        """Number of tokens of ``text`` without special tokens."""
+        if not text:
+            return 0
+        return len(self._tokenizer.encode(text, add_special_tokens=False).ids)
+
+    def count_many(self, texts: list[str]) -> list[int]:
+        """Token counts of many texts in one call (the Rust tokenizer batches them in parallel)."""
+        encodings = self._tokenizer.encode_batch(texts, add_special_tokens=False)
+        return [len(enc.ids) for enc in encodings]
+
+    def __repr__(self) -> str:
+        return f"HFTokenCounter(name={self.name!r})"
+
+
+def _count_many(counter: TokenCounter, texts: list[str]) -> list[int]:
+    """``counter.count_many(texts)`` when the counter has it, else one ``count`` per text."""
+    many = getattr(counter, "count_many", None)
+    return list(many(texts)) if many is not None else [counter.count(t) for t in texts]
+
+
+def make_token_counter(tokenizer: Any = None) -> TokenCounter:
+    """Build the token counter for ``--tokenizer``.
+
+    Parameters
+    ----------
+    tokenizer : str, pathlib.Path, tokenizers.Tokenizer, transformers fast tokenizer or None
+        ``None`` (or ``"approx"`` / :data:`APPROX_COUNTER_NAME`) gives the
+        :class:`ApproxTokenCounter`. A path to a ``tokenizer.json`` file, a directory holding
+        one (or any directory ``AutoTokenizer`` can load), or a Hugging Face model id loads
+        that tokenizer (a model id needs hub access or a local cache). A ``tokenizers.Tokenizer``
+        or a transformers fast tokenizer object is used as given.
+
+    Returns
+    -------
+    TokenCounter
+        An object with ``.name`` (provenance) and ``.count(text) -> int``.
+
+    Raises
+    ------
+    ConfigError
+        The tokenizer cannot be loaded, or is a slow (pure Python) tokenizer without
+        character offsets.
+    """
+    if tokenizer is None or (isinstance(tokenizer, str) and tokenizer in ("approx", APPROX_COUNTER_NAME)):
+        return ApproxTokenCounter()
+    if isinstance(tokenizer, (str, Path)):
+        return _load_named_tokenizer(str(tokenizer))
+    return _wrap_tokenizer_object(tokenizer, name=None)
+
+
+def _wrap_tokenizer_object(tok: Any, *, name: str | None) -> HFTokenCounter:
+    from tokenizers import Tokenizer
+
+    if isinstance(tok, Tokenizer):
+        return HFTokenCounter(tok, name=name or f"tokenizers:vocab{tok.get_vocab_size()}")
+    backend = getattr(tok, "backend_tokenizer", None)
+    if isinstance(backend, Tokenizer):
+        return HFTokenCounter(backend, name=name or getattr(tok, "name_or_path", None) or type(tok).__name__)
+    raise ConfigError(
+        f"tokenizer {type(tok).__name__} is not a Hugging Face fast tokenizer; pass a tokenizers.Tokenizer, "
+        "a PreTrainedTokenizerFast, a tokenizer.json path, or a model id with a fast tokenizer"
+    )
+
+
+def _load_named_tokenizer(spec: str) -> HFTokenCounter:
+    path = Path(spec).expanduser()
+    if path.is_file() or (path.is_dir() and (path / "tokenizer.json").is_file()):
+        from tokenizers import Tokenizer
+
+        file = path if path.is_file() else path / "tokenizer.json"
+        try:
+            return HFTokenCounter(Tokenizer.from_file(str(file)), name=spec)
+        except Exception as exc:  # the Rust loader raises a plain Exception on a bad file
+            raise ConfigError(f"cannot load tokenizer file {file}: {exc}. Pass a Hugging Face tokenizer.json") from exc
+    try:
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(spec)
+    except Exception as exc:
+        raise ConfigError(
+            f"cannot load tokenizer {spec!r}: {type(exc).__name__}: {exc}. Give a local tokenizer.json path or "
+            "directory, a model id available offline in the Hugging Face cache, or omit --tokenizer to use "
+            f"the {APPROX_COUNTER_NAME} approximation"
+        ) from exc
+    return _wrap_tokenizer_object(tok, name=spec)
+
+
+# --------------------------------------------------------------------------- protected spans
+_NO_BLANK = r"(?:(?!\n[ \t\r]*\n).)"  # any char, but never across a blank line
+_PROTECTED = re.compile(
+    r"(?P<fence>^[ \t]*(?P<ticks>`{3,}|~{3,})[^\n]*(?:\n.*?(?:\n[ \t]*(?P=ticks)[ \t]*(?=\n|\Z))|.*\Z))"
+    rf"|(?P<dd>\$\${_NO_BLANK}+?\$\$)"
+    rf"|(?P<brk>\\\[{_NO_BLANK}+?\\\])"
+    rf"|(?P<env>\\begin\{{(?P<envname>[A-Za-z]+\*?)\}}{_NO_BLANK}*?\\end\{{(?P=envname)\}})"
+    rf"|(?P<par>\\\({_NO_BLANK}+?\\\))"
+    r"|(?P<dollar>(?<![\\$])\$(?=[^\s$])[^$\n]*?(?<=[^\s\\$])\$(?![\d$]))"
+    r"|(?P<code>`[^`\n]+`)",
+    re.MULTILINE | re.DOTALL,
+)
+
+
+def find_protected_spans(text: str) -> list[tuple[int, int]]:
+    """Character spans that must never contain a segment boundary.
+
+    Parameters
+    ----------
+    text : str
+        The trace.
+
+    Returns
+    -------
+    list of (int, int)
+        Sorted, non-overlapping half-open ``[start, end)`` spans (characters) of code fences,
+        display math (``$$..$$``, ``\\[..\\]``, ``\\begin{env}..\\end{env}``), inline math
+        (``\\(..\\)``, ``$..$``) and inline code. An unclosed code fence runs to the end of the
+        text (Markdown's rule); math delimiters are matched within one paragraph, and inline
+        ``$`` follows Pandoc's rule (no space inside the delimiters, closing ``$`` not followed
+        by a digit), so prices such as ``$5 and $10`` are not math.
+    """
+    return [m.span() for m in _PROTECTED.finditer(text)]
+
+
+class _Spans:
+    """Sorted non-overlapping spans with O(log n) "is this cut inside one?" queries."""
+
+    def __init__(self, spans: list[tuple[int, int]]) -> None:
+        self.spans = spans
+        self.starts = [s for s, _ in spans]
+
+    def inside(self, pos: int) -> bool:
+        """True when a cut at ``pos`` (between pos-1 and pos) falls strictly inside a span."""
+        i = bisect.bisect_right(self.starts, pos - 1) - 1
+        return i >= 0 and self.spans[i][0] < pos < self.spans[i][1]
+
+
+# --------------------------------------------------------------------------- rules
+_LINE_BREAK = re.compile(r"[\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
+# Enumerators and bullets that start a line: "1.", "2)", "(a)", "iv.", "- ", "\- ", "* ", "#".
+_ENUM_MARK = (
+    r"(?:\*\*|__)?(?:\\?[-*+•·‣◦▪–—]|\d{1,3}(?:\.\d{1,3})*[.)]|\(\w{1,4}\)|[A-Za-z][.)]|[ivxlcdmIVXLCDM]{1,6}[.)]"
+    r"|#{1,6}|>+|(?:Step|Case|Part)\s+\w{1,4}[.:)])(?:\*\*|__)?"
+)
+_ENUMERATOR = re.compile(rf"[ \t]*(?:{_ENUM_MARK}\s+)+")
+# Sentence punctuation followed by whitespace, with closing quotes/brackets/emphasis between.
+_SENT_END = re.compile(r"(?:[.!?]+|…)[\"'”’»)\]}*_]*\s+(?=\S)")
+_HAS_SENT_PUNCT = re.compile(r"[.!?…]")
+_CJK_END = re.compile(r"[。！？]+[」』”’）)】〕〉》]*\s*(?=\S)")
+# Openers that belong to the next sentence when spaCy leaves them on the previous one.
+_OPENERS = "\"'“‘«([{*_"
+_CLOSERS = "\"'”’»)]}*_"
+
+#: Abbreviations after which a period never ends a sentence (titles, Latin and technical
+#: shorthand). Lowercased, without the final period.
+ABBREVIATIONS_NEVER_FINAL = frozenset(
+    """
+    e.g eg i.e ie vs v.s viz cf approx appr apx incl excl resp esp w.r.t wrt a.k.a aka ca c.f
+    mr mrs ms dr prof st mt gen gov sen rep rev adm messrs sgt capt lt col cmdr jr sr
+    """.split()
+)
+#: Abbreviations that end a sentence unless a number (or a lowercase word) follows:
+#: "Eq. 3", "No. 5", "Fig. 2", "p. 14", "Jan. 5".
+ABBREVIATIONS_BEFORE_NUMBER = frozenset(
+    """
+    no nos nr eq eqs eqn eqns fig figs thm thms lem lemma prop def defn cor sec sect ch chap ref refs
+    tab tbl app appx vol p pp art ex exs ex ps pt pts
+    jan feb mar apr jun jul aug sep sept oct nov dec
+    """.split()
+)
+
+
+@lru_cache(maxsize=1)
+def _spacy_abbreviations() -> frozenset[str]:
+    """Multi-letter abbreviations from spaCy's English tokenizer exceptions ("Inc.", "Ph.D.")."""
+    from spacy.lang.en import English
+
+    out = set()
+    for key in English.Defaults.tokenizer_exceptions:
+        if key.endswith(".") and len(key) > 2 and key[:-1].replace(".", "").isalpha():
+            out.add(key[:-1].lower())
+    return frozenset(out)
+
+
+@lru_cache(maxsize=1)
+def _nlp() -> Any:
+    """spaCy's blank English pipeline with the rule-based sentencizer (loaded once)."""
+    import spacy
+
+    nlp = spacy.blank("en")
+    nlp.add_pipe("sentencizer")
+    nlp.max_length = max(nlp.max_length, 2 * SPACY_CHUNK_CHARS)
+    return nlp
+
+
+# Clause boundaries: the cut is at the end of each match (the next clause's first character).
+_CLAUSE_STRONG = re.compile(
+    r";\s+(?=\S)"
+    r"|,\s+(?=(?:so|but|wait|hmm+|alternatively|however|therefore|thus|hence|otherwise|whereas|"
+    r"which\s+(?:means|gives|implies)|meaning|that\s+means)\b)"
+    r"|\s+[—–]\s+(?=\S)"
+    r"|(?<=\w)—(?=\w)",
+    re.IGNORECASE,
+)
+_CLAUSE_WEAK = re.compile(
+    r"[,:]\s+(?=\S)"
+    r"|\s+(?=(?:and|but|so|then|where|which|because|since|while|if|or|giving|yielding)\s)",
+    re.IGNORECASE,
+)
+_WHITESPACE_RUN = re.compile(r"\s+")
+
+
+class Segmenter:
+    """Clause-level segmenter for reasoning traces (spaCy sentencizer + rules).
+
+    Parameters
+    ----------
+    max_tokens : int, default 125
+        Hard cap on a segment's length in tokens of ``token_counter`` (the method's cap).
+    token_counter : TokenCounter, optional
+        Counts tokens for the cap, the clause rules and ``Segment.n_tokens``. Defaults to
+        :class:`ApproxTokenCounter`; use :func:`make_token_counter` for a real tokenizer.
+
+    Attributes
+    ----------
+    name : str
+        Versioned id of the rule set, :data:`SEGMENTER_NAME`, stored as provenance.
+    token_counter : TokenCounter
+        The counter in use; its ``.name`` is stored as provenance.
+
+    Raises
+    ------
+    ConfigError
+        ``max_tokens`` is below 2 * :data:`MIN_CLAUSE_TOKENS`.
+    """
+
+    name = SEGMENTER_NAME
+
+    def __init__(self, *, max_tokens: int = 125, token_counter: TokenCounter | None = None) -> None:
+        if max_tokens < 2 * MIN_CLAUSE_TOKENS:
+            raise ConfigError(f"max_tokens={max_tokens} is too small; use at least {2 * MIN_CLAUSE_TOKENS} (the method uses 125)")
+        self.max_tokens = max_tokens
+        self.soft_max_tokens = min(SOFT_MAX_TOKENS, max_tokens)
+        self.token_counter: TokenCounter = token_counter if token_counter is not None else ApproxTokenCounter()
+        self._approx = ApproxTokenCounter()
+        self._exact_is_approx = type(self.token_counter) is ApproxTokenCounter
+        self._abbrev_any = ABBREVIATIONS_NEVER_FINAL
+        self._abbrev_num = ABBREVIATIONS_BEFORE_NUMBER | _spacy_abbreviations()
+
+    def __repr__(self) -> str:
+        return f"Segmenter(name={self.name!r}, max_tokens={self.max_tokens}, token_counter={self.token_counter.name!r})"
+
+    # ------------------------------------------------------------------ public API
+    def segment(self, text: str, trace_id: str) -> list[Segment]:
+        """Split one trace into segments.
+
+        Parameters
+        ----------
+        text : str
+            The reasoning trace. Any length; whitespace-only text gives no segments.
+        trace_id : str
+            Copied into every segment.
+
+        Returns
+        -------
+        list of Segment
+            Ordered segments with ``char_start``/``char_end`` in characters (code points) into
+            ``text`` and ``n_tokens`` from :attr:`token_counter`.
+
+        Raises
+        ------
+        SegmentationError
+            The result would break an offset invariant (a bug: reported, never returned).
+        """
+        segments = [
+            Segment(trace_id=trace_id, segment_index=i, char_start=s, char_end=e, text=text[s:e], n_tokens=n)
+            for i, (s, e, n) in enumerate(self._spans_with_counts(text))
+        ]
+        check_segments(text, segments, trace_id=trace_id)
+        return segments
+
+    def spans(self, text: str) -> list[tuple[int, int]]:
+        """Segment spans ``[(char_start, char_end), ...]`` of ``text`` (see :meth:`segment`)."""
+        return [(s, e) for s, e, _ in self._spans_with_counts(text)]
+
+    def _spans_with_counts(self, text: str) -> list[tuple[int, int, int]]:
+        """``(char_start, char_end, n_tokens)`` of every segment, before the invariant check."""
+        protected = _Spans(find_protected_spans(text))
+        lines = self._lines(text, protected)
+        out: list[tuple[int, int, int]] = []
+        for line_start, line_end, sentence_starts in self._sentences(text, lines, protected):
+            cuts = [line_start, *sentence_starts, line_end]
+            for s, e in zip(cuts, cuts[1:]):
+                s, e = _trim(text, s, e)
+                if s < e:
+                    self._split_clauses(text, s, e, protected, out)
+        if self._exact_is_approx:
+            return out
+        counts = _count_many(self.token_counter, [text[s:e] for s, e, _ in out])
+        capped: list[tuple[int, int, int]] = []
+        for (s, e, _), n in zip(out, counts):
+            self._cap(text, s, e, n, protected, capped)
+        return capped
+
+    # ------------------------------------------------------------------ lines
+    def _lines(self, text: str, protected: _Spans) -> list[tuple[int, int]]:
+        """Non-empty trimmed line spans, cut at line breaks outside protected spans."""
+        lines = []
+        start = 0
+        for m in _LINE_BREAK.finditer(text):
+            pos = m.start()
+            if protected.inside(pos):
+                continue
+            s, e = _trim(text, start, pos)
+            if s < e:
+                lines.append((s, e))
+            start = pos + 1
+        s, e = _trim(text, start, len(text))
+        if s < e:
+            lines.append((s, e))
+        return lines
+
+    # ------------------------------------------------------------------ sentences
+    def _sentences(self, text: str, lines: list[tuple[int, int]], protected: _Spans) -> Iterable[tuple[int, int, list[int]]]:
+        """Yield ``(line_start, line_end, sentence_starts)`` with accepted sentence cuts."""
+        chunks = [c for s, e in lines for c in _chunk(text, s, e)]
+        # Only lines with sentence punctuation can hold a sentence end: the others skip spaCy.
+        to_parse = [(s, e) for s, e in chunks if _HAS_SENT_PUNCT.search(text, s, e)]
+        docs = dict(zip(to_parse, _nlp().pipe((text[s:e] for s, e in to_parse), batch_size=256)))
+        for s, e in chunks:
+            doc = docs.get((s, e))
+            candidates = {s + sent.start_char for sent in doc.sents} if doc is not None else set()
+            line = text[s:e]
+            candidates.update(s + m.end() for m in _SENT_END.finditer(line))
+            cjk = {s + m.end() for m in _CJK_END.finditer(line)}
+            enum = _ENUMERATOR.match(line)
+            enum_end = s + enum.end() if enum else s
+            accepted = []
+            for pos in sorted(candidates | cjk):
+                cut = pos if pos in cjk else self._sentence_cut(text, pos, s, e)
+                if cut is None or cut <= enum_end or cut >= e or protected.inside(cut):
+                    continue
+                if not accepted or cut > accepted[-1]:
+                    accepted.append(cut)
+            yield s, e, accepted
+
+    def _sentence_cut(self, text: str, pos: int, line_start: int, line_end: int) -> int | None:
+        """Where a sentence starting near ``pos`` really starts, or None to reject the cut."""
+        if pos <= line_start or pos >= line_end:
+            return None
+        gap = pos
+        while gap > line_start and not text[gap - 1].isspace() and text[gap - 1] in _OPENERS:
+            gap -= 1
+        if gap <= line_start or not text[gap - 1].isspace():
+            return None  # no whitespace between the sides: decimal, URL, "x.Then"
+        prev_end = gap - 1
+        while prev_end > line_start and text[prev_end - 1].isspace():
+            prev_end -= 1
+        word_start = prev_end
+        while word_start > line_start and not text[word_start - 1].isspace():
+            word_start -= 1
+        prev = text[word_start:prev_end].rstrip(_CLOSERS)
+        if not prev or prev[-1] not in ".!?…":
+            return None  # spaCy can start a sentence after a bare closer; not a sentence end
+        nxt = text[gap:line_end].lstrip(_OPENERS)
+        if not nxt:
+            return None
+        if prev.endswith(".") and not prev.endswith(".."):
+            word = prev[:-1].lstrip(_OPENERS).lower()
+            if word in self._abbrev_any:
+                return None
+            if word in self._abbrev_num and (nxt[0].isdigit() or nxt[0] in "(#$\\"):
+                return None
+        if not (nxt[0].isalnum() or nxt[0] in _OPENERS or nxt[0] in "\\$¿¡"):
+            return None  # "8! / 2", "x? = y": an operator cannot open a sentence
+        if nxt[0].isalpha() and nxt[0].islower() and prev[-1] in ".!…":
+            return None  # "approx. twelve", "etc. and", "5! ways", "so... then": same sentence
+        if len(word_core := prev[:-1].lstrip(_OPENERS)) == 1 and word_core.isupper() and prev[-1] == "." and nxt[0].isdigit():
+            return None  # an option letter before its value: "A. 0.85"
+        return gap
+
+    # ------------------------------------------------------------------ clauses and the cap
+    # Rule decisions (clause sizes, the soft limit) use the fast approximation; the cap and
+    # ``n_tokens`` use the configured counter. Each piece is counted O(1) times, so a sentence
+    # costs O(length) however many clause markers it holds.
+    def _split_clauses(self, text: str, s: int, e: int, protected: _Spans, out: list[tuple[int, int, int]]) -> None:
+        """Append the clause spans of sentence ``[s, e)`` to ``out``."""
+        approx = self._approx.count
+        n = approx(text[s:e])
+        pieces = []
+        last = s
+        if n >= 2 * MIN_CLAUSE_TOKENS:
+            consumed = 0
+            for m in _CLAUSE_STRONG.finditer(text, s, e):
+                cut = m.end()
+                if cut >= e or protected.inside(cut) or protected.inside(m.start() + 1):
+                    continue
+                left = approx(text[last:cut].rstrip())
+                if left >= MIN_CLAUSE_TOKENS and n - consumed - left >= MIN_CLAUSE_TOKENS:
+                    pieces.append((last, cut))
+                    consumed += left
+                    last = cut
+        pieces.append((last, e))
+        for ps, pe in pieces:
+            ps, pe = _trim(text, ps, pe)
+            self._soft_split(text, ps, pe, protected, out)
+
+    def _soft_split(self, text: str, s: int, e: int, protected: _Spans, out: list[tuple[int, int, int]]) -> None:
+        n = self._approx.count(text[s:e])
+        if n > self.soft_max_tokens:
+            cut = self._best_cut(text, s, e, protected, _CLAUSE_WEAK, min_side=MIN_CLAUSE_TOKENS)
+            if cut is not None:
+                for ps, pe in ((s, cut), (cut, e)):
+                    ps, pe = _trim(text, ps, pe)
+                    self._soft_split(text, ps, pe, protected, out)
+                return
+        if self._exact_is_approx:
+            self._cap(text, s, e, n, protected, out)
+        else:
+            out.append((s, e, -1))  # counted in one batch by _spans_with_counts, then capped
+
+    def _cap(self, text: str, s: int, e: int, n: int, protected: _Spans, out: list[tuple[int, int, int]]) -> None:
+        """Enforce ``max_tokens`` on ``[s, e)`` (``n`` tokens of the counter), appending to ``out``."""
+        if n <= self.max_tokens:
+            out.append((s, e, n))
+            return
+        cut = (
+            self._best_cut(text, s, e, protected, _CLAUSE_WEAK)
+            or self._best_cut(text, s, e, protected, _WHITESPACE_RUN)
+            or self._best_cut(text, s, e, None, _WHITESPACE_RUN)
+            or _char_cut(text, s, e)
+        )
+        if cut is None:  # a single grapheme over the cap: nothing left to split
+            out.append((s, e, n))
+            return
+        count = self.token_counter.count
+        for ps, pe in ((s, cut), (cut, e)):
+            ps, pe = _trim(text, ps, pe)
+            if ps < pe:
+                self._cap(text, ps, pe, count(text[ps:pe]), protected, out)
+
+    def _best_cut(
+        self, text: str, s: int, e: int, protected: _Spans | None, pattern: re.Pattern[str], *, min_side: int = 1
+    ) -> int | None:
+        """The allowed cut of ``pattern`` in ``(s, e)`` nearest the middle, or None."""
+        mid = (s + e) / 2
+        cuts = []
+        for m in pattern.finditer(text, s, e):
+            cut = m.end()
+            if s < cut < e and (protected is None or not (protected.inside(cut) or protected.inside(m.start() + 1))):
+                cuts.append(cut)
+        cuts.sort(key=lambda c: abs(c - mid))
+        count = self._approx.count
+        for cut in cuts[:8]:  # the nearest few; a lopsided cut is tried only if those fail
+            if min_side <= 1 or (count(text[s:cut].rstrip()) >= min_side and count(text[cut:e]) >= min_side):
+                return cut
+        return None
+
+
+def _trim(text: str, s: int, e: int) -> tuple[int, int]:
+    while s < e and text[s].isspace():
+        s += 1
+    while e > s and text[e - 1].isspace():
+        e -= 1
+    return s, e
+
+
+def _chunk(text: str, s: int, e: int) -> list[tuple[int, int]]:
+    """Cut a very long line into pieces of at most SPACY_CHUNK_CHARS characters.
+
+    Each cut is at the last sentence end in the second half of the window, else at the last
+    whitespace, else at the window's end (the cap splits such a piece anyway).
+    """
+    out = []
+    while e - s > SPACY_CHUNK_CHARS:
+        limit = s + SPACY_CHUNK_CHARS
+        cut = -1
+        for m in _SENT_END.finditer(text, s + SPACY_CHUNK_CHARS // 2, limit):
+            cut = m.end()
+        if cut <= s:
+            cut = max(text.rfind(" ", s + 1, limit), text.rfind("\t", s + 1, limit))
+        if cut <= s:
+            cut = limit
+        out.append((s, cut))
+        s, _ = _trim(text, cut, e)
+    if s < e:
+        out.append((s, e))
+    return out
+
+
+def _starts_grapheme(ch: str) -> bool:
+    """False for characters that continue the previous one (combining marks, ZWJ, selectors)."""
+    return not (unicodedata.combining(ch) or ch in "\u200d\ufe0e\ufe0f" or "\U0001f3fb" <= ch <= "\U0001f3ff")
+
+
+def _char_cut(text: str, s: int, e: int) -> int | None:
+    """A cut between two non-space characters as near the middle as possible."""
+    mid = (s + e) // 2
+    for offset in range(0, (e - s) // 2 + 1):
+        for cut in (mid - offset, mid + offset):
+            if s < cut < e and not text[cut].isspace() and _starts_grapheme(text[cut]) and text[cut - 1] != "\u200d":
+                return cut
+    return None
+
+
+# --------------------------------------------------------------------------- invariants
+def check_segments(text: str, segments: Sequence[Segment], *, trace_id: str | None = None) -> None:
+    """Check the offset invariants of a segmentation of ``text``.
+
+    Parameters
+    ----------
+    text : str
+        The trace the segments index into.
+    segments : sequence of Segment
+        In ``segment_index`` order.
+    trace_id : str, optional
+        Named in the error message.
+
+    Raises
+    ------
+    SegmentationError
+        A segment's text differs from ``text[char_start:char_end]``, is empty, starts or ends
+        with whitespace, has the wrong ``segment_index``, overlaps or precedes the previous
+        one, or a non-whitespace character of ``text`` lies outside every segment.
+    """
+    where = f"trace {trace_id!r}" if trace_id is not None else "trace"
+    prev_end = 0
+    for i, seg in enumerate(segments):
+        s, e = seg.char_start, seg.char_end
+        if seg.segment_index != i:
+            raise SegmentationError(f"{where}: segment at position {i} has segment_index {seg.segment_index}")
+        if s < prev_end:
+            raise SegmentationError(f"{where}: segment {i} [{s}, {e}) overlaps or precedes the previous one ending at {prev_end}")
+        if e > len(text) or text[s:e] != seg.text:
+            raise SegmentationError(f"{where}: segment {i} text does not equal trace[{s}:{e}]")
+        if not seg.text.strip() or seg.text[0].isspace() or seg.text[-1].isspace():
+            raise SegmentationError(f"{where}: segment {i} [{s}, {e}) is empty or starts/ends with whitespace: {seg.text[:40]!r}")
+        if text[prev_end:s].strip():
+            raise SegmentationError(f"{where}: characters {prev_end}..{s} ({text[prev_end:s][:40]!r}) are in no segment")
+        prev_end = e
+    if text[prev_end:].strip():
+        raise SegmentationError(f"{where}: characters {prev_end}..{len(text)} ({text[prev_end:][:40]!r}) are in no segment")
+
+
+# --------------------------------------------------------------------------- convenience
+def segment_text(text: str, trace_id: str = "t", **kw: Any) -> list[Segment]:
+    """Segment one text with a fresh :class:`Segmenter` (``**kw`` go to its constructor)."""
+    return Segmenter(**kw).segment(text, trace_id)
+
+
+def segment_stats(segments: Iterable[Segment]) -> dict[str, float]:
+    """Length profile of a segmentation, for ``ror segment --stats``.
+
+    Parameters
+    ----------
+    segments : iterable of Segment
+        Segments of one or many traces.
+
+    Returns
+    -------
+    dict
+        ``n_segments``, ``n_traces``, ``segments_per_trace`` (mean), and over ``n_tokens``:
+        ``median``, ``p5``, ``p95``, ``max``, ``mean``. Percentiles use linear interpolation
+        between order statistics (``statistics.quantiles(method="inclusive")``, the same as
+        ``numpy.percentile``'s default). With no segments the length figures are NaN.
+        Reference (the method's corpus): median 16, p5 3, p95 47, max 125.
+    """
+    lengths: list[int] = []
+    traces: set[str] = set()
+    for seg in segments:
+        lengths.append(seg.n_tokens)
+        traces.add(seg.trace_id)
+    nan = float("nan")
+    if not lengths:
+        return {"n_segments": 0, "n_traces": 0, "segments_per_trace": nan, "median": nan, "p5": nan, "p95": nan, "max": nan, "mean": nan}
+    if len(lengths) == 1:
+        p5 = p95 = float(lengths[0])
+    else:
+        q = statistics.quantiles(lengths, n=20, method="inclusive")
+        p5, p95 = q[0], q[18]
+    return {
+        "n_segments": len(lengths),
+        "n_traces": len(traces),
+        "segments_per_trace": len(lengths) / len(traces),
+        "median": float(statistics.median(lengths)),
+        "p5": float(p5),
+        "p95": float(p95),
+        "max": float(max(lengths)),
+        "mean": float(statistics.fmean(lengths)),
+    }

@@ -1,0 +1,524 @@
+"""Unit tests of the segmenter: pitfall cases, edge cases, the cap, token counters, stats.
+
+Expected values come from the pitfall files (../shared/pitfalls/SEG-0*.json, copied below
+with their exact values), from hand counting, or from numpy; never from the segmenter.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ror_annotate.errors import ConfigError, SegmentationError
+from ror_annotate.records import Segment
+from ror_annotate.segment import (
+    APPROX_COUNTER_NAME,
+    SEGMENTER_NAME,
+    SOFT_MAX_TOKENS,
+    ApproxTokenCounter,
+    Segmenter,
+    check_segments,
+    find_protected_spans,
+    make_token_counter,
+    segment_stats,
+    segment_text,
+)
+
+SHARED = Path(__file__).resolve().parents[2] / "shared"
+
+
+# --------------------------------------------------------------------------- helpers
+def assert_invariants(text: str, segments: list[Segment], *, max_tokens: int | None = None) -> None:
+    """Independent check of the offset invariants (a coverage mask, not the module's checker)."""
+    covered = [False] * len(text)
+    prev_end = 0
+    for i, seg in enumerate(segments):
+        assert seg.segment_index == i
+        assert text[seg.char_start : seg.char_end] == seg.text
+        assert seg.text.strip() == seg.text and seg.text, f"segment {i} {seg.text!r} has edge whitespace or is empty"
+        assert seg.char_start >= prev_end, "segments overlap or are out of order"
+        prev_end = seg.char_end
+        for k in range(seg.char_start, seg.char_end):
+            covered[k] = True
+        if max_tokens is not None:
+            assert seg.n_tokens <= max_tokens, f"segment {i} has {seg.n_tokens} > {max_tokens} tokens"
+    missing = [k for k, ch in enumerate(text) if not covered[k] and not ch.isspace()]
+    assert not missing, f"non-whitespace characters outside every segment at {missing[:10]}"
+
+
+def starts(segments: list[Segment]) -> list[int]:
+    return [s.char_start for s in segments]
+
+
+def boundaries(segments: list[Segment]) -> set[int]:
+    return {s.char_start for s in segments} | {s.char_end for s in segments}
+
+
+def texts(segments: list[Segment]) -> list[str]:
+    return [s.text for s in segments]
+
+
+# --------------------------------------------------------------------------- pitfalls SEG-01..03
+PITFALLS = {
+    "SEG-01": {
+        "text": "The width is approx. 12 units, i.e. about 3.5 cm wide. So the area doubles, e.g. from 6 to 12.",
+        "required_segment_starts": [0, 55],
+        "forbidden_segment_starts": [21, 36, 44, 81],
+        "protected_spans_no_boundary_inside": [[13, 23], [31, 41], [42, 45], [76, 85]],
+        "reference_sentences": [[0, 54], [55, 94]],
+    },
+    "SEG-02": {
+        "text": "Steps:\n1. Expand the square.\n2. Collect like terms.\nSo the answer is 12.",
+        "required_segment_starts": [0, 7, 29, 52],
+        "forbidden_segment_starts": [10, 32],
+        "protected_spans_no_boundary_inside": [[7, 16], [29, 39]],
+        "reference_sentences": [[0, 6], [7, 28], [29, 51], [52, 72]],
+    },
+    "SEG-03": {
+        "text": "So x = 4.\n\nWait, that is wrong.  \n  Let me redo it...\n\n\nFinal: x = 5.",
+        "required_segment_starts": [0, 11, 36, 56],
+        "forbidden_segment_starts": [9, 31, 53],
+        "protected_spans_no_boundary_inside": [[48, 53]],
+        "reference_sentences": [[0, 9], [11, 31], [36, 53], [56, 69]],
+    },
+}
+
+
+@pytest.mark.parametrize("case_id", sorted(PITFALLS))
+def test_pitfall_cases(case_id: str) -> None:
+    case = PITFALLS[case_id]
+    text = case["text"]
+    segs = segment_text(text, trace_id=case_id)
+    assert_invariants(text, segs)
+    got = set(starts(segs))
+    assert set(case["required_segment_starts"]) <= got, f"missing starts {set(case['required_segment_starts']) - got}"
+    assert not set(case["forbidden_segment_starts"]) & got
+    cuts = boundaries(segs)
+    for a, b in case["protected_spans_no_boundary_inside"]:
+        assert not {c for c in cuts if a < c < b}, f"boundary inside protected span [{a}, {b}) {text[a:b]!r}"
+    # Clause splits are allowed, but no segment may cross a reference sentence boundary.
+    for a, b in case["reference_sentences"]:
+        assert a in got
+        assert b in {s.char_end for s in segs}
+
+
+@pytest.mark.parametrize("case_id", sorted(PITFALLS))
+def test_pitfall_copies_match_the_shared_files(case_id: str) -> None:
+    path = SHARED / "pitfalls" / f"{case_id}.json"
+    if not path.is_file():
+        pytest.skip(f"{path} not present")
+    data = json.loads(path.read_text(encoding="utf-8"))
+    case = PITFALLS[case_id]
+    assert data["input"]["text"] == case["text"]
+    for key in ("required_segment_starts", "forbidden_segment_starts", "protected_spans_no_boundary_inside", "reference_sentences"):
+        assert data["expected"][key] == case[key], key
+
+
+# --------------------------------------------------------------------------- abbreviations
+@pytest.mark.parametrize(
+    "text",
+    [
+        "It costs approx. 12 dollars in total here.",
+        "We need all parts incl. the screws and bolts.",
+        "Compare method A vs. method B on this input.",
+        "Use a known identity, cf. the earlier step above.",
+        "Apples, pears, etc. and other fruit are here.",
+        "Some value, e.g. Newton's constant, is needed.",
+        "A prime, i.e. One with two divisors, is needed.",
+        "By Eq. 3 we get the bound we wanted.",
+        "From Fig. 2 the slope is clearly positive.",
+        "As in Thm. 4 the sum converges quickly.",
+        "Ask Dr. Smith about the integral again.",
+        "The options are A. 0.85 and B. 1.65 here.",
+        "Differentiate w.r.t. X and then simplify it.",
+    ],
+)
+def test_no_split_after_abbreviation(text: str) -> None:
+    segs = segment_text(text)
+    assert_invariants(text, segs)
+    assert texts(segs) == [text]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("No. That is wrong.", ["No.", "That is wrong."]),
+        ("We list apples, pears, etc. Then we sum them.", ["We list apples, pears, etc.", "Then we sum them."]),
+        ("The answer is x. Then y follows.", ["The answer is x.", "Then y follows."]),
+        ("Is it 5? Yes. It is!", ["Is it 5?", "Yes.", "It is!"]),
+        ("Then $y=3$. Next we add.", ["Then $y=3$.", "Next we add."]),
+        ("He said \"stop.\" Then he left.", ["He said \"stop.\"", "Then he left."]),
+        ("We go. \"Quote.\" Next one.", ["We go.", "\"Quote.\"", "Next one."]),
+    ],
+)
+def test_sentence_ends_that_must_split(text: str, expected: list[str]) -> None:
+    segs = segment_text(text)
+    assert_invariants(text, segs)
+    assert texts(segs) == expected
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "The value is 3.14 and the next is 2.718 exactly.",
+        "So 5! / (2! * 3!) equals ten in the end.",
+        "There are 5! ways to order them all here.",
+        "See file config.yaml or example.com for it.",
+        "Let me think... then the sum is seven.",
+    ],
+)
+def test_no_split_inside_numbers_names_and_lowercase_continuations(text: str) -> None:
+    assert texts(segment_text(text)) == [text]
+
+
+# --------------------------------------------------------------------------- enumerators and lines
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("1) First item.\n2) Second item.", ["1) First item.", "2) Second item."]),
+        ("(a) Alpha case.\n(b) Beta case.", ["(a) Alpha case.", "(b) Beta case."]),
+        ("- First point.\n- Second point.", ["- First point.", "- Second point."]),
+        ("\\- C3H8(g): -103.8 kJ/mol\n\\- CO2(g): -394.4 kJ/mol", ["\\- C3H8(g): -103.8 kJ/mol", "\\- CO2(g): -394.4 kJ/mol"]),
+        ("iv. Fourth case.\nv. Fifth case.", ["iv. Fourth case.", "v. Fifth case."]),
+        ("### Step 2. Solve it\nNow solve.", ["### Step 2. Solve it", "Now solve."]),
+        ("**1.** Expand it.", ["**1.** Expand it."]),
+    ],
+)
+def test_enumerators_stay_with_their_item(text: str, expected: list[str]) -> None:
+    segs = segment_text(text)
+    assert_invariants(text, segs)
+    assert texts(segs) == expected
+
+
+def test_crlf_and_unicode_line_breaks() -> None:
+    text = "First line.\r\nSecond line.\r\n\r\nThird\u2028Fourth.\rFifth."
+    segs = segment_text(text)
+    assert_invariants(text, segs)
+    assert texts(segs) == ["First line.", "Second line.", "Third", "Fourth.", "Fifth."]
+    assert starts(segs) == [text.index(w) for w in ("First", "Second", "Third", "Fourth", "Fifth")]
+
+
+def test_ellipsis_before_line_break_and_unicode_ellipsis() -> None:
+    text = "Let me redo it…\n\nFinal: x = 5. Maybe… Actually no."
+    segs = segment_text(text)
+    assert texts(segs) == ["Let me redo it…", "Final: x = 5.", "Maybe…", "Actually no."]
+
+
+def test_cjk_sentence_enders() -> None:
+    text = "你好。我很好！谢谢？ 好的。"
+    segs = segment_text(text)
+    assert_invariants(text, segs)
+    assert texts(segs) == ["你好。", "我很好！", "谢谢？", "好的。"]
+    assert starts(segs) == [0, 3, 7, 11]
+
+
+def test_emoji_offsets_are_code_points() -> None:
+    text = "Nice 😀 result. Next 👍🏽 step 👨\u200d👩\u200d👧 done."
+    segs = segment_text(text)
+    assert_invariants(text, segs)
+    assert texts(segs) == ["Nice 😀 result.", "Next 👍🏽 step 👨\u200d👩\u200d👧 done."]
+    assert starts(segs) == [0, text.index("Next")]
+
+
+# --------------------------------------------------------------------------- math and code
+def test_protected_spans_found() -> None:
+    text = "a \\( x. Y \\) b $y. Z$ c $$p.\nQ$$ d \\[r. S\\] e `k. L` f\n```\ng. H\n```\nz"
+    spans = [text[s:e] for s, e in find_protected_spans(text)]
+    assert spans == ["\\( x. Y \\)", "$y. Z$", "$$p.\nQ$$", "\\[r. S\\]", "`k. L`", "```\ng. H\n```"]
+
+
+def test_dollar_amounts_are_not_math() -> None:
+    assert find_protected_spans("It costs $5 and $10 in total.") == []
+
+
+def test_unclosed_math_does_not_cross_a_blank_line() -> None:
+    text = "Start \\[ x = 1.\n\nNext para. Another one."
+    assert find_protected_spans(text) == []
+    assert texts(segment_text(text)) == ["Start \\[ x = 1.", "Next para.", "Another one."]
+
+
+def test_no_split_inside_inline_and_display_math() -> None:
+    text = (
+        "We have \\( a = 1. B = 2 \\) here. Then $x. Y$ too.\n"
+        "\\[\nE = mc^2. \\quad F = ma\n\\]\n"
+        "$$\na; so b\n$$\n"
+        "\\begin{align}\nx &= 1. \\\\\ny &= 2\n\\end{align}\nDone."
+    )
+    segs = segment_text(text)
+    assert_invariants(text, segs)
+    assert texts(segs) == [
+        "We have \\( a = 1. B = 2 \\) here.",
+        "Then $x. Y$ too.",
+        "\\[\nE = mc^2. \\quad F = ma\n\\]",
+        "$$\na; so b\n$$",
+        "\\begin{align}\nx &= 1. \\\\\ny &= 2\n\\end{align}",
+        "Done.",
+    ]
+
+
+def test_code_fence_is_one_segment() -> None:
+    text = "Code:\n```python\nx = 1. \ny = 2\n\nprint(x); so\n```\nAfter it."
+    segs = segment_text(text)
+    assert_invariants(text, segs)
+    assert texts(segs) == ["Code:", "```python\nx = 1. \ny = 2\n\nprint(x); so\n```", "After it."]
+
+
+def test_unclosed_code_fence_runs_to_the_end_but_cap_still_holds() -> None:
+    body = "\n".join(f"line {i}. value = {i * 7};" for i in range(200))
+    text = "Intro.\n```\n" + body
+    segs = segment_text(text, max_tokens=50)
+    assert_invariants(text, segs, max_tokens=50)
+    assert segs[0].text == "Intro."
+
+
+# --------------------------------------------------------------------------- clauses
+def test_clause_split_at_discourse_markers() -> None:
+    text = "Let me see what we have, so the value is 5; but then again it could be 7, but wait, that contradicts the earlier step."
+    segs = segment_text(text)
+    assert_invariants(text, segs)
+    assert texts(segs) == [
+        "Let me see what we have,",
+        "so the value is 5;",
+        "but then again it could be 7,",
+        "but wait, that contradicts the earlier step.",
+    ]
+
+
+def test_short_interjections_stay_whole() -> None:
+    for text in ("Wait, that is wrong.", "Hmm, but why?", "So, x = 4.", "Alternatively, use symmetry."):
+        assert texts(segment_text(text)) == [text]
+
+
+def test_clause_marker_inside_math_is_ignored() -> None:
+    text = "We now check the identity \\( a + b, so + c; but = d \\) for every value of n that we have listed."
+    assert texts(segment_text(text)) == [text]
+
+
+def test_long_sentence_is_split_at_weaker_clause_punctuation() -> None:
+    clause = "the next term of the sequence is obtained from the previous one by adding the index"
+    text = ", ".join([clause] * 6) + "."  # 6 clauses of 17 tokens (16 words + comma) = 102 tokens
+    segs = segment_text(text)
+    assert_invariants(text, segs)
+    assert len(segs) >= 3
+    assert all(s.n_tokens <= SOFT_MAX_TOKENS for s in segs)
+    assert all(s.text.startswith("the next term") for s in segs)  # every cut is after a ", "
+
+
+# --------------------------------------------------------------------------- the hard cap
+@pytest.mark.parametrize("max_tokens", [8, 20, 125])
+def test_cap_on_text_without_punctuation(max_tokens: int) -> None:
+    text = " ".join(f"word{i}" for i in range(600))
+    segs = segment_text(text, max_tokens=max_tokens)
+    assert_invariants(text, segs, max_tokens=max_tokens)
+
+
+def test_cap_prefers_whitespace_outside_math() -> None:
+    math = "\\( " + " + ".join(f"x_{i}" for i in range(5)) + " \\)"  # about 20 tokens, under the cap
+    text = " ".join(["alpha"] * 30 + [math] + ["beta"] * 30)
+    segs = segment_text(text, max_tokens=40)
+    assert_invariants(text, segs, max_tokens=40)
+    start = text.index(math)
+    assert not any(start < b < start + len(math) for b in boundaries(segs)), "the cap split the math although whitespace outside it existed"
+
+
+def test_cap_wins_inside_long_math_and_long_tokens() -> None:
+    text = "$" + "+".join(f"x_{i}" for i in range(300)) + "$ and " + "7" * 3000 + " and " + "漢" * 500
+    segs = segment_text(text, max_tokens=30)
+    assert_invariants(text, segs, max_tokens=30)
+
+
+def test_cap_does_not_split_grapheme_clusters() -> None:
+    family = "👨\u200d👩\u200d👧"
+    text = family * 200
+    segs = segment_text(text, max_tokens=10)
+    assert_invariants(text, segs, max_tokens=10)
+    for s in segs:
+        assert s.text.startswith("👨") and s.text.endswith("👧")
+
+
+def test_cap_with_a_real_tokenizer(tmp_path: Path) -> None:
+    counter = make_token_counter(_tiny_tokenizer_file(tmp_path))
+    text = " ".join(["one two three four five six seven."] * 40)
+    segs = Segmenter(max_tokens=12, token_counter=counter).segment(text, "t")
+    assert_invariants(text, segs, max_tokens=12)
+    for s in segs:
+        assert s.n_tokens == len(s.text.split())  # the tiny tokenizer has one token per word
+
+
+def test_max_tokens_too_small() -> None:
+    with pytest.raises(ConfigError, match="max_tokens"):
+        Segmenter(max_tokens=3)
+
+
+def test_very_long_single_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Lines longer than SPACY_CHUNK_CHARS go to spaCy in chunks; use a small chunk to keep it fast.
+    import ror_annotate.segment as seg_mod
+
+    monkeypatch.setattr(seg_mod, "SPACY_CHUNK_CHARS", 500)
+    text = "This is one sentence of a very long line. " * 400
+    segs = segment_text(text)
+    assert_invariants(text, segs, max_tokens=125)
+    assert texts(segs) == ["This is one sentence of a very long line."] * 400
+
+
+@pytest.mark.slow
+def test_text_longer_than_spacy_max_length() -> None:
+    paragraph = "So the sum is 12. Wait, let me check it again.\n\n"
+    text = paragraph * (1_000_001 // len(paragraph) + 1)
+    assert len(text) > 1_000_000
+    segs = segment_text(text)
+    assert len(segs) == 2 * (len(text) // len(paragraph))
+    check_segments(text, segs)
+
+
+def test_whitespace_only_text_gives_no_segments() -> None:
+    assert segment_text(" \n\t\r\n ") == []
+    assert segment_text("") == []
+
+
+# --------------------------------------------------------------------------- invariant checker
+def _seg(text: str, s: int, e: int, i: int = 0) -> Segment:
+    return Segment(trace_id="t", segment_index=i, char_start=s, char_end=e, text=text[s:e], n_tokens=1)
+
+
+def test_check_segments_rejects_bad_segmentations() -> None:
+    text = "ab cd ef"
+    check_segments(text, [_seg(text, 0, 2, 0), _seg(text, 3, 8, 1)])
+    with pytest.raises(SegmentationError, match="in no segment"):
+        check_segments(text, [_seg(text, 0, 2, 0), _seg(text, 6, 8, 1)])
+    with pytest.raises(SegmentationError, match="overlaps"):
+        check_segments(text, [_seg(text, 0, 5, 0), _seg(text, 3, 8, 1)])
+    with pytest.raises(SegmentationError, match="whitespace"):
+        check_segments(text, [_seg(text, 0, 3, 0), _seg(text, 3, 8, 1)])
+    with pytest.raises(SegmentationError, match="segment_index"):
+        check_segments(text, [_seg(text, 0, 2, 0), _seg(text, 3, 8, 5)])
+    with pytest.raises(SegmentationError, match="does not equal"):
+        check_segments(text, [Segment(trace_id="t", segment_index=0, char_start=0, char_end=2, text="xx", n_tokens=1), _seg(text, 3, 8, 1)])
+    with pytest.raises(SegmentationError, match="in no segment"):
+        check_segments(text, [_seg(text, 0, 2, 0)])
+
+
+def test_segmenter_raises_instead_of_returning_bad_segments(monkeypatch: pytest.MonkeyPatch) -> None:
+    seg = Segmenter()
+    monkeypatch.setattr(seg, "_spans_with_counts", lambda text: [(0, 3, 1)])  # drops the rest of the text
+    with pytest.raises(SegmentationError, match="in no segment"):
+        seg.segment("abc def", "t")
+
+
+# --------------------------------------------------------------------------- token counters
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("", 0),
+        ("Hello world", 2),  # "Hello", " world"
+        ("1234567", 3),  # digit runs in groups of 3: 123 456 7
+        ("you're", 2),  # "you", "'re"
+        ("internationalization", 2),  # 20 letters: 1 + (20 - 1) // 10
+        ("你好", 2),  # one per CJK character
+        ("x = 3.14", 6),  # "x", " =", " ", "3", ".", "14"
+        ("\\frac{a}", 3),  # cl100k pre-tokens: "\\frac" (one non-letter + letters), "{a", "}"
+        ("))))", 2),  # one symbol run of 4: 1 + (4 - 1) // 2
+    ],
+)
+def test_approx_counter_by_hand(text: str, expected: int) -> None:
+    assert ApproxTokenCounter().count(text) == expected
+
+
+def _tiny_tokenizer_file(tmp_path: Path) -> Path:
+    """A word-level tokenizer with [CLS]/[SEP] added by its post-processor (built offline)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+
+    words = "one two three four five six seven seven. hello world".split()
+    vocab = {"[UNK]": 0, "[CLS]": 1, "[SEP]": 2, **{w: i + 3 for i, w in enumerate(dict.fromkeys(words))}}
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.post_processor = processors.TemplateProcessing(single="[CLS] $A [SEP]", special_tokens=[("[CLS]", 1), ("[SEP]", 2)])
+    path = tmp_path / "tok" / "tokenizer.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tok.save(str(path))
+    return path
+
+
+def test_hf_counter_from_file_dir_and_objects(tmp_path: Path) -> None:
+    from tokenizers import Tokenizer
+    from transformers import PreTrainedTokenizerFast
+
+    path = _tiny_tokenizer_file(tmp_path)
+    tok = Tokenizer.from_file(str(path))
+    assert len(tok.encode("hello world").ids) == 4  # with [CLS] and [SEP]
+    for spec in (path, str(path), str(path.parent), tok, PreTrainedTokenizerFast(tokenizer_object=tok)):
+        counter = make_token_counter(spec)
+        assert counter.count("hello world") == 2, spec  # special tokens are not counted
+        assert counter.count("hello unknownword world") == 3
+        assert counter.count("") == 0
+        assert counter.name and counter.name != APPROX_COUNTER_NAME
+    assert make_token_counter(str(path)).name == str(path)
+
+
+def test_make_token_counter_defaults_and_errors(tmp_path: Path) -> None:
+    assert make_token_counter(None).name == APPROX_COUNTER_NAME
+    assert make_token_counter("approx").name == APPROX_COUNTER_NAME
+    bad = tmp_path / "tokenizer.json"
+    bad.write_text("{not json", encoding="utf-8")
+    with pytest.raises(ConfigError, match="cannot load tokenizer file"):
+        make_token_counter(str(bad))
+    with pytest.raises(ConfigError, match="cannot load tokenizer"):
+        make_token_counter(str(tmp_path / "no-such-tokenizer-dir"))
+    with pytest.raises(ConfigError, match="not a Hugging Face fast tokenizer"):
+        make_token_counter(object())
+
+
+def test_segments_carry_counts_and_provenance() -> None:
+    seg = Segmenter()
+    assert seg.name == SEGMENTER_NAME
+    assert seg.token_counter.name == APPROX_COUNTER_NAME
+    text = "So the answer is 12. Wait, is that right?"
+    for s in seg.segment(text, "trace-1"):
+        assert s.trace_id == "trace-1"
+        assert s.n_tokens == ApproxTokenCounter().count(s.text)
+
+
+# --------------------------------------------------------------------------- stats
+def test_segment_stats_against_numpy() -> None:
+    lengths = [3, 5, 8, 13, 21, 34, 55, 89, 1, 2, 16]
+    segs = [Segment(trace_id=f"t{i % 3}", segment_index=i, char_start=0, char_end=1, text="x", n_tokens=n) for i, n in enumerate(lengths)]
+    stats = segment_stats(segs)
+    assert stats["n_segments"] == 11
+    assert stats["n_traces"] == 3
+    assert stats["segments_per_trace"] == pytest.approx(11 / 3)
+    assert stats["median"] == pytest.approx(float(np.median(lengths)))
+    assert stats["p5"] == pytest.approx(float(np.percentile(lengths, 5)))
+    assert stats["p95"] == pytest.approx(float(np.percentile(lengths, 95)))
+    assert stats["max"] == 89
+    assert stats["mean"] == pytest.approx(float(np.mean(lengths)))
+
+
+def test_segment_stats_degenerate() -> None:
+    empty = segment_stats([])
+    assert empty["n_segments"] == 0 and math.isnan(empty["median"]) and math.isnan(empty["p95"])
+    one = segment_stats([Segment(trace_id="t", segment_index=0, char_start=0, char_end=1, text="x", n_tokens=7)])
+    assert (one["median"], one["p5"], one["p95"], one["max"]) == (7, 7, 7, 7)
+
+
+# --------------------------------------------------------------------------- property test
+_PIECES = st.sampled_from(
+    [
+        "word", "So", "Wait,", "Hmm,", "but", ", so ", "; ", ". ", "? ", "! ", "...", "…", " ", "  ", "\n", "\n\n", "\r\n",
+        "\t", "$", "$$", "\\(", "\\)", "\\[", "\\]", "```", "`", "3.14", "1.", "(a)", "- ", "e.g.", "approx.", "No.",
+        "😀", "👨\u200d👩\u200d👧", "漢字", "。", "！", "？", "\u3000", "é", "e\u0301", "x^2", "\\frac{1}{2}", "{", "}",
+    ]
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(_PIECES, min_size=0, max_size=80), st.sampled_from([8, 16, 125]))
+def test_invariants_on_random_text(pieces: list[str], max_tokens: int) -> None:
+    text = "".join(pieces)
+    segs = segment_text(text, max_tokens=max_tokens)
+    assert_invariants(text, segs, max_tokens=max_tokens)
