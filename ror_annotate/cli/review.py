@@ -1,0 +1,212 @@
+"""``ror review``: the human review queue in Label Studio (create, push, pull, status, adjudicate, serve).
+
+The Label Studio API key is read from ``$LABEL_STUDIO_API_KEY`` only (never an option, never stored);
+the server from ``--url`` / ``$LABEL_STUDIO_URL`` (default ``http://127.0.0.1:8089``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from ..errors import ReviewError
+from .app import DEFAULT_DB_PATH, DbOption, LockTimeoutOption, app, console, err_console, open_store
+
+review_app = typer.Typer(
+    help="Human review in Label Studio: sample a study, push it, pull labels, adjudicate disagreements.",
+    no_args_is_help=True,
+)
+app.add_typer(review_app, name="review")
+
+StudyArg = Annotated[str, typer.Argument(help="Study name.", show_default=False)]
+UrlOption = Annotated[
+    str | None,
+    typer.Option("--url", envvar="LABEL_STUDIO_URL", help="Label Studio server (env LABEL_STUDIO_URL; default http://127.0.0.1:8089). The API key is read from LABEL_STUDIO_API_KEY."),
+]
+
+
+def _client(url: str | None):
+    from ..review.labelstudio import LabelStudioClient
+
+    return LabelStudioClient(url)
+
+
+def _tracked(store, command: str, parameters: dict[str, Any]):
+    from ..store import scrub_secrets
+
+    return store.start_run(command, scrub_secrets(parameters))
+
+
+@review_app.command("create")
+def create(
+    name: StudyArg,
+    annotator: Annotated[list[str], typer.Option("--annotator", "-a", help="An annotator's Label Studio account e-mail (repeat). Only a salted pseudonym reaches the labels.")],
+    strategy: Annotated[str, typer.Option("--strategy", help="random | stratified (by judge label) | disagreement (judges disagree / low confidence first) | trace (whole traces).")] = "random",
+    n: Annotated[int | None, typer.Option("--n", min=1, help="Segments to sample (all strategies but trace).")] = None,
+    traces: Annotated[int | None, typer.Option("--traces", min=1, help="Whole traces to sample (trace strategy).")] = None,
+    ci_width: Annotated[float | None, typer.Option("--ci-width", help="Instead of --n: sample enough segments for a 95% CI of this total width on an agreement rate (Wald, p = 0.5).")] = None,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of sampling and assignment.")] = 0,
+    overlap: Annotated[int, typer.Option("--overlap", min=1, help="Annotators per segment (per trace in span mode).")] = 2,
+    blind: Annotated[bool, typer.Option("--blind/--show-judge", help="Blind: annotators never see the judge label. --show-judge pre-selects it as a prediction.")] = True,
+    mode: Annotated[str, typer.Option("--mode", help="segment (one task per segment) or span (one task per trace, segments as regions).")] = "segment",
+    codebook: Annotated[str, typer.Option("--codebook", help="Versioned codebook name.")] = "six-behaviors@v1",
+    judge_annotator: Annotated[str | None, typer.Option("--judge-annotator", help="Which judge's labels are 'the judge' (shown, stratified by), e.g. baseline:cue-v1 or openai:gpt-4.1-mini.")] = None,
+    compare: Annotated[list[str] | None, typer.Option("--compare", help="Judge annotators compared by the disagreement strategy (repeat; default all).")] = None,
+    adjudicator: Annotated[str | None, typer.Option("--adjudicator", help="The adjudicator's Label Studio account e-mail.")] = None,
+    context_chars: Annotated[int, typer.Option("--context-chars", min=0, help="Trace context shown on each side of a segment, in characters.")] = 1200,
+    trace_id: Annotated[list[str] | None, typer.Option("--trace-id", help="Restrict sampling to these traces (repeat).")] = None,
+    db: DbOption = DEFAULT_DB_PATH,
+    lock_timeout: LockTimeoutOption = 10.0,
+) -> None:
+    """Sample a study's segments and assign them to annotators (overlap and blinding by construction)."""
+    from ..review.studies import assignments, create_study, sample_size_for_ci_width
+
+    if ci_width is not None:
+        if n is not None:
+            raise ReviewError("give either --n or --ci-width, not both")
+        n = sample_size_for_ci_width(ci_width)
+        console.print(f"--ci-width {ci_width}: sampling {n} segments (Wald, p = 0.5, 95%)")
+    with open_store(db, lock_timeout) as store:
+        study = create_study(
+            store, name, annotators=annotator, strategy=strategy, n=n, n_traces=traces, seed=seed, overlap=overlap,
+            blind=blind, mode=mode, codebook=codebook, judge_annotator=judge_annotator, compare_annotators=compare,
+            adjudicator=adjudicator, context_chars=context_chars, trace_ids=trace_id,
+        )
+        from ..review.studies import study_items, study_people
+
+        items = study_items(store, name)
+        table = Table(title=f"study {name}: {len(items)} segments, {study.mode} mode, {'blind' if study.blind else 'judge shown'}, overlap {study.overlap}")
+        table.add_column("annotator")
+        table.add_column("segments", justify="right")
+        for person in study_people(store, name):
+            table.add_row(person, str(len(assignments(store, name, person))))
+        console.print(table)
+        console.print(f"codebook {study.codebook_name} ({study.codebook_version[:12]}), strategy {study.strategy}, seed {study.seed}"
+                      + (f", judge {study.judge_annotator}" if study.judge_annotator else ""))
+
+
+@review_app.command("push")
+def push(
+    name: StudyArg,
+    url: UrlOption = None,
+    restore_config: Annotated[bool, typer.Option("--restore-config", help="Put back the study's labeling config if it was edited in the UI.")] = False,
+    db: DbOption = DEFAULT_DB_PATH,
+    lock_timeout: LockTimeoutOption = 10.0,
+) -> None:
+    """Create or reuse each annotator's Label Studio project and import missing tasks (never duplicates)."""
+    from ..review.studies import person_email
+    from ..review.sync import push_study
+
+    client = _client(url)
+    with open_store(db, lock_timeout) as store:
+        run = _tracked(store, "review push", {"study": name, "url": client.url})
+        try:
+            report = push_study(store, name, client, restore_config=restore_config)
+        except BaseException:
+            store.finish_run(run.run_id, status="failed")
+            raise
+        store.finish_run(run.run_id, counts={"tasks_created": report.tasks_created, "tasks_total": report.tasks_total})
+        table = Table(title=f"study {name} on {client.url}")
+        for col in ("annotator", "e-mail (private)", "project", "new tasks", "tasks"):
+            table.add_column(col)
+        for person, pid, purl, created, total in report.projects:
+            table.add_row(person, person_email(store, person), purl, str(created), str(total))
+        console.print(table)
+        console.print("Give each annotator only their own project link.")
+
+
+@review_app.command("pull")
+def pull(name: StudyArg, url: UrlOption = None, db: DbOption = DEFAULT_DB_PATH, lock_timeout: LockTimeoutOption = 10.0) -> None:
+    """Import annotations (idempotent): human labels, skips, and adjudications."""
+    from ..review.sync import pull_study
+
+    client = _client(url)
+    with open_store(db, lock_timeout) as store:
+        run = _tracked(store, "review pull", {"study": name, "url": client.url})
+        try:
+            report = pull_study(store, name, client, run_id=run.run_id)
+        except BaseException:
+            store.finish_run(run.run_id, status="failed")
+            raise
+        counts = {"labels_written": report.labels_written, "labels_unchanged": report.labels_unchanged,
+                  "labels_removed": report.labels_removed, "skips": report.skips, "rejected": len(report.rejected)}
+        store.finish_run(run.run_id, counts=counts)
+        console.print(", ".join(f"{k.replace('_', ' ')} {v}" for k, v in counts.items()))
+        for reason in report.rejected[:20]:
+            err_console.print(f"[yellow]rejected[/]: {reason}", highlight=False, soft_wrap=True)
+
+
+@review_app.command("status")
+def status(name: StudyArg, db: DbOption = DEFAULT_DB_PATH, lock_timeout: LockTimeoutOption = 10.0) -> None:
+    """Progress per annotator (as of the last pull; works offline)."""
+    from ..review.adjudicate import disagreements
+    from ..review.studies import load_study
+    from ..review.sync import study_status
+
+    with open_store(db, lock_timeout) as store:
+        study = load_study(store, name)
+        rows = study_status(store, name)
+        n_dis = len(disagreements(store, name))
+    table = Table(title=f"study {name} ({study.state}, {study.mode} mode, {'blind' if study.blind else 'judge shown'}, overlap {study.overlap})")
+    for col, just in (("annotator", "left"), ("role", "left"), ("assigned", "right"), ("labeled", "right"), ("skipped", "right"),
+                      ("remaining", "right"), ("rejected", "right"), ("project", "right"), ("last pull (UTC)", "left")):
+        table.add_column(col, justify=just)  # type: ignore[arg-type]
+    for r in rows:
+        table.add_row(r.pseudonym, r.role, str(r.assigned), str(r.labeled), str(r.skipped), str(r.remaining), str(r.rejected),
+                      str(r.project_id or "-"), r.last_pull_at.strftime("%Y-%m-%d %H:%M") if r.last_pull_at else "never")
+    console.print(table)
+    console.print(f"segments where annotators disagree: {n_dis}")
+
+
+@review_app.command("adjudicate")
+def adjudicate(
+    name: StudyArg,
+    adjudicator: Annotated[str | None, typer.Option("--adjudicator", help="The adjudicator's Label Studio account e-mail (first time, unless set at create).")] = None,
+    show_judge: Annotated[bool, typer.Option("--show-judge/--hide-judge", help="Show the judge's label (marked as the judge) to the adjudicator.")] = True,
+    url: UrlOption = None,
+    db: DbOption = DEFAULT_DB_PATH,
+    lock_timeout: LockTimeoutOption = 10.0,
+) -> None:
+    """Send disagreements to the adjudication project and pull the adjudicator's choices."""
+    from ..review.adjudicate import adjudicate_study
+
+    client = _client(url)
+    with open_store(db, lock_timeout) as store:
+        run = _tracked(store, "review adjudicate", {"study": name, "url": client.url, "show_judge": show_judge})
+        try:
+            report = adjudicate_study(store, name, client, adjudicator=adjudicator, show_judge=show_judge, run_id=run.run_id)
+        except BaseException:
+            store.finish_run(run.run_id, status="failed")
+            raise
+        store.finish_run(run.run_id, counts={"disagreements": report.disagreements, "tasks_created": report.tasks_created})
+    console.print(f"{report.disagreements} disagreements, {report.tasks_created} new adjudication tasks: {report.project_url}")
+    console.print(f"pulled: {report.pull.labels_written} labels written, {report.pull.labels_unchanged} unchanged")
+
+
+@review_app.command("serve")
+def serve(
+    script: Annotated[Path | None, typer.Option("--script", help="Path to scripts/labelstudio.sh (default: found from the current directory up).")] = None,
+    action: Annotated[str, typer.Argument(help="install | start | stop | status | env")] = "start",
+) -> None:
+    """Install, start or stop the local Label Studio server (runs scripts/labelstudio.sh)."""
+    if action not in ("install", "start", "stop", "status", "env"):
+        raise ReviewError(f"unknown action {action!r}: use install, start, stop, status or env")
+    path = script or _find_script()
+    bash = shutil.which("bash")
+    if bash is None:
+        raise ReviewError("bash is needed to run scripts/labelstudio.sh")
+    raise typer.Exit(subprocess.call([bash, str(path), action], env=os.environ.copy()))
+
+
+def _find_script() -> Path:
+    for base in [Path.cwd(), *Path.cwd().parents, Path(__file__).resolve().parents[2]]:
+        candidate = base / "scripts" / "labelstudio.sh"
+        if candidate.is_file():
+            return candidate
+    raise ReviewError("scripts/labelstudio.sh not found from the current directory: run from the ror_annotate checkout or pass --script")

@@ -1,0 +1,167 @@
+"""Adjudication: settle human disagreements, and the reference label of every reviewed segment.
+
+``adjudicate_study`` sends every segment of a study whose human labels disagree to one adjudication
+project (shown with all labels given, humans by pseudonym and the judge marked as such), then pulls
+the adjudicator's choices as ``source="adjudicated"`` labels (annotator ``"adjudicator:<pseudonym>"``).
+
+:func:`reference_labels` is the one definition of the study's reference label that exports and
+``ror agree`` should use: the adjudicated label where there is one, else the humans' label when
+they all agree; segments still in dispute have none.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+from ..errors import ConfigError, ReviewError
+from ..records import Label
+from .labelstudio import LabelStudioClient
+from .studies import ensure_tables, load_study, register_person, study_items, update_study
+from .sync import (
+    ADJUDICATION_ROLE, PullReport, _get_or_create_project, _project_refs, _record_tasks, _segment_task,
+    _segments_by_trace, _server_tasks, _user_id, judge_labels_for, pull_study,
+)
+from . import config as cfg
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..store import Store
+
+SegmentKey = tuple[str, int]
+
+
+@dataclass(frozen=True)
+class Disagreement:
+    """A segment whose human labels in a study are not unanimous: ``labels`` is ``[(pseudonym, behavior)]``."""
+
+    trace_id: str
+    segment_index: int
+    labels: tuple[tuple[str, str], ...]
+
+
+def disagreements(store: "Store", name: str) -> list[Disagreement]:
+    """Segments of study ``name`` with at least two human labels that are not all the same."""
+    by_key: dict[SegmentKey, list[tuple[str, str]]] = defaultdict(list)
+    for lab in store.labels(source="human", study=name):
+        by_key[(lab.trace_id, lab.segment_index)].append((lab.annotator, lab.label))
+    return [
+        Disagreement(k[0], k[1], tuple(sorted(v)))
+        for k, v in sorted(by_key.items())
+        if len(v) >= 2 and len({lab for _, lab in v}) > 1
+    ]
+
+
+@dataclass
+class AdjudicationReport:
+    """What one ``adjudicate`` call did."""
+
+    disagreements: int
+    tasks_created: int
+    project_id: int
+    project_url: str
+    pull: PullReport
+
+
+def adjudicate_study(
+    store: "Store", name: str, client: LabelStudioClient, *, adjudicator: str | None = None, show_judge: bool = True,
+    run_id: str | None = None,
+) -> AdjudicationReport:
+    """Push new disagreements to the study's adjudication project and pull the adjudications.
+
+    Idempotent: a disagreement already in the project is not pushed again (stable external id
+    ``"<study>/adj/<trace_id>#<index>"``). Pull the annotators' work first (``ror review pull``):
+    disagreements are computed from the stored human labels.
+
+    Parameters
+    ----------
+    adjudicator : str, optional
+        E-mail of the adjudicator's Label Studio account; required the first time unless the study
+        was created with one.
+    show_judge : bool
+        Show the judge's label (marked "judge") to the adjudicator. Turn off to keep the reference
+        independent of the judge when the study measures the judge.
+
+    Raises
+    ------
+    ConfigError
+        No adjudicator known, or a different one than the study's.
+    ReviewError
+        As for push and pull.
+    """
+    ensure_tables(store)
+    study = load_study(store, name)
+    if adjudicator:
+        pseudonym = register_person(store, adjudicator)
+        if study.adjudicator and study.adjudicator != pseudonym:
+            raise ConfigError(f"study {name!r} already has adjudicator {study.adjudicator}; one study has one adjudicator")
+        if pseudonym not in [r[0] for r in store.execute(
+                "SELECT pseudonym FROM review_study_people WHERE study = ? AND role = 'adjudicator'", [name]).fetchall()]:
+            store.execute("INSERT INTO review_study_people VALUES (?, ?, 'adjudicator')", [name, pseudonym])
+        update_study(store, name, adjudicator=pseudonym)
+        study = load_study(store, name)
+    if not study.adjudicator:
+        raise ConfigError(f"study {name!r} has no adjudicator: pass --adjudicator EMAIL (their Label Studio account)")
+    if not _project_refs(store, name):
+        raise ReviewError(f"study {name!r} has not been pushed yet: run `ror review push {name}` and `ror review pull {name}` first")
+    client.whoami()
+    _user_id(store, client, study.adjudicator)
+    items = disagreements(store, name)
+    ref, _ = _get_or_create_project(store, client, study, ADJUDICATION_ROLE, study.adjudicator)
+    judge = judge_labels_for(store, study) if show_judge else {}
+    by_trace = _segments_by_trace(store, {d.trace_id for d in items})
+    tasks: dict[str, dict] = {}
+    for trace in store.iter_traces(sorted(by_trace)):
+        segs = by_trace[trace.trace_id]
+        pos = {s.segment_index: i for i, s in enumerate(segs)}
+        for d in (d for d in items if d.trace_id == trace.trace_id):
+            given = list(d.labels)
+            j = judge.get((d.trace_id, d.segment_index))
+            if j is not None:
+                given.append((f"judge ({j.annotator})", j.label))
+            ext = f"{name}/adj/{d.trace_id}#{d.segment_index}"
+            tasks[ext] = _segment_task(study, trace, segs, pos[d.segment_index], ext, None, labels_html=cfg.labels_html(given))
+    on_server = _server_tasks(client, ref.ls_project_id)
+    missing = [t for ext, t in tasks.items() if ext not in on_server]
+    created = client.import_tasks(ref.ls_project_id, missing) if missing else 0
+    if missing:
+        on_server = _server_tasks(client, ref.ls_project_id)
+    with store.transaction():
+        _record_tasks(store, study, ref, on_server, {})
+    update_study(store, name, state="adjudicating")
+    pull = pull_study(store, name, client, run_id=run_id)
+    return AdjudicationReport(len(items), created, ref.ls_project_id, client.project_url(ref.ls_project_id), pull)
+
+
+@dataclass(frozen=True)
+class ReferenceLabel:
+    """The reference behavior of one reviewed segment and what it rests on."""
+
+    trace_id: str
+    segment_index: int
+    label: str
+    basis: Literal["adjudicated", "unanimous", "single"]
+    n_annotators: int
+
+
+def reference_labels(store: "Store", name: str) -> list[ReferenceLabel]:
+    """The reference label of every segment of study ``name`` that has one.
+
+    Rule: an adjudicated label wins; else the human label if every human who labeled the segment
+    gave it (``basis="unanimous"`` for two or more, ``"single"`` for one). Segments whose humans
+    disagree and that are not adjudicated yet, or that nobody labeled, are left out.
+    """
+    ensure_tables(store)
+    load_study(store, name)
+    humans: dict[SegmentKey, list[Label]] = defaultdict(list)
+    for lab in store.labels(source="human", study=name):
+        humans[(lab.trace_id, lab.segment_index)].append(lab)
+    adjudicated = {(lab.trace_id, lab.segment_index): lab for lab in store.labels(source="adjudicated", study=name)}
+    out = []
+    for key in sorted(set(study_items(store, name))):
+        labs = humans.get(key, [])
+        if key in adjudicated:
+            out.append(ReferenceLabel(key[0], key[1], adjudicated[key].label, "adjudicated", len(labs)))
+        elif labs and len({lab.label for lab in labs}) == 1:
+            out.append(ReferenceLabel(key[0], key[1], labs[0].label, "unanimous" if len(labs) > 1 else "single", len(labs)))
+    return out

@@ -1,0 +1,618 @@
+"""Review studies: which segments humans see, who sees which, and how that is persisted.
+
+A study is a named, persisted record (:class:`Study`) of: the sampled segments (``review_items``),
+the annotators and which items each one gets (``review_assignments``, overlap by construction), blind
+or not, the codebook version, the sampling strategy and its seed, and the study's state.
+
+Sampling strategies are registered by name (:func:`register_strategy`), spaCy-style:
+
+``random``
+    A uniform sample of segments (without replacement).
+``stratified``
+    Stratified by the judge's label with equal allocation per behavior, so rare behaviors are not
+    starved; strata smaller than their share are taken whole and the remainder is redistributed.
+``disagreement``
+    Disagreement first: segments where two judges (or two samples of one judge) disagree, then the
+    segments with the lowest judge confidence, then a random fill.
+``trace``
+    Every segment of ``n_traces`` randomly chosen traces (context-rich studies, span mode).
+
+Every strategy sorts its candidates by ``(trace_id, segment_index)`` before drawing with
+``random.Random(seed)``, so a study is reproducible from its parameters and the store.
+
+Annotator identities: an annotator is given by e-mail (their Label Studio account). Only a
+pseudonym ``"h-" + sha256(salt + ":" + email)[:10]`` (per-store random salt) appears on labels;
+e-mails live only in the private table ``review_people``, which no export reads.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import secrets
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..errors import ConfigError, InputError, ReviewError
+from ..records import BEHAVIORS, Label, sha256_text, utc_now
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..store import Store
+
+SegmentKey = tuple[str, int]
+StudyMode = Literal["segment", "span"]
+StudyState = Literal["created", "pushed", "adjudicating"]
+
+#: Tables of the review stage (component ``"review"`` in ``schema_versions``).
+REVIEW_MIGRATIONS: tuple[str, ...] = (
+    # v1
+    """
+    CREATE TABLE review_meta (key VARCHAR PRIMARY KEY, value VARCHAR NOT NULL);
+    CREATE TABLE review_studies (
+        name VARCHAR PRIMARY KEY,
+        mode VARCHAR NOT NULL,
+        blind BOOLEAN NOT NULL,
+        overlap INTEGER NOT NULL,
+        codebook_name VARCHAR NOT NULL,
+        codebook_version VARCHAR NOT NULL,
+        strategy VARCHAR NOT NULL,
+        seed BIGINT NOT NULL,
+        parameters VARCHAR NOT NULL,
+        judge_annotator VARCHAR,
+        adjudicator VARCHAR,
+        context_chars INTEGER NOT NULL,
+        state VARCHAR NOT NULL,
+        server_url VARCHAR,
+        created_at TIMESTAMP NOT NULL,
+        updated_at TIMESTAMP NOT NULL
+    );
+    -- PRIVATE: e-mails of annotators. Never read by exports, cards or logs.
+    CREATE TABLE review_people (
+        pseudonym VARCHAR PRIMARY KEY,
+        email VARCHAR NOT NULL UNIQUE,
+        ls_user_id INTEGER,
+        server_url VARCHAR
+    );
+    CREATE TABLE review_study_people (
+        study VARCHAR NOT NULL, pseudonym VARCHAR NOT NULL, role VARCHAR NOT NULL,
+        PRIMARY KEY (study, pseudonym, role)
+    );
+    CREATE TABLE review_items (
+        study VARCHAR NOT NULL, trace_id VARCHAR NOT NULL, segment_index INTEGER NOT NULL, item_order INTEGER NOT NULL,
+        PRIMARY KEY (study, trace_id, segment_index)
+    );
+    CREATE TABLE review_assignments (
+        study VARCHAR NOT NULL, pseudonym VARCHAR NOT NULL, trace_id VARCHAR NOT NULL, segment_index INTEGER NOT NULL,
+        PRIMARY KEY (study, pseudonym, trace_id, segment_index)
+    );
+    CREATE TABLE review_projects (
+        study VARCHAR NOT NULL, role VARCHAR NOT NULL, pseudonym VARCHAR NOT NULL,
+        server_url VARCHAR NOT NULL, ls_project_id INTEGER NOT NULL, config_sha256 VARCHAR NOT NULL,
+        created_at TIMESTAMP NOT NULL, last_pull_at TIMESTAMP,
+        PRIMARY KEY (study, role, pseudonym)
+    );
+    CREATE TABLE review_tasks (
+        study VARCHAR NOT NULL, ls_project_id INTEGER NOT NULL, external_id VARCHAR NOT NULL, ls_task_id INTEGER NOT NULL,
+        trace_id VARCHAR NOT NULL, segment_index INTEGER,
+        shown_label VARCHAR, shown_model_version VARCHAR,
+        PRIMARY KEY (ls_project_id, external_id)
+    );
+    CREATE TABLE review_annotations (
+        ls_project_id INTEGER NOT NULL, ls_annotation_id INTEGER NOT NULL,
+        study VARCHAR NOT NULL, role VARCHAR NOT NULL, pseudonym VARCHAR NOT NULL, ls_task_id INTEGER NOT NULL,
+        completed_by INTEGER, updated_at VARCHAR NOT NULL,
+        status VARCHAR NOT NULL, reason VARCHAR, n_labels INTEGER NOT NULL,
+        PRIMARY KEY (ls_project_id, ls_annotation_id)
+    );
+    """,
+)
+
+
+def ensure_tables(store: "Store") -> None:
+    """Create or upgrade the review tables in ``store`` (idempotent)."""
+    store.migrate("review", REVIEW_MIGRATIONS)
+
+
+class Study(BaseModel):
+    """A persisted review study.
+
+    ``overlap`` is the number of annotators who label each item (a segment in ``segment`` mode, a
+    whole trace in ``span`` mode). ``context_chars`` is the trace context shown on each side of a
+    segment, in characters (code points), snapped outward to segment boundaries.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    mode: StudyMode = "segment"
+    blind: bool = True
+    overlap: int = Field(2, ge=1)
+    codebook_name: str
+    codebook_version: str
+    strategy: str
+    seed: int = 0
+    parameters: dict[str, Any] = Field(default_factory=dict)
+    judge_annotator: str | None = None
+    adjudicator: str | None = Field(None, description="Pseudonym of the adjudicator.")
+    context_chars: int = Field(1200, ge=0)
+    state: StudyState = "created"
+    server_url: str | None = None
+    created_at: datetime = Field(default_factory=utc_now)
+    updated_at: datetime = Field(default_factory=utc_now)
+
+
+# ------------------------------------------------------------------------------------ identities
+def _salt(store: "Store") -> str:
+    row = store.execute("SELECT value FROM review_meta WHERE key = 'pseudonym_salt'").fetchone()
+    if row:
+        return row[0]
+    salt = secrets.token_hex(16)
+    store.execute("INSERT INTO review_meta VALUES ('pseudonym_salt', ?)", [salt])
+    return salt
+
+
+def pseudonym_for(store: "Store", email: str) -> str:
+    """The pseudonymous annotator id of ``email`` in this store: ``"h-"`` + 10 hex characters.
+
+    Salted per store (a random salt kept in ``review_meta``), so pseudonyms cannot be reversed by
+    hashing candidate e-mails without the store, and differ between stores.
+    """
+    ensure_tables(store)
+    return "h-" + sha256_text(_salt(store) + ":" + email.strip().lower())[:10]
+
+
+def register_person(store: "Store", email: str) -> str:
+    """Record ``email`` in the private people table and return its pseudonym."""
+    email = email.strip()
+    if "@" not in email:
+        raise InputError(f"annotator {email!r} is not an e-mail address; give the annotator's Label Studio account e-mail")
+    pseudonym = pseudonym_for(store, email)
+    store.execute(
+        "INSERT INTO review_people (pseudonym, email) VALUES (?, ?) ON CONFLICT DO NOTHING", [pseudonym, email.lower()]
+    )
+    return pseudonym
+
+
+def person_email(store: "Store", pseudonym: str) -> str:
+    """The e-mail behind ``pseudonym`` (private; for talking to Label Studio only)."""
+    row = store.execute("SELECT email FROM review_people WHERE pseudonym = ?", [pseudonym]).fetchone()
+    if not row:
+        raise ReviewError(f"no annotator {pseudonym!r} in {store.path}; add them when creating the study (--annotator EMAIL)")
+    return row[0]
+
+
+# ------------------------------------------------------------------------------------ strategies
+class SamplingInput(BaseModel):
+    """What a sampling strategy sees: the candidate segments and the judge labels on them.
+
+    ``segments`` is sorted by ``(trace_id, segment_index)``; ``judge_labels`` maps a segment key to
+    the labels of the judge annotators the study compares (one per annotator, possibly several
+    samples such as ``"openai:m@s2"``).
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    segments: list[SegmentKey]
+    judge_labels: dict[SegmentKey, list[Label]] = Field(default_factory=dict)
+    judge_annotator: str | None = None
+
+
+Strategy = Callable[..., list[SegmentKey]]
+_STRATEGIES: dict[str, Strategy] = {}
+
+
+def register_strategy(name: str) -> Callable[[Strategy], Strategy]:
+    """Decorator: register ``fn(inp: SamplingInput, *, n, n_traces, seed, **options) -> keys`` as ``name``."""
+
+    def deco(fn: Strategy) -> Strategy:
+        _STRATEGIES[name] = fn
+        return fn
+
+    return deco
+
+
+def available_strategies() -> list[str]:
+    """Names of the registered sampling strategies."""
+    return sorted(_STRATEGIES)
+
+
+def get_strategy(name: str) -> Strategy:
+    """The strategy registered as ``name``; :class:`ConfigError` lists the valid names otherwise."""
+    try:
+        return _STRATEGIES[name]
+    except KeyError:
+        raise ConfigError(f"unknown sampling strategy {name!r}. Available strategies: {', '.join(available_strategies())}") from None
+
+
+def _need_n(n: int | None, strategy: str) -> int:
+    if n is None or n < 1:
+        raise ConfigError(f"the {strategy!r} strategy needs a sample size: pass --n N (N >= 1)")
+    return n
+
+
+def _judge_label(inp: SamplingInput, key: SegmentKey) -> Label | None:
+    for lab in inp.judge_labels.get(key, []):
+        if lab.annotator == inp.judge_annotator:
+            return lab
+    return None
+
+
+@register_strategy("random")
+def sample_random(inp: SamplingInput, *, n: int | None, seed: int, **_: Any) -> list[SegmentKey]:
+    """A uniform random sample of ``n`` segments without replacement (all of them if fewer)."""
+    n = _need_n(n, "random")
+    rng = random.Random(seed)
+    return rng.sample(inp.segments, min(n, len(inp.segments)))
+
+
+@register_strategy("stratified")
+def sample_stratified(inp: SamplingInput, *, n: int | None, seed: int, **_: Any) -> list[SegmentKey]:
+    """Stratified by the judge label, equal allocation: ``n / 6`` per behavior.
+
+    A behavior with fewer segments than its share contributes all of them and the shortfall is
+    redistributed equally over the others (repeatedly), so the sample has ``min(n, candidates)``
+    segments. Segments without a judge label are not candidates.
+    """
+    n = _need_n(n, "stratified")
+    if inp.judge_annotator is None:
+        raise ConfigError("the 'stratified' strategy needs judge labels: pass --judge-annotator (e.g. baseline:cue-v1)")
+    strata: dict[str, list[SegmentKey]] = {b: [] for b in BEHAVIORS}
+    for key in inp.segments:
+        lab = _judge_label(inp, key)
+        if lab is not None:
+            strata[lab.label].append(key)
+    if not any(strata.values()):
+        raise ConfigError(f"no segment has a label from judge annotator {inp.judge_annotator!r}; run `ror label` first or pick another --judge-annotator")
+    quota = _equal_allocation({b: len(v) for b, v in strata.items()}, n)
+    rng = random.Random(seed)
+    picked: list[SegmentKey] = []
+    for b in BEHAVIORS:
+        picked += rng.sample(strata[b], quota[b])
+    rng.shuffle(picked)
+    return picked
+
+
+def _equal_allocation(sizes: dict[str, int], n: int) -> dict[str, int]:
+    """Split ``n`` as equally as possible over strata capped at their sizes (water filling).
+
+    Strata are filled from the smallest up: each gets ``min(size, floor(left / strata_left))``, so a
+    small stratum's unused share passes to the larger ones; any remainder goes one by one to the
+    strata with room, in key order.
+    """
+    quota = {k: 0 for k in sizes}
+    left = min(n, sum(sizes.values()))
+    order = sorted(sizes, key=lambda k: (sizes[k], list(sizes).index(k)))
+    for i, k in enumerate(order):
+        quota[k] = min(sizes[k], left // (len(order) - i))
+        left -= quota[k]
+    for k in sizes:
+        if left and quota[k] < sizes[k]:
+            quota[k] += 1
+            left -= 1
+    return quota
+
+
+@register_strategy("disagreement")
+def sample_disagreement(
+    inp: SamplingInput, *, n: int | None, seed: int, low_confidence: float = 0.6, **_: Any
+) -> list[SegmentKey]:
+    """Disagreement first: judges (or samples) disagree, then low judge confidence, then random.
+
+    Order: every segment whose judge labels (all compared annotators) are not unanimous, in random
+    order; then segments whose lowest judge confidence is below ``low_confidence``, least confident
+    first; then the rest at random. The first ``n`` are taken.
+    """
+    n = _need_n(n, "disagreement")
+    if not inp.judge_labels:
+        raise ConfigError("the 'disagreement' strategy needs judge labels on the candidate segments: run `ror label` first")
+    rng = random.Random(seed)
+    ranked = []
+    for key in inp.segments:
+        labs = inp.judge_labels.get(key, [])
+        disagree = len({lab.label for lab in labs}) > 1
+        confs = [lab.confidence for lab in labs if lab.confidence is not None]
+        conf = min(confs) if confs else 1.0
+        tier = 0 if disagree else (1 if conf < low_confidence else 2)
+        ranked.append((tier, conf if tier == 1 else 0.0, rng.random(), key))
+    ranked.sort()
+    return [r[3] for r in ranked[:n]]
+
+
+@register_strategy("trace")
+def sample_traces(inp: SamplingInput, *, n_traces: int | None, seed: int, **_: Any) -> list[SegmentKey]:
+    """Every segment of ``n_traces`` traces drawn uniformly (context-rich and span-mode studies)."""
+    if n_traces is None or n_traces < 1:
+        raise ConfigError("the 'trace' strategy needs the number of traces: pass --traces N (N >= 1)")
+    by_trace: dict[str, list[SegmentKey]] = defaultdict(list)
+    for key in inp.segments:
+        by_trace[key[0]].append(key)
+    chosen = random.Random(seed).sample(sorted(by_trace), min(n_traces, len(by_trace)))
+    return [key for tid in chosen for key in by_trace[tid]]
+
+
+def sample_size_for_ci_width(width: float, *, proportion: float = 0.5, confidence: float = 0.95) -> int:
+    """Segments needed so a proportion (e.g. judge-human accuracy) has a CI of total width ``width``.
+
+    Normal-approximation (Wald) interval for a binomial proportion: ``n = z^2 p (1 - p) / (width / 2)^2``
+    with ``z`` the ``(1 + confidence) / 2`` standard-normal quantile (e.g. Agresti, *Categorical Data
+    Analysis*, 3rd ed., eq. 1.14). ``proportion=0.5`` is the conservative (largest) choice.
+
+    Raises
+    ------
+    ConfigError
+        ``width`` not in (0, 1), or ``proportion`` / ``confidence`` not in (0, 1).
+    """
+    from statistics import NormalDist
+
+    for name, value in (("width", width), ("proportion", proportion), ("confidence", confidence)):
+        if not 0.0 < value < 1.0:
+            raise ConfigError(f"{name} must be in (0, 1), got {value}")
+    z = NormalDist().inv_cdf((1.0 + confidence) / 2.0)
+    return math.ceil(z * z * proportion * (1.0 - proportion) / (width / 2.0) ** 2)
+
+
+# ------------------------------------------------------------------------------------ assignment
+def assign_overlap(units: Sequence[Any], annotators: Sequence[str], overlap: int, *, seed: int) -> dict[str, list[Any]]:
+    """Give every unit to exactly ``overlap`` distinct annotators, balanced by construction.
+
+    Units are shuffled with ``seed``; unit ``i`` goes to annotators ``(i * overlap + j) mod k`` for
+    ``j < overlap`` (``k`` annotators), so each annotator gets ``len(units) * overlap / k`` units up
+    to one, and with ``overlap < k`` every pair of annotators shares about as many units.
+
+    Returns ``{annotator: [units in shuffled order]}``.
+
+    Raises
+    ------
+    ConfigError
+        ``overlap`` is larger than the number of annotators, or below 1.
+    """
+    k = len(annotators)
+    if overlap < 1 or overlap > k:
+        raise ConfigError(f"overlap {overlap} needs at least {overlap} annotators, got {k}: add --annotator or lower --overlap")
+    order = list(units)
+    random.Random(seed).shuffle(order)
+    out: dict[str, list[Any]] = {a: [] for a in annotators}
+    for i, unit in enumerate(order):
+        for j in range(overlap):
+            out[annotators[(i * overlap + j) % k]].append(unit)
+    return out
+
+
+# ------------------------------------------------------------------------------------ persistence
+def _judge_labels_for(store: "Store", keys: set[SegmentKey], annotators: set[str] | None) -> dict[SegmentKey, list[Label]]:
+    out: dict[SegmentKey, list[Label]] = defaultdict(list)
+    for lab in store.labels(source=["judge", "baseline"]):
+        key = (lab.trace_id, lab.segment_index)
+        if key in keys and (annotators is None or lab.annotator in annotators or lab.annotator.split("@s")[0] in annotators):
+            out[key].append(lab)
+    return dict(out)
+
+
+def resolve_judge_annotator(store: "Store", requested: str | None) -> str | None:
+    """The judge annotator whose labels a study shows and stratifies by.
+
+    ``requested`` must have labels in the store; ``None`` picks the only judge/baseline annotator if
+    there is exactly one, else returns None (strategies that need one then ask for it).
+    """
+    present = sorted({a for src, a, _ in store.annotators() if src in ("judge", "baseline")})
+    if requested is not None:
+        if requested not in present:
+            raise ConfigError(
+                f"no judge labels from annotator {requested!r} in {store.path}. "
+                f"Judge annotators with labels: {', '.join(present) or 'none (run `ror label` first)'}"
+            )
+        return requested
+    return present[0] if len(present) == 1 else None
+
+
+def create_study(
+    store: "Store",
+    name: str,
+    *,
+    annotators: Sequence[str],
+    strategy: str = "random",
+    n: int | None = None,
+    n_traces: int | None = None,
+    seed: int = 0,
+    overlap: int = 2,
+    blind: bool = True,
+    mode: StudyMode = "segment",
+    codebook: str = "six-behaviors@v1",
+    judge_annotator: str | None = None,
+    compare_annotators: Sequence[str] | None = None,
+    adjudicator: str | None = None,
+    context_chars: int = 1200,
+    trace_ids: Sequence[str] | None = None,
+    low_confidence: float = 0.6,
+) -> Study:
+    """Sample segments, assign them to annotators with the given overlap, and persist the study.
+
+    Parameters
+    ----------
+    store : Store
+        Must hold segmented traces (and judge labels for ``stratified`` / ``disagreement`` / non-blind).
+    name : str
+        Study name (letters, digits, ``.``, ``_``, ``-``); unique in the store.
+    annotators : sequence of str
+        Annotators' Label Studio account e-mails (kept private; labels carry pseudonyms).
+    strategy : {"random", "stratified", "disagreement", "trace"} or a registered name
+    n : int, optional
+        Number of segments to sample (all strategies but ``trace``).
+    n_traces : int, optional
+        Number of whole traces (``trace`` strategy).
+    seed : int
+        Seed of the sampling and of the assignment; same inputs and seed give the same study.
+    overlap : int
+        Annotators per item (segment, or trace in ``span`` mode); ``1 <= overlap <= len(annotators)``.
+    blind : bool
+        If True annotators never see a judge label; if False the judge label is a pre-selected prediction.
+    mode : {"segment", "span"}
+        One task per segment, or one task per trace with the segments as pre-made regions.
+    codebook : str
+        Versioned codebook name; its sha256 is the ``codebook_version`` of every human label.
+    judge_annotator : str, optional
+        Whose judge labels are shown (non-blind) and stratified by; must have labels in the store.
+    compare_annotators : sequence of str, optional
+        Judge annotators compared by ``disagreement`` (default: every judge/baseline annotator).
+    adjudicator : str, optional
+        E-mail of the adjudicator (may be given later to ``adjudicate``).
+    context_chars : int
+        Trace context shown on each side of a segment, in characters.
+    trace_ids : sequence of str, optional
+        Restrict candidates to these traces.
+    low_confidence : float
+        ``disagreement`` strategy: judge confidence below this counts as uncertain.
+
+    Returns
+    -------
+    Study
+
+    Raises
+    ------
+    ConfigError
+        Study exists, unknown strategy or codebook, missing sample size, bad overlap, no judge labels.
+    InputError
+        An annotator is not an e-mail address.
+    """
+    from ..codebook import load_codebook
+
+    ensure_tables(store)
+    if store.execute("SELECT 1 FROM review_studies WHERE name = ?", [name]).fetchone():
+        raise ConfigError(f"study {name!r} already exists in {store.path}; pick another name (studies are immutable once sampled)")
+    emails = list(dict.fromkeys(a.strip().lower() for a in annotators))
+    if len(emails) != len(list(annotators)):
+        raise InputError("the same annotator e-mail is given twice; each annotator must be a different Label Studio user")
+    if mode not in ("segment", "span"):
+        raise ConfigError(f"unknown study mode {mode!r}; use 'segment' or 'span'")
+    fn = get_strategy(strategy)
+    cb = load_codebook(codebook)
+    judge = resolve_judge_annotator(store, judge_annotator)
+    if not blind and judge is None:
+        raise ConfigError("a non-blind study shows a judge label: pass --judge-annotator (or use --blind)")
+    segments = store.segments()
+    if trace_ids is not None:
+        wanted = set(trace_ids)
+        segments = [s for s in segments if s.trace_id in wanted]
+    keys = sorted((s.trace_id, s.segment_index) for s in segments)
+    if not keys:
+        raise ConfigError(f"no segments in {store.path}{' for the given traces' if trace_ids else ''}: run `ror ingest` and `ror segment` first")
+    compare = set(compare_annotators) | ({judge} if judge else set()) if compare_annotators else None
+    inp = SamplingInput(segments=keys, judge_labels=_judge_labels_for(store, set(keys), compare), judge_annotator=judge)
+    picked = fn(inp, n=n, n_traces=n_traces, seed=seed, low_confidence=low_confidence)
+    if not picked:
+        raise ConfigError(f"the {strategy!r} strategy selected no segments from {store.path}")
+    if not blind:
+        unlabeled = [k for k in picked if _judge_label(inp, k) is None]
+        if unlabeled:
+            raise ConfigError(
+                f"{len(unlabeled)} sampled segments (e.g. {unlabeled[0][0]}#{unlabeled[0][1]}) have no label from "
+                f"{judge!r}, so a non-blind study cannot show one; label them first or use --blind"
+            )
+    study = Study(
+        name=name, mode=mode, blind=blind, overlap=overlap, codebook_name=cb.versioned_name, codebook_version=cb.sha256,
+        strategy=strategy, seed=seed, judge_annotator=judge, context_chars=context_chars,
+        parameters={"n": n, "n_traces": n_traces, "trace_ids": list(trace_ids) if trace_ids else None,
+                    "compare_annotators": sorted(compare) if compare else None, "low_confidence": low_confidence},
+    )
+    with store.transaction():
+        people = [register_person(store, e) for e in emails]
+        units: list[Any] = sorted({k[0] for k in picked}) if mode == "span" else list(picked)
+        assignment = assign_overlap(units, people, overlap, seed=seed)
+        if adjudicator:
+            study = study.model_copy(update={"adjudicator": register_person(store, adjudicator)})
+        _insert_study(store, study)
+        store.execute("INSERT INTO review_study_people SELECT ?, unnest(?), 'annotator'", [name, people])
+        if study.adjudicator:
+            store.execute("INSERT INTO review_study_people VALUES (?, ?, 'adjudicator')", [name, study.adjudicator])
+        store.execute(
+            "INSERT INTO review_items SELECT ?, unnest(?), unnest(?), unnest(?)",
+            [name, [k[0] for k in picked], [k[1] for k in picked], list(range(len(picked)))],
+        )
+        by_trace: dict[str, list[int]] = defaultdict(list)
+        for tid, idx in picked:
+            by_trace[tid].append(idx)
+        rows: list[tuple[str, str, int]] = []
+        for person, got in assignment.items():
+            for unit in got:
+                if mode == "span":
+                    rows += [(person, unit, idx) for idx in by_trace[unit]]
+                else:
+                    rows.append((person, unit[0], unit[1]))
+        store.execute(
+            "INSERT INTO review_assignments SELECT ?, unnest(?), unnest(?), unnest(?)",
+            [name, [r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows]],
+        )
+    return study
+
+
+def _insert_study(store: "Store", s: Study) -> None:
+    store.execute(
+        "INSERT INTO review_studies VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        [s.name, s.mode, s.blind, s.overlap, s.codebook_name, s.codebook_version, s.strategy, s.seed,
+         json.dumps(s.parameters, sort_keys=True), s.judge_annotator, s.adjudicator, s.context_chars, s.state,
+         s.server_url, _naive(s.created_at), _naive(s.updated_at)],
+    )
+
+
+def _naive(value: datetime) -> datetime:
+    from datetime import timezone
+
+    return value.astimezone(timezone.utc).replace(tzinfo=None) if value.tzinfo else value
+
+
+def load_study(store: "Store", name: str) -> Study:
+    """The stored study ``name``; :class:`ReviewError` lists the existing studies otherwise."""
+    from datetime import timezone
+
+    ensure_tables(store)
+    row = store.execute(
+        "SELECT name, mode, blind, overlap, codebook_name, codebook_version, strategy, seed, parameters, judge_annotator, "
+        "adjudicator, context_chars, state, server_url, created_at, updated_at FROM review_studies WHERE name = ?",
+        [name],
+    ).fetchone()
+    if row is None:
+        names = [r[0] for r in store.execute("SELECT name FROM review_studies ORDER BY name").fetchall()]
+        raise ReviewError(f"no study {name!r} in {store.path}. Studies: {', '.join(names) or 'none (ror review create)'}")
+    return Study(
+        name=row[0], mode=row[1], blind=row[2], overlap=row[3], codebook_name=row[4], codebook_version=row[5],
+        strategy=row[6], seed=row[7], parameters=json.loads(row[8]), judge_annotator=row[9], adjudicator=row[10],
+        context_chars=row[11], state=row[12], server_url=row[13],
+        created_at=row[14].replace(tzinfo=timezone.utc), updated_at=row[15].replace(tzinfo=timezone.utc),
+    )
+
+
+def update_study(store: "Store", name: str, **fields: Any) -> None:
+    """Set columns of a stored study (state, server_url, adjudicator) and bump ``updated_at``."""
+    allowed = {"state", "server_url", "adjudicator"}
+    bad = set(fields) - allowed
+    if bad:
+        raise ValueError(f"cannot update {sorted(bad)} of a study; only {sorted(allowed)}")
+    sets = ", ".join(f"{k} = ?" for k in fields) + ", updated_at = ?"
+    store.execute(f"UPDATE review_studies SET {sets} WHERE name = ?", [*fields.values(), _naive(utc_now()), name])
+
+
+def study_people(store: "Store", name: str, role: str = "annotator") -> list[str]:
+    """Pseudonyms with ``role`` in study ``name``, sorted."""
+    return [r[0] for r in store.execute(
+        "SELECT pseudonym FROM review_study_people WHERE study = ? AND role = ? ORDER BY pseudonym", [name, role]
+    ).fetchall()]
+
+
+def study_items(store: "Store", name: str) -> list[SegmentKey]:
+    """The sampled segments of study ``name``, in sampling order."""
+    return [(r[0], r[1]) for r in store.execute(
+        "SELECT trace_id, segment_index FROM review_items WHERE study = ? ORDER BY item_order", [name]
+    ).fetchall()]
+
+
+def assignments(store: "Store", name: str, pseudonym: str) -> list[SegmentKey]:
+    """Segments assigned to ``pseudonym`` in study ``name``, sorted by trace and index."""
+    return [(r[0], r[1]) for r in store.execute(
+        "SELECT trace_id, segment_index FROM review_assignments WHERE study = ? AND pseudonym = ? "
+        "ORDER BY trace_id, segment_index", [name, pseudonym]
+    ).fetchall()]

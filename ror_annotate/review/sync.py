@@ -1,0 +1,585 @@
+"""Push a study to Label Studio, pull annotations back as labels, and report progress.
+
+Design (the open-source edition has no task assignment, overlap control or reviewer role):
+
+* one Label Studio project per annotator per study, holding exactly that annotator's assigned
+  items, with ``maximum_annotations=1``; overlap is decided by :func:`~.studies.assign_overlap`
+  before anything is pushed, so it holds by construction;
+* blind studies push no prediction at all (segment mode), so the judge's label never reaches the
+  annotator's browser; annotators never share a project, so nobody sees another's annotation;
+* on pull every annotation must be ``completed_by`` the project's annotator; anything else (another
+  user working in someone else's project) is rejected and reported, never stored as a label;
+* task identity is the stable ``ror_external_id`` in task data; pushing reads the project's tasks
+  back first, so re-pushing never duplicates a task;
+* pulls are idempotent: keyed by Label Studio annotation id and ``updated_at``; unchanged
+  annotations are not rewritten, changed ones replace the label (``Label.label_id`` is one per
+  segment, source, annotator, codebook and study), deleted or skipped ones remove it;
+* the labeling config's sha256 is recorded at creation; a config edited by hand in the UI is
+  detected and refused on push and pull.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
+
+from ..errors import CodebookError, ReviewError
+from ..records import BEHAVIORS, Label, Segment, Trace, utc_now
+from . import config as cfg
+from .labelstudio import LabelStudioClient, anchor_span
+from .studies import Study, assignments, ensure_tables, load_study, person_email, study_people, update_study
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..store import Store
+
+ANNOTATOR_ROLE = "annotator"
+ADJUDICATION_ROLE = "adjudication"
+
+
+@dataclass(frozen=True)
+class ProjectRef:
+    """One Label Studio project of a study (``role`` ``"annotator"`` or ``"adjudication"``)."""
+
+    study: str
+    role: str
+    pseudonym: str
+    server_url: str
+    ls_project_id: int
+    config_sha256: str
+
+
+@dataclass
+class PushReport:
+    """What a push did, per project: ``(pseudonym, project id, project URL, tasks created, tasks total)``."""
+
+    projects_created: int = 0
+    tasks_created: int = 0
+    tasks_total: int = 0
+    projects: list[tuple[str, int, str, int, int]] = field(default_factory=list)
+
+
+@dataclass
+class PullReport:
+    """What a pull did. ``rejected`` holds one human-readable reason per rejected annotation or region."""
+
+    labels_written: int = 0
+    labels_unchanged: int = 0
+    labels_removed: int = 0
+    skips: int = 0
+    rejected: list[str] = field(default_factory=list)
+
+
+# ------------------------------------------------------------------------------------ helpers
+def codebook_summary(study: Study) -> str:
+    """Summary of the study's codebook, after checking it is the version the study was created with."""
+    from ..codebook import load_codebook, summary
+
+    cb = load_codebook(study.codebook_name)
+    if cb.sha256 != study.codebook_version:
+        raise CodebookError(
+            f"study {study.name!r} was created with codebook {study.codebook_name} sha256 {study.codebook_version[:12]}, "
+            f"but that name now loads sha256 {cb.sha256[:12]}; restore the frozen file or create a new study"
+        )
+    return summary(cb)
+
+
+def study_config(study: Study, role: str) -> str:
+    """The labeling config XML of a study's project with ``role``."""
+    summary = codebook_summary(study)
+    if role == ADJUDICATION_ROLE:
+        return cfg.adjudication_config(summary)
+    return cfg.span_config(summary) if study.mode == "span" else cfg.segment_config(summary)
+
+
+def _project_refs(store: "Store", study: str, role: str | None = None) -> list[ProjectRef]:
+    sql = "SELECT study, role, pseudonym, server_url, ls_project_id, config_sha256 FROM review_projects WHERE study = ?"
+    params: list[Any] = [study]
+    if role is not None:
+        sql += " AND role = ?"
+        params.append(role)
+    return [ProjectRef(*r) for r in store.execute(sql + " ORDER BY role, pseudonym", params).fetchall()]
+
+
+def _check_config(client: LabelStudioClient, ref: ProjectRef) -> Any:
+    project = client.project(ref.ls_project_id)
+    if project is None:
+        raise ReviewError(
+            f"project {ref.ls_project_id} of study {ref.study!r} ({ref.role} {ref.pseudonym}) no longer exists at "
+            f"{client.url}; its annotations are gone from the server. Create a new study to start over"
+        )
+    if cfg.config_sha256(project.label_config or "") != ref.config_sha256:
+        raise ReviewError(
+            f"the labeling config of project {ref.ls_project_id} ({client.project_url(ref.ls_project_id)}) was edited by hand "
+            f"in the Label Studio UI: its sha256 no longer matches the config ror pushed for study {ref.study!r}. Labels "
+            "given under another config cannot be trusted, so ror refuses to continue. Undo the edit (Settings > Labeling "
+            f"Interface) or run `ror review push {ref.study} --restore-config`"
+        )
+    return project
+
+
+def _user_id(store: "Store", client: LabelStudioClient, pseudonym: str, users: dict[str, int] | None = None) -> int:
+    email = person_email(store, pseudonym)
+    users = users if users is not None else client.users_by_email()
+    if email not in users:
+        raise ReviewError(
+            f"annotator {pseudonym} ({email}) has no Label Studio account at {client.url}. Send them the invite link "
+            f"{client.invite_url()} to sign up with that e-mail, then run the command again"
+        )
+    uid = users[email]
+    store.execute("UPDATE review_people SET ls_user_id = ?, server_url = ? WHERE pseudonym = ?", [uid, client.url, pseudonym])
+    return uid
+
+
+def _get_or_create_project(
+    store: "Store", client: LabelStudioClient, study: Study, role: str, pseudonym: str, *, restore_config: bool = False
+) -> tuple[ProjectRef, bool]:
+    xml = study_config(study, role)
+    existing = [r for r in _project_refs(store, study.name, role) if r.pseudonym == pseudonym]
+    if existing:
+        ref = existing[0]
+        if ref.server_url != client.url:
+            raise ReviewError(f"study {study.name!r} lives on {ref.server_url}, not {client.url}: pass --url {ref.server_url}")
+        if restore_config and cfg.config_sha256(xml) == ref.config_sha256:
+            client.set_config(ref.ls_project_id, xml)
+        _check_config(client, ref)
+        return ref, False
+    mv = _model_version(study) if role == ANNOTATOR_ROLE else None
+    title = f"ror {study.name} / {pseudonym}" if role == ANNOTATOR_ROLE else f"ror {study.name} / adjudication"
+    description = (
+        f"ror_annotate study {study.name!r} ({study.mode} mode, {'blind' if study.blind else 'non-blind'}), "
+        f"{role} {pseudonym}, codebook {study.codebook_name} ({study.codebook_version[:12]}). "
+        "Only the named person labels this project."
+    )
+    show = role == ANNOTATOR_ROLE and (study.mode == "span" or not study.blind)
+    pid = client.create_project(title=title, description=description, label_config=xml, model_version=mv, show_predictions=show)
+    ref = ProjectRef(study.name, role, pseudonym, client.url, pid, cfg.config_sha256(xml))
+    store.execute(
+        "INSERT INTO review_projects VALUES (?, ?, ?, ?, ?, ?, ?, NULL)",
+        [ref.study, ref.role, ref.pseudonym, ref.server_url, ref.ls_project_id, ref.config_sha256, _naive(utc_now())],
+    )
+    return ref, True
+
+
+def _model_version(study: Study) -> str | None:
+    if study.blind:
+        return "ror-segments" if study.mode == "span" else None
+    return f"{study.judge_annotator}@{study.codebook_version[:12]}"
+
+
+def _naive(value: datetime) -> datetime:
+    return value.astimezone(timezone.utc).replace(tzinfo=None)
+
+
+def _segments_by_trace(store: "Store", trace_ids: set[str]) -> dict[str, list[Segment]]:
+    out: dict[str, list[Segment]] = {}
+    for tid in sorted(trace_ids):
+        out[tid] = store.segments(tid)
+    return out
+
+
+def judge_labels_for(store: "Store", study: Study) -> dict[tuple[str, int], Label]:
+    """The judge label per segment that a non-blind study shows (its ``judge_annotator``).
+
+    When the judge labeled a segment under several codebook versions, the study's codebook wins,
+    then the newest label.
+    """
+    if not study.judge_annotator:
+        return {}
+    best: dict[tuple[str, int], Label] = {}
+    for lab in store.labels(source=["judge", "baseline"], annotator=study.judge_annotator):
+        key = (lab.trace_id, lab.segment_index)
+        old = best.get(key)
+        rank = (lab.codebook_version == study.codebook_version, lab.created_at)
+        if old is None or rank > (old.codebook_version == study.codebook_version, old.created_at):
+            best[key] = lab
+    return best
+
+
+# ------------------------------------------------------------------------------------ tasks
+def _segment_task(study: Study, trace: Trace, segs: list[Segment], pos: int, ext: str, shown: Label | None, **extra: Any) -> dict:
+    seg = segs[pos]
+    data = {
+        "ror_external_id": ext, "ror_study": study.name, "trace_id": seg.trace_id, "segment_index": seg.segment_index,
+        "char_start": seg.char_start, "char_end": seg.char_end, "segment": seg.text,
+        "problem_html": cfg.problem_html(trace), "context_html": cfg.context_html(trace, segs, pos, study.context_chars),
+        **extra,
+    }
+    task: dict[str, Any] = {"data": data}
+    if shown is not None:
+        pred: dict[str, Any] = {"model_version": _model_version(study), "result": [cfg.choice_result(shown.label)]}
+        if shown.confidence is not None:
+            pred["score"] = shown.confidence
+        task["predictions"] = [pred]
+    return task
+
+
+def _span_task(study: Study, trace: Trace, segs: list[Segment], ext: str, judge: dict[tuple[str, int], Label]) -> dict:
+    result: list[dict] = []
+    for s in segs:
+        shown = None if study.blind else judge[(s.trace_id, s.segment_index)].label
+        result += cfg.region_results(s, shown)
+    data = {"ror_external_id": ext, "ror_study": study.name, "trace_id": trace.trace_id, "trace": trace.text,
+            "problem_html": cfg.problem_html(trace), "segment_indices": [s.segment_index for s in segs]}
+    return {"data": data, "predictions": [{"model_version": _model_version(study), "result": result}]}
+
+
+def _server_tasks(client: LabelStudioClient, project_id: int) -> dict[str, dict]:
+    return {t["data"].get("ror_external_id"): t for t in client.export_tasks(project_id) if t.get("data", {}).get("ror_external_id")}
+
+
+def _record_tasks(store: "Store", study: Study, ref: ProjectRef, tasks: dict[str, dict], shown: dict[str, tuple[str | None, str | None]]) -> None:
+    rows = []
+    for ext, t in tasks.items():
+        d = t["data"]
+        label, mv = shown.get(ext, (None, None))
+        rows.append((study.name, ref.ls_project_id, ext, int(t["id"]), d["trace_id"], d.get("segment_index"), label, mv))
+    if rows:
+        store.con.executemany("INSERT OR REPLACE INTO review_tasks VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
+
+
+def push_study(store: "Store", name: str, client: LabelStudioClient, *, restore_config: bool = False) -> PushReport:
+    """Create or reuse each annotator's project and import the tasks not yet there.
+
+    Idempotent: tasks are identified by ``data.ror_external_id`` (``"<study>/<trace_id>#<index>"`` in
+    segment mode, ``"<study>/<trace_id>"`` in span mode) read back from the server, so re-pushing
+    creates nothing new.
+
+    Raises
+    ------
+    ReviewError
+        Server unreachable, bad token, an annotator without an account (the message gives the
+        invite link), a config edited in the UI, a project deleted on the server.
+    CodebookError
+        The study's codebook file changed since the study was created.
+    """
+    ensure_tables(store)
+    study = load_study(store, name)
+    if study.server_url and study.server_url != client.url:
+        raise ReviewError(f"study {name!r} was pushed to {study.server_url}, not {client.url}: pass --url {study.server_url}")
+    client.whoami()
+    users = client.users_by_email()
+    people = study_people(store, name)
+    for person in people:  # every annotator needs an account before anything is created
+        _user_id(store, client, person, users)
+    judge = judge_labels_for(store, study) if not study.blind else {}
+    report = PushReport()
+    for person in people:
+        ref, created = _get_or_create_project(store, client, study, ANNOTATOR_ROLE, person, restore_config=restore_config)
+        report.projects_created += int(created)
+        keys = assignments(store, name, person)
+        by_trace = _segments_by_trace(store, {k[0] for k in keys})
+        wanted = defaultdict(set)
+        for tid, idx in keys:
+            wanted[tid].add(idx)
+        tasks: dict[str, dict] = {}
+        shown: dict[str, tuple[str | None, str | None]] = {}
+        for trace in store.iter_traces(sorted(by_trace)):
+            segs = by_trace[trace.trace_id]
+            if study.mode == "span":
+                ext = f"{name}/{trace.trace_id}"
+                tasks[ext] = _span_task(study, trace, [s for s in segs if s.segment_index in wanted[trace.trace_id]], ext, judge)
+                continue
+            for pos, s in enumerate(segs):
+                if s.segment_index in wanted[trace.trace_id]:
+                    ext = f"{name}/{s.trace_id}#{s.segment_index}"
+                    lab = judge.get((s.trace_id, s.segment_index))
+                    tasks[ext] = _segment_task(study, trace, segs, pos, ext, lab)
+                    shown[ext] = (lab.label, _model_version(study)) if lab else (None, None)
+        on_server = _server_tasks(client, ref.ls_project_id)
+        missing = [t for ext, t in tasks.items() if ext not in on_server]
+        if missing:
+            report.tasks_created += client.import_tasks(ref.ls_project_id, missing)
+            on_server = _server_tasks(client, ref.ls_project_id)
+        with store.transaction():
+            _record_tasks(store, study, ref, {e: t for e, t in on_server.items() if e in tasks}, shown)
+        report.tasks_total += len(tasks)
+        report.projects.append((person, ref.ls_project_id, client.project_url(ref.ls_project_id), len(missing), len(tasks)))
+    update_study(store, name, state="pushed" if study.state == "created" else study.state, server_url=client.url)
+    return report
+
+
+# ------------------------------------------------------------------------------------ pull
+@dataclass
+class _Parsed:
+    """One annotation's outcome before anything is written."""
+
+    ls_annotation_id: int
+    ls_task_id: int
+    completed_by: int | None
+    updated_at: str
+    status: str  # "label" | "skip" | "rejected" | "superseded"
+    reason: str | None = None
+    labels: list[Label] = field(default_factory=list)
+
+
+def _parse_time(value: str) -> datetime:
+    return datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+
+def _note(result: list[dict]) -> str | None:
+    texts = [t for r in result if r.get("from_name") == cfg.NOTE_FROM for t in r.get("value", {}).get("text", [])]
+    return "\n".join(texts).strip() or None
+
+
+def _choice(item: dict, where: str, bad: list[str]) -> str | None:
+    values = item.get("value", {}).get("choices", [])
+    if len(values) != 1:
+        bad.append(f"{where}: expected exactly one behavior, got {values}")
+        return None
+    if values[0] not in BEHAVIORS:
+        bad.append(f"{where}: label {values[0]!r} is not in the codebook ({', '.join(BEHAVIORS)})")
+        return None
+    return values[0]
+
+
+def _parse_project(
+    store: "Store", client: LabelStudioClient, study: Study, ref: ProjectRef, user_id: int, run_id: str | None, bad: list[str]
+) -> list[_Parsed]:
+    """Read one project's annotations into labels; codebook violations go to ``bad``."""
+    _check_config(client, ref)
+    source = "adjudicated" if ref.role == ADJUDICATION_ROLE else "human"
+    annotator = f"adjudicator:{ref.pseudonym}" if ref.role == ADJUDICATION_ROLE else ref.pseudonym
+    known = {r[0]: (r[1], r[2], r[3]) for r in store.execute(
+        "SELECT external_id, segment_index, shown_label, shown_model_version FROM review_tasks WHERE ls_project_id = ?",
+        [ref.ls_project_id]).fetchall()}
+    allowed = set(assignments(store, study.name, ref.pseudonym)) if ref.role == ANNOTATOR_ROLE else None
+    out: list[_Parsed] = []
+    traces: dict[str, Trace] = {}
+    for task in client.export_tasks(ref.ls_project_id):
+        data = task.get("data", {})
+        ext = data.get("ror_external_id")
+        anns = sorted(task.get("annotations", []), key=lambda a: (a.get("updated_at") or "", a["id"]), reverse=True)
+        for n, ann in enumerate(anns):
+            p = _Parsed(int(ann["id"]), int(task["id"]), ann.get("completed_by"), ann.get("updated_at") or "", "label")
+            where = f"annotation {p.ls_annotation_id} on task {p.ls_task_id} of project {ref.ls_project_id} ({client.project_url(ref.ls_project_id)})"
+            out.append(p)
+            if ext not in known:
+                p.status, p.reason = "rejected", f"{where}: the task was not pushed by ror (no known ror_external_id)"
+            elif p.completed_by != user_id:
+                p.status, p.reason = "rejected", (
+                    f"{where}: completed by Label Studio user {p.completed_by}, not by {ref.pseudonym} whose project this is "
+                    "(another user worked in this project; blinding and overlap are not guaranteed for it)")
+            elif ann.get("was_cancelled"):
+                p.status = "skip"
+            elif n > 0:
+                p.status, p.reason = "superseded", f"{where}: an older annotation by the same user on the same task"
+            if p.status != "label":
+                continue
+            result = ann.get("result") or []
+            base = dict(
+                source=source, annotator=annotator, codebook_version=study.codebook_version, run_id=run_id, study=study.name,
+                created_at=_parse_time(ann["created_at"]), rationale=_note(result),
+            )
+            extra = {"ls_annotation_id": p.ls_annotation_id, "ls_task_id": p.ls_task_id, "ls_project_id": ref.ls_project_id,
+                     "updated_at": p.updated_at, "lead_time_s": ann.get("lead_time")}
+            if study.mode == "span" and ref.role == ANNOTATOR_ROLE:
+                tid = data["trace_id"]
+                if tid not in traces:
+                    traces[tid] = store.get_trace(tid)
+                p.labels = _span_labels(store, traces[tid], result, allowed, base, extra, where, bad, p)
+            else:
+                choices = [r for r in result if r.get("from_name") == cfg.CHOICE_FROM and r.get("type") == "choices"]
+                if len(choices) != 1:
+                    p.status, p.reason = "rejected", f"{where}: expected one behavior choice, found {len(choices)}"
+                    continue
+                label = _choice(choices[0], where, bad)
+                if label is None:
+                    continue
+                idx, shown_label, shown_mv = known[ext]
+                key = (data["trace_id"], int(idx))
+                if allowed is not None and key not in allowed:
+                    p.status, p.reason = "rejected", f"{where}: segment {key[0]}#{key[1]} is not assigned to {ref.pseudonym}"
+                    continue
+                if ref.role == ANNOTATOR_ROLE and not study.blind:
+                    origins = {r.get("origin") for r in choices if r.get("origin")}
+                    extra.update(shown_label=shown_label, shown_model_version=shown_mv,
+                                 accepted_prediction=label == shown_label, ui_origin=next(iter(origins), None))
+                p.labels = [Label(trace_id=key[0], segment_index=key[1], label=label, extra=extra, **base)]
+            if not p.labels and p.status == "label":
+                p.status, p.reason = "rejected", p.reason or f"{where}: no usable label in the annotation"
+    return out
+
+
+def _span_labels(
+    store: "Store", trace: Trace, result: list[dict], allowed: set | None, base: dict, extra: dict, where: str, bad: list[str], p: _Parsed
+) -> list[Label]:
+    segs = {(s.char_start, s.char_end): s for s in store.segments(trace.trace_id)}
+    regions = {r.get("id"): r for r in result if r.get("type") == "labels"}
+    labels: list[Label] = []
+    problems: list[str] = []
+    for item in result:
+        if item.get("from_name") != cfg.CHOICE_FROM or item.get("type") != "choices":
+            continue
+        value = dict(regions.get(item.get("id"), {}).get("value", {}))
+        value.update({k: v for k, v in item.get("value", {}).items() if k in ("start", "end", "text")})
+        if "start" not in value or "end" not in value:
+            problems.append(f"region {item.get('id')!r} has no offsets")
+            continue
+        label = _choice(item, f"{where}, region {item.get('id')!r}", bad)
+        if label is None:
+            continue
+        try:
+            a = anchor_span(trace.text, int(value["start"]), int(value["end"]), value.get("text", ""))
+        except ReviewError as exc:
+            problems.append(f"region {item.get('id')!r}: {exc.message}")
+            continue
+        seg = segs.get((a.start, a.end))
+        if seg is None or (allowed is not None and (seg.trace_id, seg.segment_index) not in allowed):
+            problems.append(f"region {item.get('id')!r} [{a.start}, {a.end}) is not one of the study's segments of trace {trace.trace_id!r}")
+            continue
+        labels.append(Label(trace_id=seg.trace_id, segment_index=seg.segment_index, label=label,
+                            extra={**extra, "region_id": item.get("id"), "anchored_by": a.how}, **base))
+    if problems:
+        p.reason = f"{where}: " + "; ".join(problems)
+    return labels
+
+
+def pull_study(store: "Store", name: str, client: LabelStudioClient, *, run_id: str | None = None) -> PullReport:
+    """Import every annotation of the study's projects (annotators' and adjudication) as labels.
+
+    Human labels get ``source="human"`` and the annotator's pseudonym; adjudications get
+    ``source="adjudicated"`` and ``"adjudicator:<pseudonym>"``. Skips are recorded in
+    ``review_annotations`` (status ``skip``), never as labels. Everything is validated before the
+    first write, and all writes happen in one transaction.
+
+    Raises
+    ------
+    ReviewError
+        Server unreachable, bad token, config edited in the UI, or labels outside the codebook (the
+        message lists them; nothing is written).
+    """
+    ensure_tables(store)
+    study = load_study(store, name)
+    refs = _project_refs(store, name)
+    if not refs:
+        raise ReviewError(f"study {name!r} has not been pushed yet: run `ror review push {name}` first")
+    client.whoami()
+    users = client.users_by_email()
+    bad: list[str] = []
+    parsed: list[tuple[ProjectRef, list[_Parsed]]] = []
+    for ref in refs:
+        uid = _user_id(store, client, ref.pseudonym, users)
+        parsed.append((ref, _parse_project(store, client, study, ref, uid, run_id, bad)))
+    if bad:
+        raise ReviewError(
+            f"{len(bad)} annotations of study {name!r} carry labels outside the codebook {study.codebook_name}; "
+            f"nothing was imported. Fix them in Label Studio (or check the labeling config): " + "; ".join(bad[:5])
+            + (" ..." if len(bad) > 5 else "")
+        )
+    report = PullReport()
+    with store.transaction():
+        for ref, items in parsed:
+            _write_project(store, study, ref, items, report)
+            store.execute("UPDATE review_projects SET last_pull_at = ? WHERE ls_project_id = ? AND study = ?",
+                          [_naive(utc_now()), ref.ls_project_id, name])
+    return report
+
+
+def _write_project(store: "Store", study: Study, ref: ProjectRef, items: list[_Parsed], report: PullReport) -> None:
+    source = "adjudicated" if ref.role == ADJUDICATION_ROLE else "human"
+    annotator = f"adjudicator:{ref.pseudonym}" if ref.role == ADJUDICATION_ROLE else ref.pseudonym
+    before = {r[0]: (r[1], r[2]) for r in store.execute(
+        "SELECT ls_annotation_id, updated_at, status FROM review_annotations WHERE ls_project_id = ?", [ref.ls_project_id]).fetchall()}
+    current = {lab.label_id: lab for lab in store.labels(source=source, annotator=annotator, study=study.name)}
+    keep: set[str] = set()
+    fresh: list[Label] = []
+    for p in items:
+        if p.status == "skip":
+            report.skips += 1
+        if p.reason:
+            report.rejected.append(p.reason)
+        for lab in p.labels:
+            keep.add(lab.label_id)
+            old = current.get(lab.label_id)
+            if before.get(p.ls_annotation_id) == (p.updated_at, p.status) and old is not None and old.extra.get("ls_annotation_id") == p.ls_annotation_id:
+                report.labels_unchanged += 1
+            else:
+                fresh.append(lab)
+    stale = [lid for lid in current if lid not in keep]
+    if stale:
+        store.execute("DELETE FROM labels WHERE list_contains(?, label_id)", [stale])
+        report.labels_removed += len(stale)
+    report.labels_written += store.upsert_labels(fresh)
+    store.execute("DELETE FROM review_annotations WHERE ls_project_id = ?", [ref.ls_project_id])
+    if items:
+        store.con.executemany(
+            "INSERT INTO review_annotations VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [(ref.ls_project_id, p.ls_annotation_id, study.name, ref.role, ref.pseudonym, p.ls_task_id, p.completed_by,
+              p.updated_at, p.status, p.reason, len(p.labels)) for p in items],
+        )
+
+
+# ------------------------------------------------------------------------------------ status
+@dataclass(frozen=True)
+class AnnotatorProgress:
+    """Progress of one annotator (or the adjudicator) as of the last pull. Counts are segments."""
+
+    pseudonym: str
+    role: str
+    assigned: int
+    labeled: int
+    skipped: int
+    rejected: int
+    project_id: int | None
+    last_pull_at: datetime | None
+
+    @property
+    def remaining(self) -> int:
+        return max(self.assigned - self.labeled - self.skipped, 0)
+
+
+def study_status(store: "Store", name: str) -> list[AnnotatorProgress]:
+    """Per-annotator progress from the store (as of the last pull; no server needed).
+
+    Segment counts: ``skipped`` counts skipped tasks (a whole trace's segments in span mode).
+    The adjudication row's ``assigned`` is the number of disagreements pushed for adjudication.
+    """
+    ensure_tables(store)
+    study = load_study(store, name)
+    refs = {(r.role, r.pseudonym): r for r in _project_refs(store, name)}
+    out = []
+    for person in study_people(store, name):
+        out.append(_progress(store, study, person, ANNOTATOR_ROLE, len(assignments(store, name, person)), refs.get((ANNOTATOR_ROLE, person))))
+    for (role, person), ref in refs.items():
+        if role == ADJUDICATION_ROLE:
+            n = store.execute("SELECT count(*) FROM review_tasks WHERE ls_project_id = ?", [ref.ls_project_id]).fetchone()[0]
+            out.append(_progress(store, study, person, role, int(n), ref))
+    return out
+
+
+def _progress(store: "Store", study: Study, person: str, role: str, assigned: int, ref: ProjectRef | None) -> AnnotatorProgress:
+    source, annotator = ("adjudicated", f"adjudicator:{person}") if role == ADJUDICATION_ROLE else ("human", person)
+    labeled = len(store.labels(source=source, annotator=annotator, study=study.name))
+    skipped = rejected = 0
+    last = None
+    if ref is not None:
+        rows = store.execute(
+            "SELECT status, count(*) FROM review_annotations WHERE ls_project_id = ? GROUP BY status", [ref.ls_project_id]
+        ).fetchall()
+        counts = {r[0]: int(r[1]) for r in rows}
+        skipped = counts.get("skip", 0)
+        if study.mode == "span" and role == ANNOTATOR_ROLE and skipped:
+            skipped = _span_skipped_segments(store, ref)
+        rejected = counts.get("rejected", 0)
+        row = store.execute("SELECT last_pull_at FROM review_projects WHERE ls_project_id = ? AND study = ?", [ref.ls_project_id, study.name]).fetchone()
+        last = row[0].replace(tzinfo=timezone.utc) if row and row[0] else None
+    return AnnotatorProgress(person, role, assigned, labeled, skipped, rejected, ref.ls_project_id if ref else None, last)
+
+
+def _span_skipped_segments(store: "Store", ref: ProjectRef) -> int:
+    rows = store.execute(
+        "SELECT t.trace_id FROM review_annotations a JOIN review_tasks t ON a.ls_project_id = t.ls_project_id "
+        "AND a.ls_task_id = t.ls_task_id WHERE a.ls_project_id = ? AND a.status = 'skip'", [ref.ls_project_id]).fetchall()
+    traces = {r[0] for r in rows}
+    return int(store.execute(
+        "SELECT count(*) FROM review_assignments WHERE study = ? AND pseudonym = ? AND list_contains(?, trace_id)",
+        [ref.study, ref.pseudonym, sorted(traces)]).fetchone()[0])
+
+
+__all__: Sequence[str] = (
+    "ADJUDICATION_ROLE", "ANNOTATOR_ROLE", "AnnotatorProgress", "ProjectRef", "PullReport", "PushReport",
+    "judge_labels_for", "pull_study", "push_study", "study_config", "study_status",
+)
