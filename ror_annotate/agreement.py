@@ -1339,8 +1339,9 @@ def agreement_summary(
         Which labels to compare (see :func:`ratings_from_store`).
     reference : {"majority", "human", "adjudicated"} or annotator name, optional
         Reference for per-class figures: majority of the other annotators; majority of the human
-        annotators (leave-one-out for a human); the adjudicated labels (then adjudicators are not
-        compared as annotators); or one annotator.
+        annotators (leave-one-out for a human); the adjudicated reference of
+        :func:`ror_annotate.review.reference_labels` (adjudicated where humans disagreed, else their
+        unanimous label; adjudicators are then not compared as annotators); or one annotator.
     n_resamples, confidence_level, seed
         Trace-level bootstrap settings.
 
@@ -1362,10 +1363,14 @@ def agreement_summary(
     )
     kwargs: dict[str, Any] = {}
     if reference == "adjudicated":
-        adj = [lab for lab in store.labels(source="adjudicated", study=study) if codebook_version in (None, lab.codebook_version)]
-        if not adj:
-            raise AgreementError(f"--reference adjudicated: no adjudicated labels{' in study ' + repr(study) if study else ''}; adjudicate first (ror review)")
-        by_item = {f"{lab.trace_id}#{lab.segment_index}": lab.label for lab in adj}
+        # The study's reference: adjudicated where annotators disagreed, else their unanimous label
+        # (adjudicated rows alone would leave out every segment the annotators agreed on).
+        from .review import reference_labels
+
+        refs = reference_labels(store, study)
+        if not any(r.basis == "adjudicated" for r in refs):
+            raise AgreementError(f"--reference adjudicated: no adjudicated labels{' in study ' + repr(study) if study else ''}; adjudicate first (ror review adjudicate)")
+        by_item = {f"{r.trace_id}#{r.segment_index}": r.label for r in refs}
         kwargs = {"reference_labels": [by_item.get(i) for i in ratings.item_ids], "reference_name": "adjudicated"}
     elif reference == "human":
         humans = [a for a in ratings.annotators if source_of.get(a) == "human"]

@@ -247,3 +247,29 @@ def test_segment_records_are_consistent():
         trace, segs, _ = F.build_trace(*args)
         assert isinstance(trace, Trace)
         assert all(isinstance(s, Segment) and trace.text[s.char_start:s.char_end] == s.text for s in segs)
+
+
+def test_reference_labels_keep_unanimous_segments_beside_adjudicated(tmp_path):
+    """Adjudication only sees disagreements: the reference must still cover agreed segments."""
+    from ror_annotate.review import reference_labels
+    from ror_annotate.store import Store
+
+    text = "Let me try. So x = 2. Wait, no."
+    spans = [(0, 11), (12, 21), (22, 31)]
+    with Store(tmp_path / "s.duckdb") as store:
+        store.upsert_traces([Trace(trace_id="t", text=text)])
+        store.replace_segments(
+            "t", [Segment(trace_id="t", segment_index=i, char_start=a, char_end=b, text=text[a:b], n_tokens=3) for i, (a, b) in enumerate(spans)],
+            segmenter="manual", token_counter="manual",
+        )
+        human = {"h-1": ["planning", "execution", "reflection"], "h-2": ["planning", "conclusion", "reflection"]}
+        store.upsert_labels(
+            Label(trace_id="t", segment_index=i, label=lab, source="human", annotator=who, codebook_version="cb", study="s")
+            for who, labs in human.items() for i, lab in enumerate(labs)
+        )
+        store.upsert_labels([Label(trace_id="t", segment_index=1, label="execution", source="adjudicated", annotator="adjudicator:h-3", codebook_version="cb", study="s")])
+        refs = reference_labels(store, "s")
+        assert [(r.segment_index, r.label, r.basis) for r in refs] == [
+            (0, "planning", "unanimous"), (1, "execution", "adjudicated"), (2, "reflection", "unanimous"),
+        ]
+        assert reference_labels(store) == refs

@@ -133,6 +133,14 @@ def adjudicate_study(
     return AdjudicationReport(len(items), created, ref.ls_project_id, client.project_url(ref.ls_project_id), pull)
 
 
+def _study_exists(store: "Store", name: str) -> bool:
+    try:
+        load_study(store, name)
+    except ReviewError:
+        return False
+    return True
+
+
 @dataclass(frozen=True)
 class ReferenceLabel:
     """The reference behavior of one reviewed segment and what it rests on."""
@@ -144,21 +152,27 @@ class ReferenceLabel:
     n_annotators: int
 
 
-def reference_labels(store: "Store", name: str) -> list[ReferenceLabel]:
-    """The reference label of every segment of study ``name`` that has one.
+def reference_labels(store: "Store", name: str | None = None) -> list[ReferenceLabel]:
+    """The reference label of every reviewed segment of study ``name`` (or of every study if None).
 
     Rule: an adjudicated label wins; else the human label if every human who labeled the segment
     gave it (``basis="unanimous"`` for two or more, ``"single"`` for one). Segments whose humans
-    disagree and that are not adjudicated yet, or that nobody labeled, are left out.
+    disagree and that are not adjudicated yet, or that nobody labeled, are left out. Adjudication
+    only ever sees disagreements, so reading ``source="adjudicated"`` alone would drop every
+    segment the annotators agreed on: exports and ``ror agree`` use this function instead.
     """
     ensure_tables(store)
-    load_study(store, name)
     humans: dict[SegmentKey, list[Label]] = defaultdict(list)
     for lab in store.labels(source="human", study=name):
         humans[(lab.trace_id, lab.segment_index)].append(lab)
     adjudicated = {(lab.trace_id, lab.segment_index): lab for lab in store.labels(source="adjudicated", study=name)}
+    # Labels may carry a study name without a study record (imported from elsewhere): then the
+    # labeled segments are the study's items.
+    keys = set(humans) | set(adjudicated)
+    if name is not None and _study_exists(store, name):
+        keys = set(study_items(store, name))
     out = []
-    for key in sorted(set(study_items(store, name))):
+    for key in sorted(keys):
         labs = humans.get(key, [])
         if key in adjudicated:
             out.append(ReferenceLabel(key[0], key[1], adjudicated[key].label, "adjudicated", len(labs)))
