@@ -1,0 +1,308 @@
+"""The dataset card (``README.md``) of an export, written through ``huggingface_hub.DatasetCard``.
+
+The YAML header is produced by ``DatasetCardData`` plus ``datasets``' own writers for ``configs:``
+(``MetadataConfigs``) and ``dataset_info:`` (``DatasetInfosDict``), so it is the header the hub
+expects: license, task categories, one config per exported configuration pointing at its parquet
+files, features with the ``ClassLabel`` names in id order, and split sizes.
+
+The body is generated from the export summary and the store: source traces and models, segment
+length profile, label distribution, label provenance (codebook version, judge model, prompt
+template hash), agreement figures from any review study, alignment rule and trace analytics, and
+known limitations.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from .records import BEHAVIORS
+
+if TYPE_CHECKING:  # pragma: no cover
+    from huggingface_hub import DatasetCard
+
+    from .export import ExportSummary
+    from .store import Store
+
+NO_STUDY = "No human review study in this store: the labels below have no human agreement figures yet."
+
+
+def _size_category(n: int) -> str:
+    for bound, name in ((1_000, "n<1K"), (10_000, "1K<n<10K"), (100_000, "10K<n<100K"), (1_000_000, "100K<n<1M")):
+        if n < bound:
+            return name
+    return "1M<n<10M"
+
+
+def agreement_section(store: "Store") -> tuple[str, dict[str, Any] | None]:
+    """Markdown for the agreement section, and the raw figures (None without a study).
+
+    Calls ``ror_annotate.agreement.agreement_summary`` twice when the store holds human labels:
+    between the human annotators, and between the humans plus the LLM judge(s) when judge labels
+    exist. Without human labels, or when that stage is not installed or refuses (e.g. a single
+    annotator), the section says so: the export never fails because of the card. Example texts of
+    disagreements are never copied into the card.
+    """
+    if not store.labels(source="human"):
+        return NO_STUDY, None
+    try:
+        from .agreement import agreement_summary  # type: ignore[attr-defined]
+    except ImportError:
+        return "Human labels are present, but the agreement stage is not installed, so no figures are given.", None
+    pools = {"humans": ["human"]}
+    if store.labels(source="judge"):
+        pools["humans + LLM judge"] = ["human", "judge"]
+    figures: dict[str, Any] = {}
+    notes: list[str] = []
+    for name, sources in pools.items():
+        try:
+            figures[name] = agreement_summary(store, sources=sources, n_resamples=200)
+        except Exception as exc:  # the agreement stage's own refusals must not block an export
+            notes.append(f"- {name}: no figures ({exc})")
+    if not figures:
+        return "Human labels are present, but no agreement figures could be computed:\n" + "\n".join(notes), None
+    lines = []
+    for name, fig in figures.items():
+        lines.append(
+            f"- {name}: {fig.get('n_items')} segments in {fig.get('n_traces')} traces, annotators "
+            + ", ".join(f"`{a}`" for a in fig.get("annotators") or [])
+        )
+    lines += notes + ["", "| statistic | " + " | ".join(figures) + " |", "|---|" + "---|" * len(figures)]
+    stats = [k for k, v in next(iter(figures.values())).items() if isinstance(v, dict) and "value" in v and "ci_low" in v]
+    for key in stats:
+        cells = []
+        for fig in figures.values():
+            est = fig.get(key) or {}
+            if est.get("value") is None:
+                cells.append(f"undefined ({est.get('reason')})")
+            else:
+                ci = f" [{_fmt(est.get('ci_low'))}, {_fmt(est.get('ci_high'))}]" if est.get("ci_low") is not None else ""
+                cells.append(_fmt(est.get("value")) + ci)
+        lines.append(f"| {key} | " + " | ".join(cells) + " |")
+    lines += ["", "Values with 95% trace-level bootstrap intervals; `ror agree` gives the full report."]
+    return "\n".join(lines), figures
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:.3f}"
+    return "" if v is None else str(v)
+
+
+def _counts_table(title: str, counts: Mapping[str, int], total: int | None = None) -> list[str]:
+    total = total if total is not None else sum(counts.values())
+    lines = [f"| {title} | count | share |", "|---|---:|---:|"]
+    for k, v in counts.items():
+        lines.append(f"| {k or '(unknown)'} | {v} | {v / total:.1%} |" if total else f"| {k} | {v} | |")
+    return lines
+
+
+def build_card(
+    store: "Store",
+    summary: "ExportSummary",
+    *,
+    data_files: Mapping[str, Mapping[str, list[str]]],
+    infos: Mapping[str, tuple[Any, Mapping[str, tuple[int, int]]]],
+) -> "DatasetCard":
+    """Build the dataset card of an export.
+
+    Parameters
+    ----------
+    store : Store
+        For agreement figures and annotators.
+    summary : ExportSummary
+        Counts, analytics, provenance and parameters of the export.
+    data_files : mapping
+        ``{config: {split: [relative parquet glob]}}``.
+    infos : mapping
+        ``{config: (datasets.Features, {split: (n_rows, n_bytes)})}``.
+
+    Returns
+    -------
+    huggingface_hub.DatasetCard
+    """
+    from datasets import DatasetInfo, SplitDict, SplitInfo
+    from datasets.info import DatasetInfosDict
+    from datasets.utils.metadata import MetadataConfigs
+    from huggingface_hub import DatasetCard, DatasetCardData
+
+    n_rows = summary.n_segments
+    card_data = DatasetCardData(
+        license=summary.parameters.get("license") or "other",
+        language=["en"],
+        pretty_name=summary.name,
+        task_categories=["token-classification", "text-classification"],
+        tags=["reasoning", "reasoning-traces", "chain-of-thought", "interpretability", "mixture-of-experts", "ror_annotate"],
+        size_categories=[_size_category(n_rows)],
+    )
+    MetadataConfigs(
+        {
+            config: {"data_files": [{"split": s, "path": paths} for s, paths in splits.items()]}
+            for config, splits in data_files.items()
+        }
+    ).to_dataset_card_data(card_data)
+    dataset_infos = {}
+    for config, (features, splits) in infos.items():
+        split_dict = SplitDict()
+        for s, (n, nbytes) in splits.items():
+            split_dict.add(SplitInfo(name=s, num_bytes=nbytes, num_examples=n))
+        dataset_infos[config] = DatasetInfo(
+            features=features, splits=split_dict, config_name=config, dataset_size=sum(b for _, b in splits.values())
+        )
+    DatasetInfosDict(dataset_infos).to_dataset_card_data(card_data)
+
+    body = _body(store, summary, data_files)
+    return DatasetCard(f"---\n{card_data.to_yaml()}\n---\n\n{body}")
+
+
+def _body(store: "Store", s: "ExportSummary", data_files: Mapping[str, Mapping[str, list[str]]]) -> str:
+    p = s.parameters
+    prov = s.provenance
+    lines: list[str] = [f"# {s.name}", ""]
+    lines += [
+        "Reasoning traces written by language models, split into sentence/clause segments and labeled with six "
+        "reasoning behaviors (the functional role of each segment), exported by "
+        f"`{prov.get('tool_version', 'ror_annotate')}`. "
+        + (
+            f"Labels are projected onto the tokens of `{p.get('tokenizer')}` ({p.get('rendering')} rendering), so they line "
+            "up with per-token model states (router logits, residual stream)."
+            if p.get("tokenizer")
+            else "No tokenizer was given, so only the segment-level configuration is included."
+        ),
+        "",
+        "## Labels",
+        "",
+        "Class ids (`ClassLabel` order, identical in every configuration):",
+        "",
+    ]
+    lines += [f"- {i}: `{b}`" for i, b in enumerate(BEHAVIORS)]
+    lines += [
+        "",
+        "`-1` means no label: in `segments`, a segment no annotator of the chosen source labeled (or a tied vote); in "
+        "`tokens`, also special tokens, chat-template text, whitespace-only tokens and tokens outside every segment.",
+        "",
+        f"Label source: **{p.get('label_source')}** "
+        "(auto = adjudicated, else human plurality, else LLM judge, else the offline cue-phrase baseline).",
+        "",
+    ]
+    lines += _counts_table("label", s.label_counts, s.n_segments) + [""]
+    lines += _counts_table("chosen source", s.label_source_counts, s.n_segments) + [""]
+    if s.label_source_counts.get("baseline"):
+        lines += [
+            f"**{s.label_source_counts['baseline']} segments carry labels of the offline cue-phrase baseline**, a transparent "
+            "rule set, not an LLM judge and not a human; treat them as weak labels.",
+            "",
+        ]
+
+    lines += ["## Configurations and loading", ""]
+    for config, splits in data_files.items():
+        counts = s.n_rows.get(config, {})
+        lines.append(f"- `{config}`: " + ", ".join(f"{sp} {counts.get(sp, 0)} rows" for sp in splits))
+    lines += [
+        "",
+        "```python",
+        "import datasets",
+        'ds = datasets.load_dataset("<this repo or directory>", "segments")'
+        + ("\ntok = datasets.load_dataset(\"<this repo or directory>\", \"tokens\")" if "tokens" in data_files else ""),
+        "```",
+        "",
+        "`segments`: one row per segment -- `trace_id`, `segment_index`, `text`, `char_start`/`char_end` (characters, "
+        "Python string indices into the trace's reasoning text), `token_start`/`token_end` (half-open token indices into "
+        "the `tokens` row of the trace; null without a tokenizer), `n_tokens`, `label`, `label_source`, `annotator`, "
+        "`n_votes`, `vote_share`, and provenance: `codebook_version`, `judge_model`, `prompt_template_hash`, `tool_version`.",
+        "",
+    ]
+    if "tokens" in data_files:
+        lines += [
+            "`tokens`: one row per trace -- `input_ids`, `labels` (one class id per token), `segment_ids` "
+            "(`segment_index` or -1), `offsets` (`[start, end]` characters into `text`, the rendered string), "
+            "`text_offset` (where the reasoning starts inside `text`), `rendering`, `tokenizer`.",
+            "",
+            "### Token alignment rule",
+            "",
+            "A token takes the label of the segment that contains its **first non-whitespace character**. Tokens without a "
+            "non-whitespace character (whitespace, zero-width byte-level pieces), special tokens and chat-template text get "
+            "-1. A token whose characters fall in two segments (it *straddles* the boundary, e.g. `.So` merged across "
+            "a clause break) is labeled by its first character's segment and listed in both segments' token ranges. "
+            f"This export has **{s.n_straddling}** straddling tokens out of {s.n_tokens}. Every trace was verified: the "
+            "characters covered by each segment's tokens include every non-whitespace character of that segment.",
+            "",
+        ]
+
+    lines += ["## Source traces", ""]
+    lines += [f"{s.n_traces} traces, {s.n_segments} segments" + (f", {s.n_tokens} tokens." if s.n_tokens else "."), ""]
+    for key in ("models", "datasets", "sources"):
+        counts = s.trace_sources.get(key) or {}
+        if counts and set(counts) != {"(unknown)"}:
+            lines += _counts_table(key[:-1], dict(list(counts.items())[:30]), s.n_traces) + [""]
+    lines += [
+        "The traces were written by the models above, not by this project. Check the license of every source before "
+        f"redistributing; this card's license field (`{p.get('license') or 'other'}`) was set by whoever ran the export.",
+        "",
+        "## Segment length profile",
+        "",
+    ]
+    lp = s.segment_length
+    if lp:
+        lines += [
+            f"In {lp.get('unit')}: median {lp.get('median')}, 5th percentile {lp.get('p5')}, 95th percentile "
+            f"{lp.get('p95')}, max {lp.get('max')} (the Routes-of-Reasoning corpus: median 16, p5 3, p95 47, cap 125).",
+            "",
+        ]
+
+    lines += ["## Provenance", ""]
+    for key, title in (
+        ("codebook_versions", "codebook version"),
+        ("judge_models", "judge model"),
+        ("prompt_template_hashes", "prompt template hash"),
+    ):
+        counts = prov.get(key) or {}
+        lines.append(f"- {title}: " + (", ".join(f"`{k}` ({v} segments)" for k, v in counts.items()) or "none"))
+    lines += [
+        f"- tool version: `{prov.get('tool_version')}`",
+        f"- splits: by trace (a trace is never split), seed {p.get('seed')}, fractions {p.get('split_fractions')}"
+        + (f", stratified by {p.get('stratify_by')}" if p.get("stratify_by") else ""),
+        "",
+    ]
+    annotators = prov.get("annotators") or []
+    if annotators:
+        lines += ["| source | annotator | labels in store |", "|---|---|---:|"]
+        lines += [f"| {a[0]} | {a[1]} | {a[2]} |" for a in annotators]
+        lines.append("")
+
+    text, _ = agreement_section(store)
+    lines += ["## Agreement", "", text, ""]
+
+    a = s.analytics
+    lines += ["## Trace analytics", ""]
+    fa = a.get("first_answer_fraction", {})
+    rr = a.get("recheck_rounds_after_first_answer", {})
+    flip = a.get("flip", {})
+    lines += [
+        f"- first answer (first conclusion that states an answer) found in {a.get('first_answer_found')} of "
+        f"{a.get('n_traces')} traces; median position {_fmt(fa.get('median'))} of the trace's tokens",
+        f"- tokens after the first answer: {_fmt(a.get('token_share_after_first_answer'))} of all tokens",
+        f"- re-checking rounds after the first answer: mean {_fmt(rr.get('mean'))}, median {_fmt(rr.get('median'))}",
+        f"- flip rate (first answer right, final wrong): {_fmt(flip.get('flip_rate'))} over {flip.get('n_evaluable')} "
+        "traces with a reference answer",
+        "- token share per behavior: "
+        + ", ".join(f"{k} {_fmt(v)}" for k, v in (a.get("token_share_per_behavior") or {}).items() if v),
+        "",
+        "Per-trace values are in `analytics.json` next to this card.",
+        "",
+        "## Known limitations",
+        "",
+        "- A label is a segment's functional role as judged under one frozen codebook version; other codebooks cut "
+        "behaviors differently.",
+        "- LLM-judge labels are only as trustworthy as the agreement figures above; without a review study they are "
+        "unmeasured.",
+        "- Segment boundaries come from rules (sentences and discourse clauses); a token straddling a boundary carries "
+        "one label.",
+        "- Answer extraction for the analytics is heuristic (last `\\boxed{}`, number or option letter).",
+    ]
+    if s.label_counts.get("unlabeled"):
+        lines.append(f"- {s.label_counts['unlabeled']} segments have no label (-1) under the chosen label source.")
+    if s.n_ties:
+        lines.append(f"- {s.n_ties} of them are tied votes between annotators.")
+    lines.append("")
+    return "\n".join(lines)

@@ -1,0 +1,80 @@
+"""``ror export`` and ``ror publish``: write the token-aligned dataset, and push it to the hub."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from ..errors import ConfigError
+from .app import DEFAULT_DB_PATH, DbOption, LockTimeoutOption, app, console, open_store
+
+
+def _fractions(text: str) -> tuple[float, float, float]:
+    try:
+        parts = tuple(float(x) for x in text.split(","))
+    except ValueError:
+        parts = ()
+    if len(parts) != 3:
+        raise ConfigError(f"--split {text!r}: give three comma-separated fractions train,validation,test such as 0.8,0.1,0.1")
+    return parts  # type: ignore[return-value]
+
+
+@app.command("export")
+def export_cmd(
+    name: Annotated[str, typer.Argument(help="Dataset name; written to exports/NAME unless --out is given.")],
+    out: Annotated[Path | None, typer.Option("--out", help="Export directory (replaced atomically if it holds an earlier export).")] = None,
+    labels: Annotated[str, typer.Option("--labels", help="Which labels: auto, adjudicated, human, judge, baseline, majority.")] = "auto",
+    tokenizer: Annotated[str | None, typer.Option("--tokenizer", help="Fast tokenizer (hub name in the local cache, or a local directory) for the 'tokens' configuration.")] = None,
+    chat_template: Annotated[bool, typer.Option("--chat-template", help="Tokenize the chat-template rendering (problem as user turn, reasoning as thinking).")] = False,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the by-trace split.")] = 0,
+    split: Annotated[str, typer.Option("--split", help="train,validation,test fractions.")] = "0.8,0.1,0.1",
+    stratify_by: Annotated[str | None, typer.Option("--stratify-by", help="Stratify the split by a trace field: dataset, model or source.")] = None,
+    license: Annotated[str, typer.Option("--license", help="License identifier for the card (check the traces' own licenses).")] = "other",
+    db: DbOption = DEFAULT_DB_PATH,
+    lock_timeout: LockTimeoutOption = 10.0,
+) -> None:
+    """Export segments (and, with --tokenizer, token-aligned labels) as a Hugging Face dataset with a card."""
+    from ..export import export_dataset
+
+    fractions = _fractions(split)
+    out_dir = out or Path("exports") / name
+    params = {"name": name, "out": str(out_dir), "labels": labels, "tokenizer": tokenizer, "chat_template": chat_template,
+              "seed": seed, "split": list(fractions), "stratify_by": stratify_by, "license": license}
+    with open_store(db, lock_timeout) as store:
+        run = store.start_run("export", params)
+        try:
+            with console.status(f"exporting to {out_dir} ..."):
+                summary = export_dataset(
+                    store, out_dir, label_source=labels, tokenizer=tokenizer, chat_template=chat_template, seed=seed,
+                    split_fractions=fractions, stratify_by=stratify_by, name=name, license=license,
+                )
+        except BaseException:
+            store.finish_run(run.run_id, status="failed")
+            raise
+        store.finish_run(run.run_id, counts={"traces": summary.n_traces, "segments": summary.n_segments,
+                                             "tokens": summary.n_tokens, "straddling_tokens": summary.n_straddling,
+                                             "out_dir": str(summary.out_dir), "seconds": round(summary.seconds, 2)})
+    table = Table(title=f"ror export: {name}", show_header=False)
+    table.add_column("what")
+    table.add_column("value")
+    for k, v in summary.table_rows():
+        table.add_row(k, v)
+    console.print(table)
+
+
+@app.command("publish")
+def publish_cmd(
+    name: Annotated[str, typer.Argument(help="Export name under exports/, or an export directory.")],
+    repo_id: Annotated[str, typer.Option("--repo-id", help="Hub dataset repository ORG/NAME (created if missing).")],
+    private: Annotated[bool, typer.Option("--private", help="Create the repository as private.")] = False,
+    exports_dir: Annotated[Path, typer.Option("--exports-dir", help="Where named exports live.")] = Path("exports"),
+) -> None:
+    """Push an export to the Hugging Face hub with the token in HF_TOKEN (never stored anywhere)."""
+    from ..export import publish_export
+
+    with console.status(f"publishing {name} to {repo_id} ..."):
+        url = publish_export(name, repo_id, exports_dir=exports_dir, private=private)
+    console.print(f"published {name} to {url}")

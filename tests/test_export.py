@@ -1,0 +1,373 @@
+"""Export: layout, round trips through datasets/parquet/the card's configs, label choice, splits,
+atomic replacement, the tokens configuration and publishing offline."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import socket
+import subprocess
+import sys
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from ror_annotate.errors import AlignmentError, ConfigError, ExportError
+from ror_annotate.export import (
+    choose_label,
+    export_dataset,
+    load_export,
+    publish_export,
+    split_traces,
+    tokens_features,
+)
+from ror_annotate.records import BEHAVIORS, Label, Trace
+from ror_annotate.store import Store
+
+from . import tokenizers_fixtures as F
+from .judge_fixtures import split_segments
+
+T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+
+TEXTS = {
+    "tr-a": ("What is 17 + 25?", "Let me add them. 17 + 25 = 42. Wait, is that right? So the answer is 42.", "A"),
+    "tr-b": ("Sum 1/2 + 1/3?", "First, compute 数学 ∑ 🎉 terms. $\\frac{1}{2} + \\frac{1}{3} = \\frac{5}{6}$ 😀. The answer is 5/6.", "A"),
+    "tr-c": ("Pick one.", "Recall the rule. Hmm, check again. Therefore (C) is right.", "B"),
+}
+
+
+def make_store(path: Path, texts: dict = TEXTS) -> Store:
+    store = Store(path)
+    store.upsert_traces(
+        [Trace(trace_id=k, problem=p, text=t, dataset=d, model="m-1", answer="42", gold_answer="42") for k, (p, t, d) in texts.items()]
+    )
+    for k, (_, t, _) in texts.items():
+        store.replace_segments(k, split_segments(k, t), segmenter="test-regex", token_counter="chars/4")
+    labels = []
+    for s in store.segments():
+        labels.append(Label(trace_id=s.trace_id, segment_index=s.segment_index, label=BEHAVIORS[s.segment_index % 6],
+                            source="baseline", annotator="baseline:cue-v1", codebook_version="baseline-cue-v1"))
+    store.upsert_labels(labels)
+    return store
+
+
+def tree_digest(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+# ----------------------------------------------------------------------------- layout and round trips
+def test_segments_export_layout_and_round_trips(tmp_path):
+    import datasets
+
+    store = make_store(tmp_path / "s.duckdb")
+    out = tmp_path / "exports" / "demo"
+    summary = export_dataset(store, out, split_fractions=(1 / 3, 1 / 3, 1 / 3))
+    assert summary.configs == ["segments"]
+    seg_count = {"tr-a": 4, "tr-b": 3, "tr-c": 3}  # sentences of TEXTS, counted by hand
+    by_split = {s: sorted(set(d["trace_id"])) for s, d in load_export(out).items()}
+    assert all(len(ids) == 1 for ids in by_split.values()) and len(by_split) == 3  # 3 traces at 1/3 each
+    assert summary.n_rows["segments"] == {s: seg_count[ids[0]] for s, ids in by_split.items()}
+    assert sorted(p.name for p in out.iterdir()) == ["README.md", "analytics.json", "data", "ror_export.json", "segments"]
+
+    expected = {(s.trace_id, s.segment_index): s for s in store.segments()}
+    disk = load_from_disk_rows(out)
+    assert len(disk) == len(expected) == 10
+    for row in disk:
+        seg = expected[(row["trace_id"], row["segment_index"])]
+        assert (row["char_start"], row["char_end"], row["text"], row["n_tokens"]) == (seg.char_start, seg.char_end, seg.text, seg.n_tokens)
+        assert row["label"] == seg.segment_index % 6  # labeled BEHAVIORS[i % 6] above
+        assert row["token_start"] is None and row["token_end"] is None
+        assert row["label_source"] == "baseline" and row["annotator"] == "baseline:cue-v1"
+        assert row["codebook_version"] == "baseline-cue-v1" and row["tool_version"].startswith("ror_annotate ")
+
+    # the parquet files through the generic parquet builder, and through the card's configs YAML
+    files = {s: str(out / f"data/segments/{s}-*.parquet") for s in summary.n_rows["segments"]}
+    via_parquet = datasets.load_dataset("parquet", data_files=files)
+    via_card = datasets.load_dataset(str(out), "segments")
+    for dd in (via_parquet, via_card):
+        assert dd["train"].features["label"] == datasets.ClassLabel(names=list(BEHAVIORS))
+        assert {s: d.num_rows for s, d in dd.items()} == summary.n_rows["segments"]
+    assert sorted(via_card["train"]["trace_id"]) == sorted(load_export(out)["train"]["trace_id"])
+
+
+def load_from_disk_rows(out: Path) -> list[dict]:
+    dd = load_export(out, "segments")
+    return [row for split in dd.values() for row in split]
+
+
+def test_classlabel_survives_parquet_and_card(tmp_path):
+    """shared/pitfalls/DS-02: ClassLabel names must survive parquet, pandas sees plain ints, the card names them."""
+    import datasets
+    from huggingface_hub import DatasetCard
+
+    store = make_store(tmp_path / "s.duckdb")
+    out = tmp_path / "x"
+    export_dataset(store, out, tokenizer=F.byte_level_bpe(), split_fractions=(1, 0, 0))
+    seg_file = out / "data/segments/train-00000-of-00001.parquet"
+    tok_file = out / "data/tokens/train-00000-of-00001.parquet"
+    seg = datasets.Dataset.from_parquet(str(seg_file))
+    tok = datasets.Dataset.from_parquet(str(tok_file))
+    assert seg.features["label"] == datasets.ClassLabel(names=list(BEHAVIORS))
+    assert tok.features["labels"] == datasets.List(datasets.ClassLabel(names=list(BEHAVIORS)))
+    assert tok.features == tokens_features()
+    assert b"huggingface" in pq.read_schema(seg_file).metadata
+    frame = pq.read_table(seg_file).to_pandas()
+    assert frame["label"].dtype.kind == "i"
+    assert sorted(frame["label"].tolist()) == sorted(s.segment_index % 6 for s in store.segments())
+
+    card = DatasetCard.load(out / "README.md")
+    infos = {c["config_name"]: c for c in card.data.dataset_info}
+    label_feature = next(f for f in infos["segments"]["features"] if f["name"] == "label")
+    assert label_feature["dtype"]["class_label"]["names"] == {str(i): b for i, b in enumerate(BEHAVIORS)}
+    assert [c["config_name"] for c in card.data.configs] == ["segments", "tokens"]
+    assert card.data.license == "other"
+    for i, b in enumerate(BEHAVIORS):
+        assert f"- {i}: `{b}`" in card.text
+    assert "No human review study in this store" in card.text
+
+
+# ----------------------------------------------------------------------------- label choice
+def _lab(label, source, annotator, minutes=0, **extra):
+    return Label(trace_id="t", segment_index=0, label=label, source=source, annotator=annotator,
+                 codebook_version="cb-1", created_at=T0 + timedelta(minutes=minutes), extra=extra)
+
+
+def test_choose_label_policies():
+    seg0 = [_lab("execution", "baseline", "baseline:cue-v1"),
+            _lab("planning", "judge", "openai:gpt-x", model="gpt-x", prompt_template_hash="ph1")]
+    assert choose_label(seg0, "auto")[0].label == "planning"
+    assert choose_label(seg0, "auto")[0].judge_model == "gpt-x"
+    assert choose_label(seg0, "auto")[0].prompt_template_hash == "ph1"
+    assert choose_label(seg0, "baseline")[0].label == "execution"
+    assert choose_label(seg0, "human")[0].label is None
+
+    seg1 = [_lab("fact", "human", "h-1"), _lab("fact", "human", "h-2"), _lab("execution", "human", "h-3"),
+            _lab("execution", "judge", "openai:gpt-x")]
+    chosen, tied = choose_label(seg1, "auto")
+    assert (chosen.label, chosen.source, chosen.n_votes, tied) == ("fact", "human", 3, False)
+    assert chosen.vote_share == pytest.approx(2 / 3)
+    chosen, tied = choose_label(seg1, "majority")  # 2 fact vs 2 execution
+    assert chosen.label is None and tied
+
+    seg2 = [_lab("reflection", "adjudicated", "adjudicator:a1", minutes=5), _lab("fact", "adjudicated", "adjudicator:a2", minutes=1),
+            _lab("fact", "human", "h-1"), _lab("conclusion", "human", "h-2")]
+    assert choose_label(seg2, "auto")[0].label == "reflection"  # latest adjudication wins
+    assert choose_label(seg2, "human") == (choose_label([], "human")[0], True)
+
+    # one vote per annotator: h-1's later label replaces its earlier one
+    seg3 = [_lab("fact", "human", "h-1", minutes=0), _lab("planning", "human", "h-1", minutes=9), _lab("planning", "human", "h-2")]
+    assert choose_label(seg3, "human")[0].label == "planning" and choose_label(seg3, "human")[0].n_votes == 2
+    with pytest.raises(ConfigError, match="unknown label source"):
+        choose_label(seg3, "gold")
+
+
+def test_human_labels_through_export(tmp_path):
+    store = make_store(tmp_path / "s.duckdb")
+    store.upsert_labels([
+        Label(trace_id="tr-a", segment_index=0, label="fact", source="human", annotator="h-1", codebook_version="cb", study="s1"),
+        Label(trace_id="tr-a", segment_index=1, label="fact", source="human", annotator="h-1", codebook_version="cb", study="s1"),
+        Label(trace_id="tr-a", segment_index=1, label="planning", source="human", annotator="h-2", codebook_version="cb", study="s1"),
+    ])
+    summary = export_dataset(store, tmp_path / "h", label_source="human", split_fractions=(1, 0, 0))
+    rows = {(r["trace_id"], r["segment_index"]): r for r in load_from_disk_rows(tmp_path / "h")}
+    assert rows[("tr-a", 0)]["label"] == BEHAVIORS.index("fact")
+    assert rows[("tr-a", 1)]["label"] == -1 and summary.n_ties == 1
+    assert rows[("tr-b", 0)]["label"] == -1 and rows[("tr-b", 0)]["label_source"] is None
+    assert summary.label_counts["unlabeled"] == 9 and summary.label_counts["fact"] == 1
+
+
+# ----------------------------------------------------------------------------- splits
+def _traces(n_a: int, n_b: int) -> list[Trace]:
+    return [Trace(trace_id=f"a{i:02d}", text="x", dataset="A") for i in range(n_a)] + [
+        Trace(trace_id=f"b{i:02d}", text="x", dataset="B") for i in range(n_b)
+    ]
+
+
+def test_splits_are_by_trace_seeded_and_stratified():
+    traces = _traces(10, 10)
+    split = split_traces(traces, fractions=(0.8, 0.1, 0.1), seed=3, stratify_by="dataset")
+    for prefix in "ab":
+        got = [split[t.trace_id] for t in traces if t.trace_id.startswith(prefix)]
+        assert (got.count("train"), got.count("validation"), got.count("test")) == (8, 1, 1)
+    assert split == split_traces(traces, fractions=(0.8, 0.1, 0.1), seed=3, stratify_by="dataset")
+    assert split != split_traces(traces, fractions=(0.8, 0.1, 0.1), seed=4, stratify_by="dataset")
+    # 7 traces at 0.8/0.1/0.1 = 5.6/0.7/0.7: floors 5/0/0, the two leftover go to the largest remainders (.7, .7)
+    counts = list(split_traces(_traces(7, 0), fractions=(0.8, 0.1, 0.1)).values())
+    assert (counts.count("train"), counts.count("validation"), counts.count("test")) == (5, 1, 1)
+    # 9 traces: 7.2/0.9/0.9 -> floors 7/0/0, leftovers to validation and test
+    counts = list(split_traces(_traces(9, 0), fractions=(0.8, 0.1, 0.1)).values())
+    assert (counts.count("train"), counts.count("validation"), counts.count("test")) == (7, 1, 1)
+    for bad in ((0.5, 0.5), (0.9, 0.2, -0.1), (0.5, 0.3, 0.1)):
+        with pytest.raises(ConfigError, match="fractions"):
+            split_traces(traces, fractions=bad)
+    with pytest.raises(ConfigError, match="stratify"):
+        split_traces(traces, stratify_by="colour")
+
+
+def test_no_trace_is_split_across_splits(tmp_path):
+    store = make_store(tmp_path / "s.duckdb")
+    export_dataset(store, tmp_path / "o", split_fractions=(0.34, 0.33, 0.33), seed=1)
+    where: dict[str, set] = {}
+    for split, ds in load_export(tmp_path / "o").items():
+        for tid in ds["trace_id"]:
+            where.setdefault(tid, set()).add(split)
+    assert sorted(where) == sorted(TEXTS) and all(len(v) == 1 for v in where.values())
+
+
+# ----------------------------------------------------------------------------- tokens configuration
+@pytest.mark.parametrize("chat_template", [False, True])
+def test_tokens_configuration_matches_segments(tmp_path, chat_template):
+    store = make_store(tmp_path / "s.duckdb")
+    tok = F.byte_level_bpe()
+    summary = export_dataset(store, tmp_path / "t", tokenizer=tok, chat_template=chat_template, split_fractions=(1, 0, 0))
+    assert summary.configs == ["segments", "tokens"]
+    tokens = {r["trace_id"]: r for r in load_export(tmp_path / "t", "tokens")["train"]}
+    traces = {t.trace_id: t for t in store.iter_traces()}
+    assert summary.n_tokens == sum(len(r["input_ids"]) for r in tokens.values())
+    for row in load_from_disk_rows(tmp_path / "t"):
+        t = tokens[row["trace_id"]]
+        assert t["rendering"] == ("chat_template" if chat_template else "raw")
+        off = t["text_offset"]
+        assert t["text"][off : off + len(traces[row["trace_id"]].text)] == traces[row["trace_id"]].text
+        assert (off > 0) == chat_template
+        lo, hi = row["token_start"], row["token_end"]
+        assert row["n_tokens"] == hi - lo > 0
+        labeled = [i for i in range(lo, hi) if t["segment_ids"][i] == row["segment_index"]]
+        assert labeled and all(t["labels"][i] == row["label"] for i in labeled)
+        # the segment's tokens cover its text: decoding them gives the segment back
+        assert row["text"] in tok.decode(t["input_ids"][lo:hi])
+        # characters of the tokens with this segment id lie inside the segment (shifted into the rendered text)
+        for i in labeled:
+            s, e = t["offsets"][i]
+            first = next(c for c in range(s, e) if not t["text"][c].isspace())
+            assert row["char_start"] + off <= first < row["char_end"] + off
+    for t in tokens.values():
+        assert len(t["input_ids"]) == len(t["labels"]) == len(t["segment_ids"]) == len(t["offsets"])
+        assert t["tokenizer"] == "tiny-byte-level-bpe"
+        # every labeled token carries its segment's id, every unlabeled one -1 (all segments are labeled here)
+        assert all((lab == -1) == (sid == -1) for lab, sid in zip(t["labels"], t["segment_ids"]))
+
+
+def test_chat_template_without_tokenizer_is_a_config_error(tmp_path):
+    store = make_store(tmp_path / "s.duckdb")
+    with pytest.raises(ConfigError, match="--chat-template needs --tokenizer"):
+        export_dataset(store, tmp_path / "o", chat_template=True)
+
+
+# ----------------------------------------------------------------------------- atomic replacement
+def test_failed_reexport_leaves_previous_export_intact(tmp_path, monkeypatch):
+    store = make_store(tmp_path / "s.duckdb")
+    out = tmp_path / "o"
+    export_dataset(store, out)
+    before = tree_digest(out)
+
+    import ror_annotate.card as card
+
+    def broken_card(*a, **k):
+        raise OSError("disk full while writing the card")
+
+    monkeypatch.setattr(card, "build_card", broken_card)
+    with pytest.raises(OSError, match="disk full"):
+        export_dataset(store, out, seed=7)
+    assert tree_digest(out) == before
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temporary directory left
+
+    monkeypatch.undo()
+    tok = F.byte_level_bpe()
+    tok.chat_template = "{% for m in messages %}{{ m['content'] | upper }}{% endfor %}"
+    with pytest.raises(AlignmentError):
+        export_dataset(store, out, tokenizer=tok, chat_template=True)
+    assert tree_digest(out) == before
+
+    export_dataset(store, out, seed=7)  # a successful re-export replaces it
+    assert json.loads((out / "ror_export.json").read_text())["parameters"]["seed"] == 7
+
+
+def test_refuses_to_replace_a_directory_that_is_not_an_export(tmp_path):
+    store = make_store(tmp_path / "s.duckdb")
+    victim = tmp_path / "notes"
+    victim.mkdir()
+    (victim / "thesis.tex").write_text("precious")
+    with pytest.raises(ExportError, match="not a ror_annotate export"):
+        export_dataset(store, victim)
+    assert (victim / "thesis.tex").read_text() == "precious"
+
+
+def test_empty_store_is_an_error(tmp_path):
+    with pytest.raises(ExportError, match="no segmented traces"):
+        export_dataset(Store(tmp_path / "e.duckdb"), tmp_path / "o")
+
+
+# ----------------------------------------------------------------------------- publishing offline
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_publish_offline_fails_clearly_and_keeps_the_export(tmp_path, monkeypatch):
+    store = make_store(tmp_path / "s.duckdb")
+    out = tmp_path / "exports" / "demo"
+    export_dataset(store, out)
+    before = tree_digest(out)
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    with pytest.raises(ExportError, match="set HF_TOKEN"):
+        publish_export("demo", "org/demo", exports_dir=tmp_path / "exports")
+    secret = "hf_SECRETtoken0123456789"
+    monkeypatch.setenv("HF_TOKEN", secret)
+    with pytest.raises(ExportError) as err:
+        publish_export("demo", "org/demo", exports_dir=tmp_path / "exports", endpoint=f"http://127.0.0.1:{_closed_port()}")
+    assert "local export" in str(err.value) and "unchanged" in str(err.value)
+    assert secret not in str(err.value)
+    assert tree_digest(out) == before
+    with pytest.raises(ExportError, match="no export named"):
+        publish_export("missing", "org/demo", exports_dir=tmp_path / "exports")
+
+
+def test_cli_export_and_publish(tmp_path):
+    db = tmp_path / "s.duckdb"
+    make_store(db).close()
+    env = {**os.environ, "HF_TOKEN": "hf_SECRETcli987654321", "HF_HUB_OFFLINE": "1", "ROR_DB": str(db)}
+    cli = [sys.executable, "-c", "from ror_annotate.cli import app; app()"]
+    res = subprocess.run([*cli, "export", "demo", "--out", str(tmp_path / "exports/demo"), "--split", "1,0,0"],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    assert "segments rows" in res.stdout and (tmp_path / "exports/demo/README.md").is_file()
+    with Store(db) as store:
+        assert store.runs()[-1].command == "export" and store.runs()[-1].status == "ok"
+    before = tree_digest(tmp_path / "exports/demo")
+
+    res = subprocess.run([*cli, "publish", "demo", "--repo-id", "org/demo"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 2
+    assert res.stderr.startswith("error [E810]") and "Traceback" not in res.stderr
+    assert "hf_SECRETcli987654321" not in res.stderr + res.stdout
+    assert tree_digest(tmp_path / "exports/demo") == before
+    assert not any("hf_SECRETcli987654321" in p.read_text(errors="ignore") for p in (tmp_path / "exports").rglob("*.json"))
+
+    res = subprocess.run([*cli, "export", "demo2", "--labels", "gold"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 2 and "unknown label source 'gold'" in res.stderr
+
+
+def test_card_reports_human_agreement(tmp_path):
+    import krippendorff
+    import numpy as np
+
+    store = make_store(tmp_path / "s.duckdb")
+    h1 = ["fact", "fact", "planning", "conclusion"]
+    h2 = ["fact", "planning", "planning", "conclusion"]  # 3 of 4 agree
+    store.upsert_labels(
+        [Label(trace_id="tr-a", segment_index=i, label=lab, source="human", annotator=a, codebook_version="cb", study="s1")
+         for a, labels in (("h-1", h1), ("h-2", h2)) for i, lab in enumerate(labels)]
+    )
+    export_dataset(store, tmp_path / "o", label_source="human")
+    card = (tmp_path / "o" / "README.md").read_text(encoding="utf-8")
+    section = card[card.index("## Agreement") : card.index("## Trace analytics")]
+    assert "4 segments in 1 traces" in section and "`h-1`, `h-2`" in section
+    assert "| percent_agreement | 0.750" in section
+    alpha = krippendorff.alpha(reliability_data=np.array([[BEHAVIORS.index(x) for x in h] for h in (h1, h2)]),
+                               level_of_measurement="nominal")
+    assert f"| krippendorff_alpha | {alpha:.3f}" in section
+    assert "No human review study" not in card
