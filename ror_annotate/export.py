@@ -20,7 +20,9 @@ ror_annotate export (no ``ror_export.json``) and not empty is never replaced.
 
 Label choice (``label_source``), per segment:
 
-* ``adjudicated`` -- the latest adjudicated label;
+* ``adjudicated`` -- the study reference: the latest adjudicated label, else the humans' label when
+  every human annotator gave it (the rule of :func:`ror_annotate.review.reference_labels`;
+  adjudication only sees disagreements, so adjudicated rows alone would drop every agreed segment);
 * ``human`` / ``judge`` / ``baseline`` -- plurality vote over that source's annotators (one vote
   per annotator, their latest label); a tie leaves the segment unlabeled;
 * ``majority`` -- plurality over every human and judge annotator; a tie leaves it unlabeled;
@@ -236,6 +238,10 @@ def choose_label(labels: Sequence[Label], label_source: str) -> tuple[ChosenLabe
 
     if label_source == "adjudicated":
         chosen = adjudicated()
+        if chosen is None:
+            humans = _latest_per_annotator(by_source.get("human", []))
+            if humans and len({h.label for h in humans}) == 1:
+                chosen = _plurality(humans, "human")
     elif label_source in ("human", "judge", "baseline"):
         chosen = vote([label_source], label_source)
     elif label_source == "majority":

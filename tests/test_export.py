@@ -163,6 +163,13 @@ def test_choose_label_policies():
     with pytest.raises(ConfigError, match="unknown label source"):
         choose_label(seg3, "gold")
 
+    # "adjudicated" is the study reference: adjudication where humans disagreed, else their unanimous label
+    assert choose_label(seg2, "adjudicated")[0].label == "reflection"
+    agreed = [_lab("fact", "human", "h-1"), _lab("fact", "human", "h-2"), _lab("planning", "judge", "openai:gpt-x")]
+    assert (choose_label(agreed, "adjudicated")[0].label, choose_label(agreed, "adjudicated")[0].source) == ("fact", "human")
+    split = [_lab("fact", "human", "h-1"), _lab("planning", "human", "h-2")]
+    assert choose_label(split, "adjudicated")[0].label is None
+
 
 def test_human_labels_through_export(tmp_path):
     store = make_store(tmp_path / "s.duckdb")

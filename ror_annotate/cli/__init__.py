@@ -5,7 +5,7 @@ registers all of them.
 """
 
 from .app import app  # noqa: F401
-from . import core  # noqa: F401,E402  (registers ingest, segment, label, export, run)
+from . import core  # noqa: F401,E402  (registers ingest, segment, label, run, status)
 
 # Stages register here; a missing optional stage must not break the others.
 for _name in ("codebook", "agree", "review", "export_cmds", "steer"):

@@ -316,6 +316,8 @@ def run(
     out: Annotated[Path | None, typer.Option("--out", help="Dataset folder (save_to_disk layout + parquet + card); default exports/<input name>.")] = None,
     labels: Annotated[str, typer.Option("--labels", help="Which labels to export: auto, judge, baseline, human, adjudicated, majority.")] = "auto",
     split_seed: Annotated[int, typer.Option("--split-seed", help="Seed of the by-trace train/validation/test split.")] = 0,
+    stratify_by: Annotated[str | None, typer.Option("--stratify-by", help="Stratify the split by dataset, model or source.")] = None,
+    chat_template: Annotated[bool, typer.Option("--chat-template", help="With --tokenizer: align on the model's chat template rendering (problem as user turn, reasoning as thinking).")] = False,
     db: DbOption = DEFAULT_DB_PATH,
     lock_timeout: LockTimeoutOption = 10.0,
 ) -> None:
@@ -339,9 +341,12 @@ def run(
                 counts["segment"] = do_segment(store, ids, tokenizer=tokenizer, max_tokens=max_segment_tokens, force=False, run_id=run_rec.run_id, progress=progress)
                 counts["label"] = do_label(store, ids, judge_spec=judge, options=options, run=run_rec, progress=progress)
             with err_console.status(f"exporting to {out} ..."):
-                summary = export_dataset(store, out, label_source=labels, tokenizer=tokenizer, seed=split_seed)
+                summary = export_dataset(
+                    store, out, label_source=labels, tokenizer=tokenizer, chat_template=chat_template, seed=split_seed,
+                    stratify_by=stratify_by, trace_ids=ids,
+                )
             counts["export"] = {"out_dir": str(out)}
-        _print_summary(store, ids, ingested, summary, out)
+        _print_summary(store, ids, ingested, summary)
         _print_judge_counts(counts["label"])
 
 
@@ -365,21 +370,18 @@ def _dataset_name(source: str, preset: str | None) -> str:
     return name.replace("/", "__") or "dataset"
 
 
-def _print_summary(store, ids: Sequence[str], ingested: dict[str, int], summary, out: Path) -> None:
-    segs = [s for s in store.segments() if s.trace_id in set(ids)]
-    lengths = [s.n_tokens for s in segs]
+def _print_summary(store, ids: Sequence[str], ingested: dict[str, int], summary) -> None:
+    wanted = set(ids)
+    lengths = [s.n_tokens for s in store.segments() if s.trace_id in wanted]
     table = Table(title="ror run: summary", show_header=False)
     table.add_column("what")
-    table.add_column("value", justify="right")
-    table.add_row("traces", f"{len(ids)} ({ingested.get('inserted', 0)} new, {ingested.get('skipped', 0)} skipped)")
-    table.add_row("segments", str(len(segs)))
+    table.add_column("value")
+    table.add_row("input traces", f"{len(ids)} ({ingested.get('inserted', 0)} new, {ingested.get('skipped', 0)} skipped as invalid)")
     if lengths:
         q = statistics.quantiles(lengths, n=20, method="inclusive") if len(lengths) > 1 else [lengths[0]] * 19
         table.add_row("segment tokens median / p5 / p95 / max", f"{statistics.median(lengths):g} / {q[0]:g} / {q[18]:g} / {max(lengths)}")
-    counts = getattr(summary, "label_counts", None) or {}
-    for name, n in (counts.items() if isinstance(counts, dict) else []):
-        table.add_row(f"label {name}", str(n))
-    table.add_row("dataset", str(out))
+    for field, value in summary.table_rows():
+        table.add_row(field, value)
     console.print(table)
 
 
