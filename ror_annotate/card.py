@@ -14,6 +14,7 @@ known limitations.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .records import BEHAVIORS
@@ -103,8 +104,14 @@ def build_card(
     *,
     data_files: Mapping[str, Mapping[str, list[str]]],
     infos: Mapping[str, tuple[Any, Mapping[str, tuple[int, int]]]],
+    report_dir: "Path | None" = None,
 ) -> "DatasetCard":
     """Build the dataset card of an export.
+
+    With ``report_dir`` (the export's ``agreement/`` folder) and human labels in the store, the full
+    agreement report of :func:`ror_annotate.agreement_report.write_report` (tables with CIs,
+    confusion heat map, per-class figures, top disagreement pairs) is written there, one folder
+    per comparison, and linked from the card's agreement section.
 
     Parameters
     ----------
@@ -151,11 +158,11 @@ def build_card(
         )
     DatasetInfosDict(dataset_infos).to_dataset_card_data(card_data)
 
-    body = _body(store, summary, data_files)
+    body = _body(store, summary, data_files, report_dir)
     return DatasetCard(f"---\n{card_data.to_yaml()}\n---\n\n{body}")
 
 
-def _body(store: "Store", s: "ExportSummary", data_files: Mapping[str, Mapping[str, list[str]]]) -> str:
+def _body(store: "Store", s: "ExportSummary", data_files: Mapping[str, Mapping[str, list[str]]], report_dir: Path | None = None) -> str:
     p = s.parameters
     prov = s.provenance
     lines: list[str] = [f"# {s.name}", ""]
@@ -270,8 +277,16 @@ def _body(store: "Store", s: "ExportSummary", data_files: Mapping[str, Mapping[s
         lines += [f"| {a[0]} | {a[1]} | {a[2]} |" for a in annotators]
         lines.append("")
 
-    text, _ = agreement_section(store)
+    text, figures = agreement_section(store)
     lines += ["## Agreement", "", text, ""]
+    if figures and report_dir is not None:
+        from .agreement_report import write_report
+
+        for name, fig in figures.items():
+            slug = name.replace(" + ", "_").replace(" ", "_")
+            write_report(fig, report_dir / slug)
+            lines.append(f"Full report ({name}): [agreement/{slug}/agreement.md](agreement/{slug}/agreement.md)")
+        lines.append("")
 
     a = s.analytics
     lines += ["## Trace analytics", ""]

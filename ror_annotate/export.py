@@ -749,7 +749,7 @@ def _write_files(store, out_dir, tables, summary, per_trace_analytics) -> None:
         summary.paths["card"] = str(out_dir / "README.md")
         summary.paths["manifest"] = str(out_dir / MANIFEST)
         summary.paths["analytics"] = str(out_dir / "analytics.json")
-        card = build_card(store, summary, data_files=data_files, infos=infos)
+        card = build_card(store, summary, data_files=data_files, infos=infos, report_dir=tmp / "agreement")
         card.save(str(tmp / "README.md"))
         (tmp / "analytics.json").write_text(
             json.dumps({"overall": summary.analytics, "per_trace": [a.to_dict() for a in per_trace_analytics]}, indent=1, default=str),
@@ -817,7 +817,7 @@ def resolve_export_dir(name_or_path: str | Path, exports_dir: Path | str = "expo
 
 
 #: Files of an export that go to the hub; the save_to_disk copies stay local (the parquet files are the same rows).
-PUBLISH_PATTERNS = ["README.md", "analytics.json", "data/**"]
+PUBLISH_PATTERNS = ["README.md", "analytics.json", "data/**", "agreement/**"]
 
 
 def publish_export(

@@ -378,3 +378,8 @@ def test_card_reports_human_agreement(tmp_path):
                                level_of_measurement="nominal")
     assert f"| krippendorff_alpha | {alpha:.3f}" in section
     assert "No human review study" not in card
+    # the full agreement report sits next to the dataset and is linked from the card
+    report = tmp_path / "o" / "agreement" / "humans" / "agreement.md"
+    assert "[agreement/humans/agreement.md](agreement/humans/agreement.md)" in section
+    assert report.exists() and "0.750" in report.read_text(encoding="utf-8")
+    assert (report.parent / "confusion.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
