@@ -27,6 +27,7 @@ from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import duckdb
 import pyarrow as pa
@@ -96,6 +97,7 @@ CORE_MIGRATIONS: tuple[str, ...] = (
 )
 
 _SECRET_KEY = re.compile(r"(api[_-]?key|token|secret|password|authorization)", re.IGNORECASE)
+_URL_PASSWORD = re.compile(r"(//[^/?#@:]*):[^/?#@]*@")
 
 # One shared connection per resolved path inside this process: [connection, refcount].
 _OPEN: dict[str, list[Any]] = {}
@@ -116,8 +118,32 @@ def _to_aware(value: datetime | None) -> datetime | None:
     return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value
 
 
+def scrub_url(url: str) -> str:
+    """``url`` with a password in it (``http://user:KEY@host``) and secret-looking query parameters
+    (``?api-key=KEY``, ``?token=...``) replaced by ``***``; any other string is returned unchanged.
+
+    Proxies and gateways are often given their key inside ``--base-url``; the URL itself is worth
+    keeping as provenance, the key is not.
+    """
+    if "://" not in url:
+        return url
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return _URL_PASSWORD.sub(r"\1:***@", url)
+    netloc = _URL_PASSWORD.sub(r"\1:***@", "//" + parts.netloc)[2:]
+    query = parts.query
+    if query:
+        pairs = parse_qsl(query, keep_blank_values=True)
+        secret = [_SECRET_KEY.search(k) is not None or k.lower() in ("key", "sig", "signature") for k, _ in pairs]
+        if any(secret):
+            query = urlencode([(k, "***" if hide else v) for (k, v), hide in zip(pairs, secret)], safe="*")
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
 def scrub_secrets(parameters: dict[str, Any]) -> dict[str, Any]:
-    """Return ``parameters`` with the value of every key that looks like a secret replaced by ``"***"``.
+    """Return ``parameters`` with the value of every key that looks like a secret replaced by ``"***"``,
+    and secrets inside URL values removed (:func:`scrub_url`).
 
     Used before anything is written to ``runs.parameters`` or a log: API keys and tokens come from the
     environment and must never reach the store.
@@ -128,6 +154,10 @@ def scrub_secrets(parameters: dict[str, Any]) -> dict[str, Any]:
             clean[key] = "***"
         elif isinstance(value, dict):
             clean[key] = scrub_secrets(value)
+        elif isinstance(value, str):
+            clean[key] = scrub_url(value)
+        elif isinstance(value, (list, tuple)):
+            clean[key] = [scrub_url(v) if isinstance(v, str) else v for v in value]
         else:
             clean[key] = value
     return clean

@@ -11,6 +11,7 @@ ingestion into the store happens only after the whole input has been read and va
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -193,7 +194,8 @@ def _iter_jsonl(path: Path) -> Iterator[tuple[str, dict[str, Any] | Exception]]:
             if not raw.strip():
                 continue
             try:
-                line = raw.decode("utf-8")
+                # utf-8-sig on the first line: Windows tools (Notepad, PowerShell) start files with a BOM.
+                line = raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
             except UnicodeDecodeError as exc:
                 yield where, InputError(f"{where}: byte {exc.start} is not valid UTF-8 ({raw[exc.start:exc.start + 1]!r}); re-encode the file as UTF-8")
                 continue
@@ -210,7 +212,7 @@ def _iter_jsonl(path: Path) -> Iterator[tuple[str, dict[str, Any] | Exception]]:
 
 def _iter_json_array(path: Path) -> Iterator[tuple[str, dict[str, Any] | Exception]]:
     try:
-        data = json.loads(path.read_bytes().decode("utf-8"))
+        data = json.loads(path.read_bytes().decode("utf-8-sig"))
     except UnicodeDecodeError as exc:
         raise InputError(f"{path}: byte {exc.start} is not valid UTF-8; re-encode the file as UTF-8") from None
     except json.JSONDecodeError as exc:
@@ -281,8 +283,10 @@ def iter_records(
         if suffix in (".jsonl", ".ndjson"):
             return _iter_jsonl(path)
         if suffix == ".json":
-            head = path.open("rb").read(64).lstrip()
-            return _iter_jsonl(path) if head.startswith(b"{") and b"\n{" in path.read_bytes()[:1_000_000] else _iter_json_array(path)
+            with path.open("rb") as fh:  # sniff the first megabyte only: .json files can be gigabytes
+                head = fh.read(1_000_000)
+            start = head.removeprefix(b"\xef\xbb\xbf").lstrip()
+            return _iter_jsonl(path) if start.startswith(b"{") and b"\n{" in head else _iter_json_array(path)
         if suffix == ".parquet":
             return _iter_parquet(path)
         raise InputError(f"{path}: unknown trace file type {path.suffix!r}; use .jsonl, .json or .parquet")
@@ -356,7 +360,11 @@ def records_to_traces(
     problem = _as_str(_pick(record, "problem", mapping))
     answer_col = _as_str(_pick(record, "answer", mapping))
     used = _mapped_columns(mapping) | {c for f in _CANDIDATES for c in _CANDIDATES[f]}
-    meta = {k: v for k, v in record.items() if k not in used and isinstance(v, (str, int, float, bool))}
+    # NaN/inf (pandas' missing values) are left out: they are not JSON and would break readers of meta.
+    meta = {
+        k: v for k, v in record.items()
+        if k not in used and isinstance(v, (str, int, float, bool)) and not (isinstance(v, float) and not math.isfinite(v))
+    }
     traces = []
     for i, item in enumerate(texts):
         if not isinstance(item, str):

@@ -29,8 +29,16 @@ class RorGroup(TyperGroup):
         try:
             return super().invoke(ctx)
         except RorError as exc:
-            err_console.print(f"[bold red]error[/] [{exc.code}]: {escape(exc.message)}", highlight=False, soft_wrap=True)
+            # One line, whatever the message holds (library errors quoted inside often span several).
+            message = " ".join(exc.message.split())
+            err_console.print(f"[bold red]error[/] [{exc.code}]: {escape(message)}", highlight=False, soft_wrap=True)
             raise typer.Exit(2) from None  # typer vendors click: click.exceptions.Exit is not caught
+        except KeyboardInterrupt:
+            err_console.print(
+                "interrupted: everything finished before Ctrl-C is stored; run the same command again to resume",
+                highlight=False, soft_wrap=True,
+            )
+            raise typer.Exit(130) from None
 
 
 app = typer.Typer(
@@ -53,8 +61,20 @@ LockTimeoutOption = Annotated[
 DEFAULT_DB_PATH = Path(os.environ.get("ROR_DB", "ror.duckdb"))
 
 
-def open_store(db: Path, lock_timeout: float = 10.0):
-    """Open the store for a command (imported lazily so ``ror --help`` stays fast)."""
+def open_store(db: Path, lock_timeout: float = 10.0, *, must_exist: bool = False):
+    """Open the store for a command (imported lazily so ``ror --help`` stays fast).
+
+    Commands that only read (``status``, ``agree``) pass ``must_exist=True``: a mistyped ``--db``
+    then gets an error instead of a new, empty store file.
+
+    Raises
+    ------
+    StoreError
+        ``must_exist`` and there is no file at ``db``.
+    """
+    from ..errors import StoreError
     from ..store import Store
 
+    if must_exist and str(db) != ":memory:" and not Path(db).expanduser().is_file():
+        raise StoreError(f"no store at {Path(db).expanduser().resolve()}; check --db (or ROR_DB), or create one with `ror ingest FILE`")
     return Store(db, lock_timeout=lock_timeout)

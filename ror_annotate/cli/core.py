@@ -150,11 +150,15 @@ def do_segment(store, trace_ids: Sequence[str], *, tokenizer: str | None, max_to
     return dict(outcome)
 
 
-def do_label(store, trace_ids: Sequence[str], *, judge_spec: str, options: dict[str, Any], run, progress: Progress | None) -> dict[str, Any]:
-    """Label every stored segment of ``trace_ids`` with the named judge."""
+def make_judge_checked(judge_spec: str, options: dict[str, Any]):
+    """Build the judge before any work, so a bad spec or a missing API key fails first (ConfigError)."""
     from ..judge import make_judge
 
-    judge = make_judge(judge_spec, **options)
+    return make_judge(judge_spec, **options)
+
+
+def do_label(store, trace_ids: Sequence[str], *, judge, run, progress: Progress | None) -> dict[str, Any]:
+    """Label every stored segment of ``trace_ids`` with ``judge`` (from :func:`make_judge_checked`)."""
     report = judge.label(store, list(trace_ids), run=run, progress=progress)
     return report.as_counts()
 
@@ -171,7 +175,7 @@ def _length_table(store, trace_ids: Sequence[str] | None = None) -> Table:
     table.add_column("statistic")
     table.add_column("ours", justify="right")
     table.add_column("method's corpus", justify="right")
-    reference = {"median": "16", "p5": "3", "p95": "47", "max": "125 (cap)"}
+    reference = {"segments_per_trace": "239", "median": "16", "p5": "3", "p95": "47", "max": "125 (cap)"}
     for key in ("n_segments", "n_traces", "segments_per_trace", "median", "p5", "p95", "max", "mean"):
         if key in stats:
             value = stats[key]
@@ -180,18 +184,27 @@ def _length_table(store, trace_ids: Sequence[str] | None = None) -> Table:
 
 
 def _label_table(store, trace_ids: Sequence[str] | None = None) -> Table:
-    table = Table(title="labels", show_header=True)
-    table.add_column("source")
-    table.add_column("annotator")
-    for name in ("planning", "execution", "restatement", "fact", "reflection", "conclusion"):
-        table.add_column(name[:11], justify="right")
-    wanted = set(trace_ids) if trace_ids is not None else None
+    from ..records import BEHAVIORS
+
+    # Counted in SQL: loading every label as a record made `ror status` take seconds per 100k labels.
+    sql = "SELECT source, annotator, label, count(*) FROM labels"
+    params: list[Any] = []
+    if trace_ids is not None:
+        sql += " WHERE list_contains(?, trace_id)"
+        params.append(list(trace_ids))
     per: dict[tuple[str, str], Counter[str]] = {}
-    for lab in store.labels():
-        if wanted is None or lab.trace_id in wanted:
-            per.setdefault((lab.source, lab.annotator), Counter())[lab.label] += 1
-    for (source, annotator), c in sorted(per.items()):
-        table.add_row(source, annotator, *(str(c[n]) for n in ("planning", "execution", "restatement", "fact", "reflection", "conclusion")))
+    for source, annotator, name, n in store.execute(sql + " GROUP BY ALL", params).fetchall():
+        per.setdefault((source, annotator), Counter())[name] = int(n)
+    # One column per annotator, behaviors as rows: with eight columns of names an 80-column terminal
+    # cut every annotator to "openai:…"; now names fold onto a second line instead.
+    table = Table(title="labels", show_header=True)
+    table.add_column("behavior")
+    keys = sorted(per)
+    for source, annotator in keys:
+        table.add_column(f"{annotator} ({source})", justify="right", overflow="fold")
+    for name in BEHAVIORS:
+        table.add_row(name, *(str(per[k][name]) for k in keys))
+    table.add_row("total", *(str(sum(per[k].values())) for k in keys), style="bold")
     return table
 
 
@@ -231,7 +244,7 @@ def segment(
     lock_timeout: LockTimeoutOption = 10.0,
 ) -> None:
     """Split every stored trace into clause-level segments with exact character offsets."""
-    with open_store(db, lock_timeout) as store:
+    with open_store(db, lock_timeout, must_exist=True) as store:
         ids = store.trace_ids()
         if not ids:
             raise InputError(f"no traces in {store.path}; run `ror ingest FILE` first")
@@ -272,12 +285,17 @@ def label(
         max_tokens=max_tokens, samples=samples, batch=batch, batch_id=batch_id, prices=prices, max_attempts=max_attempts,
         codebook=codebook, context_tokens=context_tokens,
     )
-    with open_store(db, lock_timeout) as store:
+    the_judge = make_judge_checked(judge, options)
+    with open_store(db, lock_timeout, must_exist=True) as store:
         ids = trace or [t for t in store.trace_ids() if store.segmentation_of(t) is not None]
+        if trace:
+            unknown = sorted(set(trace) - set(store.trace_ids()))
+            if unknown:
+                raise InputError(f"--trace: no trace {', '.join(map(repr, unknown[:5]))}{' ...' if len(unknown) > 5 else ''} in {store.path}; see `ror status`")
         if not ids:
             raise InputError(f"no segmented traces in {store.path}; run `ror ingest FILE` and `ror segment` first")
         with _tracked_run(store, "label", {"judge": judge, **options}) as (run, counts), _progress() as progress:
-            counts.update(do_label(store, ids, judge_spec=judge, options=options, run=run, progress=progress))
+            counts.update(do_label(store, ids, judge=the_judge, run=run, progress=progress))
         console.print(_label_table(store, ids))
         _print_judge_counts(counts)
 
@@ -331,6 +349,7 @@ def run(
         max_tokens=max_tokens, samples=samples, batch=batch, batch_id=batch_id, prices=prices, max_attempts=max_attempts,
         codebook=codebook, context_tokens=context_tokens,
     )
+    the_judge = make_judge_checked(judge, options)
     out = out or Path("exports") / _dataset_name(source, preset)
     params = {"source": source, "preset": preset, "split": split, **columns, "tokenizer": tokenizer, "judge": judge, **options, "out": str(out), "labels": labels}
     with open_store(db, lock_timeout) as store:
@@ -339,7 +358,7 @@ def run(
             counts["ingest"] = ingested
             with _progress() as progress:
                 counts["segment"] = do_segment(store, ids, tokenizer=tokenizer, max_tokens=max_segment_tokens, force=False, run_id=run_rec.run_id, progress=progress)
-                counts["label"] = do_label(store, ids, judge_spec=judge, options=options, run=run_rec, progress=progress)
+                counts["label"] = do_label(store, ids, judge=the_judge, run=run_rec, progress=progress)
             with err_console.status(f"exporting to {out} ..."):
                 summary = export_dataset(
                     store, out, label_source=labels, tokenizer=tokenizer, chat_template=chat_template, seed=split_seed,
@@ -394,16 +413,40 @@ def _print_judge_counts(counts: dict[str, Any]) -> None:
 @app.command()
 def status(db: DbOption = DEFAULT_DB_PATH, lock_timeout: LockTimeoutOption = 10.0) -> None:
     """What the store holds: traces, segments, labels per annotator, recent runs."""
-    with open_store(db, lock_timeout) as store:
+    with open_store(db, lock_timeout, must_exist=True) as store:
         counts = store.counts()
         console.print(f"{store.path}: {counts['traces']} traces, {counts['segments']} segments, {counts['labels']} labels, {counts['runs']} runs")
         if counts["labels"]:
             console.print(_label_table(store))
         runs = store.runs()[-10:]
         if runs:
-            table = Table(title="recent runs")
-            for col in ("run", "command", "status", "started", "counts"):
-                table.add_column(col)
+            table = Table(title="recent runs (a run id holds its UTC start time)")
+            table.add_column("run", no_wrap=True)
+            table.add_column("command")
+            table.add_column("status")
+            table.add_column("counts", overflow="fold", ratio=1)
             for r in runs:
-                table.add_row(r.run_id, r.command, r.status, r.started_at.strftime("%Y-%m-%d %H:%M:%S"), str(r.counts)[:80])
+                table.add_row(r.run_id, r.command, _run_status(r.status), _compact_counts(r.counts))
             console.print(table)
+
+
+def _run_status(status: str) -> str:
+    # This command holds the store's write lock, so no other process can be running: a run still
+    # marked "running" lost its process (kill -9, power loss, out of memory).
+    return "abandoned" if status == "running" else status
+
+
+def _compact_counts(counts: dict[str, Any], limit: int = 160) -> str:
+    """``a=1 b.c=2 ...``: nested counts flattened, zeros and empties left out, cut at ``limit`` characters."""
+    parts: list[str] = []
+
+    def walk(prefix: str, value: Any) -> None:
+        if isinstance(value, dict):
+            for k, v in value.items():
+                walk(f"{prefix}{k}.", v)
+        elif value not in (0, 0.0, None, "", [], False):
+            parts.append(f"{prefix[:-1]}={value:.4g}" if isinstance(value, float) else f"{prefix[:-1]}={value}")
+
+    walk("", counts)
+    text = " ".join(parts)
+    return text if len(text) <= limit else text[: limit - 1] + "…"

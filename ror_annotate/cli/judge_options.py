@@ -14,16 +14,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any
 
-import click
 import typer
 
 _PANEL = "LLM judge (--judge openai:MODEL)"
 
 
 def _choice(value: str | None, choices: tuple[str, ...], flag: str) -> str | None:
-    # typer 0.29 has no click_type; validate the choice ourselves with click's usual message.
+    # typer 0.29 has no click_type; validate the choice ourselves with click's usual message. It must be
+    # typer's BadParameter: typer vendors its own click, which shows a traceback for click's exceptions.
     if value is not None and value not in choices:
-        raise click.BadParameter(f"{value!r} is not one of {', '.join(map(repr, choices))}", param_hint=flag)
+        raise typer.BadParameter(f"{value!r} is not one of {', '.join(map(repr, choices))}", param_hint=flag)
     return value
 
 JudgeBaseUrlOption = Annotated[

@@ -93,6 +93,31 @@ class Completion:
     raw: dict[str, Any] = field(repr=False, default_factory=dict)
 
 
+def check_base_url(base_url: str | None) -> None:
+    """Refuse a ``base_url`` that is not an ``http(s)://host...`` URL (the ``openai`` client would
+    otherwise fail every request with a connection error).
+
+    Raises
+    ------
+    ConfigError
+        Not an http or https URL with a host.
+    """
+    if base_url is None:
+        return
+    parsed = urlparse(base_url)
+    if parsed.scheme not in ("http", "https") or not parsed.hostname:
+        raise ConfigError(
+            f"--base-url {_redact_url(base_url)!r} is not an http(s) URL; give the endpoint root, e.g. http://127.0.0.1:8000/v1"
+        )
+
+
+def _redact_url(url: str) -> str:
+    # Error messages must not echo a password written into the URL.
+    from ..store import scrub_url
+
+    return scrub_url(url)
+
+
 def resolve_api_key(base_url: str | None) -> str:
     """The API key from ``OPENAI_API_KEY``, or a placeholder for a local ``base_url``.
 
@@ -107,7 +132,7 @@ def resolve_api_key(base_url: str | None) -> str:
     host = urlparse(base_url).hostname if base_url else None
     if host in _LOCAL_HOSTS:
         return PLACEHOLDER_KEY
-    where = base_url or "the OpenAI API"
+    where = _redact_url(base_url) if base_url else "the OpenAI API"
     raise ConfigError(
         f"no API key for {where}: set OPENAI_API_KEY in the environment (keys are never taken from options or files); "
         "a local --base-url (127.0.0.1/localhost) works without one"

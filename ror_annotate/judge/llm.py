@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 from ..codebook import DEFAULT_CODEBOOK, Codebook, load_codebook
 from ..errors import ConfigError, JudgeError
 from ..records import Label, Segment, Trace, sha256_text, utc_now
+from ..store import scrub_url
 from . import JudgeReport, register_judge
 from .client import (
     ChatClient,
@@ -45,6 +46,7 @@ from .client import (
     RetriesExhaustedError,
     Sleep,
     TruncatedOutputError,
+    check_base_url,
     completion_from_dict,
     parse_answer,
     resolve_api_key,
@@ -270,6 +272,7 @@ class LLMJudge:
                 raise ConfigError(f"--{name} must be >= {low}, got {value}")
         self.model = model
         self.base_url = base_url
+        check_base_url(base_url)
         resolve_api_key(base_url)  # fail at construction, before any work, when no key is available
         self.book: Codebook = load_codebook(codebook)
         self.codebook_version = self.book.sha256
@@ -508,6 +511,16 @@ class LLMJudge:
                     transport_failure = str(exc)
                     break
                 except RetriesExhaustedError as exc:
+                    if exc.status is None and ctx.usage.succeeded == 0:
+                        # Connection refused or timed out on every try, and nothing of this run has
+                        # succeeded: a wrong --base-url or a server that is down, not a bad segment.
+                        # Abort instead of writing every segment of the run to judge_failures.
+                        where = scrub_url(self.base_url) if self.base_url else "the OpenAI API"
+                        raise JudgeError(
+                            f"cannot reach {where}: {exc.message}. Check --base-url and that the server is up; "
+                            "labels stored so far are kept and the run resumes where it stopped",
+                            code=exc.code,
+                        ) from exc
                     transport_failure = str(exc)
                     break
                 cost = ctx.usage.add(completion)
