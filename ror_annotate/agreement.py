@@ -45,6 +45,7 @@ resamples on which the statistic is defined.
 from __future__ import annotations
 
 import csv
+import io
 import math
 import warnings
 from collections.abc import Mapping, Sequence
@@ -469,10 +470,17 @@ def ratings_from_csv(path: str | Path, *, categories: Sequence[str] | str = BEHA
     """
     path = Path(path)
     try:
-        handle = path.open(newline="", encoding="utf-8-sig")
+        data = path.read_bytes()
     except OSError as exc:
         raise InputError(f"cannot read {path}: {exc.strerror or exc}") from exc
-    with handle:
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise InputError(f"{path}: line {line}: byte {data[exc.start:exc.start + 1]!r} is not valid UTF-8; save the file as UTF-8") from None
+    # Exports that carry segment or trace text exceed csv's default field limit of 131,072 characters.
+    csv.field_size_limit(max(csv.field_size_limit(), len(text) + 1))
+    with io.StringIO(text, newline="") as handle:
         reader = csv.DictReader(handle)
         header = [h.strip() for h in (reader.fieldnames or [])]
         reader.fieldnames = header

@@ -19,7 +19,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .errors import AgreementError
+from .errors import AgreementError, ExportError
 
 REPORT_NAME = "agreement.md"
 CONFUSION_PNG = "confusion.png"
@@ -201,10 +201,22 @@ def write_report(result: Any, out_dir: str | Path, *, title: str = "Agreement re
     -------
     Path
         The markdown file.
+
+    Raises
+    ------
+    ExportError
+        ``out_dir`` cannot be created or written (a file in the way, no permission, disk full).
     """
     d = _as_dict(result)
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        return _write_files(d, out, title)
+    except OSError as exc:
+        raise ExportError(f"cannot write the agreement report into {out}: {exc.strerror or exc}; choose another --report folder") from None
+
+
+def _write_files(d: dict[str, Any], out: Path, title: str) -> Path:
     boot = d.get("bootstrap", {})
     lines = [
         f"# {title}",

@@ -26,7 +26,8 @@ def _fmt_estimate(est: dict[str, Any]) -> tuple[str, str]:
 def _print_tables(d: dict[str, Any]) -> None:
     token = d.get("token_weighted") or {}
     table = Table(title=f"Agreement: {d['n_items']} items, {d.get('n_traces', '?')} traces, {d['n_annotators']} annotators")
-    for col in ("statistic", "segment", "CI", "token", "CI"):
+    # Token-weighted columns only when there are token counts (not for a CSV without weights).
+    for col in ("statistic", "segment", "CI", *(("token", "CI") if token else ())):
         table.add_column(col)
     for key, name in (
         ("percent_agreement", "percent agreement"),
@@ -34,9 +35,7 @@ def _print_tables(d: dict[str, Any]) -> None:
         ("krippendorff_alpha", "Krippendorff's alpha"),
         ("gwet_ac1", "Gwet's AC1"),
     ):
-        sv, sci = _fmt_estimate(d[key])
-        tv, tci = _fmt_estimate(token[key]) if token else ("", "")
-        table.add_row(name, sv, sci, tv, tci)
+        table.add_row(name, *_fmt_estimate(d[key]), *(_fmt_estimate(token[key]) if token else ()))
     console.print(table)
     pairs = Table(title="Cohen's kappa per pair")
     for col in ("A", "B", "items", "kappa", "CI"):
@@ -47,14 +46,33 @@ def _print_tables(d: dict[str, Any]) -> None:
     console.print(pairs)
     pc = d.get("per_class")
     if pc and pc.get("annotators"):
-        t = Table(title=f"Per-class F1 vs {pc['reference']}")
-        t.add_column("annotator")
-        for c in d["categories"]:
-            t.add_column(c)
-        t.add_column("macro-F1")
-        for ann, entry in pc["annotators"].items():
-            t.add_row(ann, *[_fmt_estimate(entry["classes"][c]["f1"])[0] for c in d["categories"]], " ".join(_fmt_estimate(entry["macro_f1"])))
-        console.print(t)
+        _print_per_class(pc, d["categories"], d.get("reasons", {}))
+
+
+def _print_per_class(pc: dict[str, Any], categories: list[str], reasons: dict[str, str]) -> None:
+    """Classes as rows and one column per annotator, so names are not cut in an 80-column terminal;
+    an undefined F1 shows as "n/a" with its reason listed once under the table."""
+    annotators = list(pc["annotators"])
+    ref = "the majority of the other annotators" if pc["reference"] == "majority" else pc["reference"]
+    t = Table(title=f"Per-class F1 vs {ref}")
+    t.add_column("class")
+    for ann in annotators:
+        t.add_column(ann, justify="right", overflow="fold")
+    used: set[str] = set()
+
+    def cell(est: dict[str, Any], with_ci: bool = False) -> str:
+        if est.get("value") is None:
+            used.add(str(est.get("reason")))
+            return f"n/a ({est.get('reason')})"
+        value, ci = _fmt_estimate(est)
+        return f"{value} {ci}".strip() if with_ci else value
+
+    for c in categories:
+        t.add_row(c, *(cell(pc["annotators"][a]["classes"][c]["f1"]) for a in annotators))
+    t.add_row("macro-F1", *(cell(pc["annotators"][a]["macro_f1"], with_ci=True) for a in annotators), style="bold")
+    console.print(t)
+    for reason in sorted(used):
+        console.print(f"  n/a ({reason}): {reasons.get(reason, '')}", highlight=False)
 
 
 @app.command("agree")

@@ -163,13 +163,28 @@ class BaselineJudge:
     def label(
         self, store: "Store", trace_ids: Sequence[str], *, run: "Run", progress: "Progress | None" = None
     ) -> JudgeReport:
-        """Label all stored segments of ``trace_ids``; one transaction per call. Re-running replaces, never duplicates."""
+        """Label all stored segments of ``trace_ids``; one transaction per call.
+
+        Idempotent: a segment whose stored baseline label (and rule) is what the rules give now is
+        left untouched, with its run and time, and counted as ``skipped``; changed ones are replaced.
+        """
         report = JudgeReport()
         task = progress.add_task("baseline labels", total=len(trace_ids)) if progress else None
         labels: list[Label] = []
         for trace in store.iter_traces(trace_ids):
             segments = store.segments(trace.trace_id)
+            stored = {
+                (int(r[0]), r[1], r[2])
+                for r in store.execute(
+                    "SELECT segment_index, label, rationale FROM labels WHERE trace_id = ? AND source = 'baseline' "
+                    "AND annotator = ? AND codebook_version = ?",
+                    [trace.trace_id, BASELINE_NAME, BASELINE_VERSION],
+                ).fetchall()
+            }
             for seg, (behavior, rule) in zip(segments, classify_trace(trace.problem, segments)):
+                if (seg.segment_index, behavior, f"rule:{rule}") in stored:
+                    report.skipped += 1
+                    continue
                 labels.append(
                     Label(
                         trace_id=seg.trace_id, segment_index=seg.segment_index, label=behavior, source="baseline",

@@ -517,7 +517,7 @@ class LLMJudge:
                         # Abort instead of writing every segment of the run to judge_failures.
                         where = scrub_url(self.base_url) if self.base_url else "the OpenAI API"
                         raise JudgeError(
-                            f"cannot reach {where}: {exc.message}. Check --base-url and that the server is up; "
+                            f"cannot reach {where}: {exc.message.rstrip('.')}. Check --base-url and that the server is up; "
                             "labels stored so far are kept and the run resumes where it stopped",
                             code=exc.code,
                         ) from exc
