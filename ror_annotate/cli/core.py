@@ -408,6 +408,12 @@ def _print_judge_counts(counts: dict[str, Any]) -> None:
     shown = {k: v for k, v in counts.items() if v not in (0, 0.0, None, {}, [])}
     if shown:
         console.print("judge: " + ", ".join(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}" for k, v in shown.items()), highlight=False)
+    if counts.get("failed"):
+        err_console.print(
+            f"[yellow]warning[/]: {counts['failed']} segments are stored as judge-failed (no label, reason kept in the "
+            "judge_failures table); re-run the same command to retry them (raise --max-attempts for refusals)",
+            highlight=False,
+        )
 
 
 @app.command()
