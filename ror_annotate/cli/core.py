@@ -31,6 +31,7 @@ from .judge_options import (
     JudgeSamplesOption,
     JudgeSeedOption,
     JudgeTemperatureOption,
+    JUDGE_OPTION_NAMES,
     judge_options,
 )
 
@@ -280,11 +281,7 @@ def label(
     lock_timeout: LockTimeoutOption = 10.0,
 ) -> None:
     """Label every stored segment with a judge (the offline baseline by default)."""
-    options = judge_options(
-        base_url=base_url, chunk_size=chunk_size, mode=mode, concurrency=concurrency, temperature=temperature, seed=seed,
-        max_tokens=max_tokens, samples=samples, batch=batch, batch_id=batch_id, prices=prices, max_attempts=max_attempts,
-        codebook=codebook, context_tokens=context_tokens,
-    )
+    options = _judge_options_of(locals())
     the_judge = make_judge_checked(judge, options)
     with open_store(db, lock_timeout, must_exist=True) as store:
         ids = trace or [t for t in store.trace_ids() if store.segmentation_of(t) is not None]
@@ -344,11 +341,7 @@ def run(
 
     _require_source(source, preset)
     columns = _columns(text_field, id_field, problem_field, answer_field, gold_field, model_field, dataset_field)
-    options = judge_options(
-        base_url=base_url, chunk_size=chunk_size, mode=mode, concurrency=concurrency, temperature=temperature, seed=seed,
-        max_tokens=max_tokens, samples=samples, batch=batch, batch_id=batch_id, prices=prices, max_attempts=max_attempts,
-        codebook=codebook, context_tokens=context_tokens,
-    )
+    options = _judge_options_of(locals())
     the_judge = make_judge_checked(judge, options)
     out = out or Path("exports") / _dataset_name(source, preset)
     params = {"source": source, "preset": preset, "split": split, **columns, "tokenizer": tokenizer, "judge": judge, **options, "out": str(out), "labels": labels}
@@ -370,6 +363,11 @@ def run(
 
 
 # --------------------------------------------------------------------------- helpers
+def _judge_options_of(values: dict[str, Any]) -> dict[str, Any]:
+    """The judge options among a command's parameters (same names as in judge_options.py)."""
+    return judge_options(**{name: values[name] for name in JUDGE_OPTION_NAMES})
+
+
 def _columns(text, id_, problem, answer, gold, model, dataset) -> dict[str, str]:
     given = {"text": text, "trace_id": id_, "problem": problem, "answer": answer, "gold_answer": gold, "model": model, "dataset": dataset}
     return {k: v for k, v in given.items() if v is not None}
