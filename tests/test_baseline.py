@@ -58,3 +58,16 @@ def test_labels_stored_with_baseline_provenance_and_idempotent(tmp_path: Path) -
     assert {(lab.source, lab.annotator, lab.codebook_version) for lab in labels} == {("baseline", BASELINE_NAME, BASELINE_VERSION)}
     assert all(lab.rationale.startswith("rule:") for lab in labels)
     assert [lab.label for lab in labels] == [b for _, b in CASES]
+
+
+@pytest.mark.parametrize(
+    "text, behavior",
+    [
+        ("Wait, but let me check that again.", "planning"),  # a doubt that opens a check is the round's plan
+        ("Wait, 3/8 is 9/24 = 0.375, and 5/12 = 10/24.", "execution"),  # a cue followed by new computation
+        ("So plugging in the numbers:", "planning"),  # a lead-in announcing the next step
+        ("Hmm, that can't be right, since 2 + 2 = 4 and not 5.", "reflection"),  # an error claim stays reflection
+    ],
+)
+def test_boundary_rules(text: str, behavior: str) -> None:
+    assert classify_trace(None, _segments([text]))[0][0] == behavior

@@ -60,9 +60,11 @@ REFLECTION_RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
 )
 
 PLANNING_RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("let-me", _rx(_LEAD + r"(?:(?:so|now|ok(?:ay)?|alright|first|next|then|but|and|maybe|perhaps|well)[,]?\s+)*(?:let me|let's|let us|i'll|i will|i need to|i should|i have to|i must|i want to|i'm going to|we need to|we should|we have to|we must|we can|i can|i could|we'll|i might)\b")),
+    ("let-me", _rx(_LEAD + r"(?:(?:so|now|ok(?:ay)?|alright|first|next|then|but|and|maybe|perhaps|well|thus|therefore|hence)[,]?\s+)*(?:let me|let's|let us|i'll|i will|i need to|i should|i have to|i must|i want to|i'm going to|we need to|we should|we have to|we must|we can|i can|i could|we'll|i might)\b")),
     ("approach", _rx(_LEAD + r"(?:(?:so|now|but)[,]?\s+)?(?:alternatively|another (?:way|approach|idea|method)|maybe (?:there's|i can|we can|try|use)|perhaps (?:i|we) (?:can|should|could)|one (?:way|approach|idea)|the (?:plan|strategy|approach|idea|goal|key) (?:is|here))\b")),
     ("step-header", _rx(_LEAD + r"(?:\*\*)?(?:step \d+|first|next|now|then|finally|to (?:find|solve|compute|calculate|determine|check|verify|get))\b[^.=]{0,80}[:,]?\s*$")),
+    # A short lead-in that announces the next step ("So plugging in the numbers:", "Factor out k:").
+    ("lead-in-colon", _rx(r"^(?!.*=)[^\n]{3,90}:\s*$")),
     ("to-do", _rx(_LEAD + r"to (?:find|solve|compute|calculate|determine|check|verify|get|figure out)\b")),
 )
 
@@ -78,6 +80,10 @@ RESTATEMENT_RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("need-to-find-opening", _rx(_LEAD + r"(?:okay|ok|alright|all right|so)[,]?\s+(?:so\s+)?(?:i|we) (?:have|need|want|am|are)\b")),
     ("recap", _rx(_LEAD + r"(?:so )?(?:as (?:before|earlier|above|computed|found|established|mentioned)|recall(?:ing)? that (?:we|i) (?:found|had|got)|earlier (?:we|i) (?:found|had|got)|we (?:already|previously) (?:found|had|computed)|to recap|again,)\b")),
 )
+
+_WAIT_THEN_PLAN = _rx(_LEAD + r"(?:but |oh |hmm,? )?wait\b[,.!]?\s*(?:but |so |actually,? |hold on,? )?(?:let me|let's|i (?:need|should|have) to|maybe i should)\b")
+_COMPUTATION = re.compile(r"(?:\d|\))\s*(?:=|≈|\\approx|is)\s*-?\(?\d")
+_NUMBER = re.compile(r"\d+(?:\.\d+)?")
 
 _WORD = re.compile(r"[A-Za-z]+|\d+(?:\.\d+)?")
 _STOP = frozenset("a an the of to and or is are be in on at for with that this it as by so we i let me".split())
@@ -117,6 +123,11 @@ def classify_segment(text: str, context: Context) -> tuple[str, str]:
     # planning cues would otherwise claim.
     if context.index < 3 and len(words) >= 4 and _overlap(words, set(context.problem_words)) >= 0.5:
         return "restatement", "opening-restates-problem"
+    # A doubt that opens a check ("Wait, let me verify ...") is the plan of a re-checking round.
+    if _WAIT_THEN_PLAN.search(first_line):
+        return "planning", "wait-then-plan"
+    # A cue followed by an actual new computation ("Wait, 3/8 is 9/24 = ...") is execution.
+    computes = len(_COMPUTATION.findall(head)) >= 1 and len(_NUMBER.findall(head)) >= 3
     for behavior, rules in (
         ("conclusion", CONCLUSION_RULES),
         ("reflection", REFLECTION_RULES),
@@ -126,6 +137,8 @@ def classify_segment(text: str, context: Context) -> tuple[str, str]:
     ):
         for name, pattern in rules:
             if pattern.search(first_line if behavior == "planning" else head):
+                if computes and behavior in ("reflection", "planning") and name not in ("error-word", "doubt-question"):
+                    return "execution", f"{name}+computation"
                 return behavior, name
     if len(words) >= 3:
         numbers = {w for w in words if w[0].isdigit()}
