@@ -108,6 +108,10 @@ class Context:
     n_segments: int
 
 
+def _claims_error(text: str) -> bool:
+    return any(p.search(text) for name, p in REFLECTION_RULES if name in ("error-word", "doubt-question", "uncertainty"))
+
+
 def classify_segment(text: str, context: Context) -> tuple[str, str]:
     """Label one segment; returns ``(behavior, rule_name)``.
 
@@ -137,7 +141,7 @@ def classify_segment(text: str, context: Context) -> tuple[str, str]:
     ):
         for name, pattern in rules:
             if pattern.search(first_line if behavior == "planning" else head):
-                if computes and behavior in ("reflection", "planning") and name not in ("error-word", "doubt-question"):
+                if computes and behavior in ("reflection", "planning") and not _claims_error(head):
                     return "execution", f"{name}+computation"
                 return behavior, name
     if len(words) >= 3:
