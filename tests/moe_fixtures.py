@@ -182,12 +182,23 @@ def scale_routers(model, std: float = ROUTER_STD, seed: int = 0) -> None:
                 module.bias.copy_(torch.randn(module.bias.shape, generator=gen) * std)
 
 
-def build(name: str, *, seed: int = 0, dtype=None):
-    """Build the tiny model ``name`` (a key of :data:`BUILDERS`) in eval mode with scaled routers."""
+def build(name: str, *, seed: int = 0, dtype=None, **config):
+    """Build the tiny model ``name`` (a key of :data:`BUILDERS`) in eval mode with scaled routers.
+
+    ``config`` overrides attributes of the model's config before the weights are drawn, e.g.
+    ``vocab_size=len(tokenizer)`` and ``max_position_embeddings=4096`` to pair the model with a real
+    tokenizer and real traces (text-only families; multimodal ones keep theirs in ``text_config``).
+    """
     import torch
 
     torch.manual_seed(seed)
     model = BUILDERS[name]()
+    if config:
+        cfg = model.config
+        for key, value in config.items():
+            setattr(cfg, key, value)
+        torch.manual_seed(seed)
+        model = type(model)(cfg)
     scale_routers(model, seed=seed)
     if dtype is not None:
         model = model.to(dtype)

@@ -179,3 +179,38 @@ def test_capture_meta_is_plain_json(model, tokens, tmp_path):
     meta = json.loads((tmp_path / "c" / "meta.json").read_text())
     assert meta["family"] == "qwen2_moe" and meta["logits_dtype"] == "float16"
     assert meta["model"] == "tiny" and meta["layers"] == [0, 1] and meta["top_k"] == 2
+
+
+def test_resume_refuses_another_forward_dtype(tokens, tmp_path):
+    """Resuming in bfloat16 a float32 capture would mix two routings under one meta.json."""
+    capture_router_logits(mf.build("qwen3_moe"), tokens, tmp_path / "c", model_name="m", limit=2)
+    with pytest.raises(SteerError, match=r"model_dtype \('torch.float32' vs 'torch.bfloat16'\)"):
+        capture_router_logits(mf.build("qwen3_moe", dtype=torch.bfloat16), tokens, tmp_path / "c", model_name="m")
+    assert len(Capture(tmp_path / "c").index) == 2
+
+
+def test_token_ids_outside_the_model_vocabulary_are_a_clear_error(tmp_path):
+    """An export tokenized for a bigger vocabulary (another model) names the trace, not an IndexError."""
+    dd = make_tokens({"train": [5, 6]})
+    bad = dd["train"].map(lambda r: {"input_ids": r["input_ids"][:-1] + [mf.VOCAB]}, features=dd["train"].features)
+    dd = datasets.DatasetDict({"train": bad})
+    with pytest.raises(SteerError, match=rf"trace 'train-\d' has token id {mf.VOCAB} but the model embeds ids "
+                                         rf"0..{mf.VOCAB - 1}; the export was tokenized with 'tiny'"):
+        capture_router_logits(mf.build("qwen3_moe"), dd, tmp_path / "c", model_name="m")
+    assert not (tmp_path / "c" / "index.jsonl").read_text().strip()
+
+
+def test_cli_capture_resumes_whatever_the_model_path_spelling(tokens, tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from ror_annotate.cli import app
+
+    mf.build("qwen3_moe").save_pretrained(tmp_path / "m")
+    monkeypatch.chdir(tmp_path)
+    runner = CliRunner()
+    first = runner.invoke(app, ["capture", "export", "--model", "m", "--out", "cap", "--limit", "3"])
+    assert first.exit_code == 0, first.output
+    second = runner.invoke(app, ["capture", "export", "--model", str(tmp_path / "m"), "--out", "cap"])
+    assert second.exit_code == 0, second.output
+    assert "captured 5 traces" in second.output and "skipped 3 already captured" in second.output
+    assert json.loads((tmp_path / "cap" / "meta.json").read_text())["model"] == str((tmp_path / "m").resolve())

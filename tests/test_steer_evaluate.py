@@ -85,3 +85,29 @@ def test_ror_steer_end_to_end(tmp_path):
     bad = CliRunner().invoke(app, ["steer", str(tmp_path / "problems.jsonl"), "--model", str(tmp_path / "model"),
                                    "--spec", str(tmp_path / "spec.json"), "--schedule", "sometimes"])
     assert bad.exit_code == 2 and "unknown schedule" in bad.output
+
+
+def test_load_problems_reads_a_traces_file(tmp_path):
+    """In a traces file the reference is gold_answer (answer is the model's), the id is trace_id,
+    and a null answer is no reference at all, never the string 'None'."""
+    path = tmp_path / "traces.jsonl"
+    rows = [
+        {"trace_id": "t1", "problem": "1+1?", "answer": "3", "gold_answer": "2"},
+        {"trace_id": "t2", "problem": "2+2?", "answer": None, "gold_answer": None},
+        {"id": 7, "problem_id": "x", "question": "3+3?", "answer": "6"},
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    got = load_problems(path)
+    assert [(p.problem_id, p.problem, p.answer) for p in got] == [("t1", "1+1?", "2"), ("t2", "2+2?", ""),
+                                                                   ("7", "3+3?", "6")]
+    assert not answers_match("None", got[1].answer)
+
+
+def test_load_problems_refuses_repeated_ids_and_non_objects(tmp_path):
+    path = tmp_path / "p.jsonl"
+    path.write_text('{"id": "a", "problem": "x"}\n{"id": "a", "problem": "y"}\n')
+    with pytest.raises(InputError, match=r"p.jsonl:2: problem id 'a' already used on line 1"):
+        load_problems(path)
+    path.write_text('["not", "an", "object"]\n')
+    with pytest.raises(InputError, match=r"p.jsonl:1: expected a JSON object"):
+        load_problems(path)

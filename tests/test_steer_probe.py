@@ -237,3 +237,33 @@ def test_steer_commands_without_torch_say_how_to_install(tmp_path):
     lines = out.stdout.splitlines()
     assert lines[0] == "2"
     assert "pip install torch==2.13.0 && pip install -e '.[steer]'" in out.stdout
+
+
+def test_rd_plot_names_stay_distinct_when_dataset_names_sanitise_alike(tmp_path):
+    """'a b' and 'a_b' both sanitise to 'a_b' (and 'A_B' clashes on case-insensitive disks): one plot each."""
+    from ror_annotate.steer.experts import analyze, write_report
+
+    rng = np.random.default_rng(0)
+    n = 300
+    labels = rng.integers(0, 2, size=n)
+    dataset = rng.integers(0, 3, size=n)
+    selected = rng.integers(0, N_EXPERTS, size=(n, 1, TOP_K))
+    report = analyze(selected, labels, dataset, np.arange(n) // 3, dataset_names=["a b", "a_b", "A_B"], layers=[0],
+                     n_experts=N_EXPERTS, k=2, n_permutations=2)
+    pngs = sorted(p.name for p in write_report(report, tmp_path) if p.name.startswith("rd_"))
+    assert pngs == ["rd_A_B_2.png", "rd_a_b.png", "rd_a_b_1.png"]
+    assert sorted(p.name for p in tmp_path.glob("rd_*.png")) == pngs
+
+
+def test_probe_without_a_test_split_says_how_to_re_export(synthetic):
+    cap = Capture(synthetic / "capture")
+    table = labeled_tokens(cap, load_tokens(synthetic / "export"), ["train", "validation"])
+    with pytest.raises(SteerError, match=r"no labeled tokens in the 'test' split \(have train, validation\).*"
+                                         r"ror export --split 0.6,0.2,0.2"):
+        run_probes(cap, table, windows=(1,), controls=())
+
+
+def test_unknown_split_is_a_clear_error(synthetic):
+    cap = Capture(synthetic / "capture")
+    with pytest.raises(SteerError, match=r"splits \['trian'\] not in the tokens dataset; it has \['train', "):
+        labeled_tokens(cap, load_tokens(synthetic / "export"), ["trian"])

@@ -40,6 +40,15 @@ def _parse_layers(text: str | None) -> list[int] | None:
     return out
 
 
+def _model_identity(model: str) -> str:
+    """The name recorded in a capture's meta: a local checkpoint as its absolute path.
+
+    Resuming compares this name, so ``model``, ``./model`` and ``/abs/model`` must agree.
+    """
+    path = Path(model).expanduser()
+    return str(path.resolve()) if path.exists() else model
+
+
 @app.command("capture", rich_help_panel=_PANEL)
 def capture_cmd(
     tokens: Annotated[Path, typer.Argument(help="Export directory (with tokens/) or the tokens dataset directory.")],
@@ -72,7 +81,7 @@ def capture_cmd(
     with Progress(console=err_console, transient=True) as progress:
         task = progress.add_task("capturing", total=total)
         report = capture_router_logits(
-            lm, dd, out, model_name=model, splits=split_list, layers=_parse_layers(layers), batch_size=batch_size,
+            lm, dd, out, model_name=_model_identity(model), splits=split_list, layers=_parse_layers(layers), batch_size=batch_size,
             max_batch_tokens=max_batch_tokens, padding_side=padding_side, logits_dtype=logits_dtype,
             overwrite=overwrite, limit=limit, progress=lambda n: progress.advance(task, n))
     rate = report.tokens / report.seconds if report.seconds else 0.0

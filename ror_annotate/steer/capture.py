@@ -68,9 +68,16 @@ class CaptureMeta:
     version: int = 1
 
     def compatible(self, other: "CaptureMeta") -> list[str]:
-        """Names of the fields that differ from ``other`` (dtype of the forward excluded)."""
+        """Fields that differ from ``other``, as ``"name (old vs new)"``.
+
+        The dtype of the forward counts too (when both sides recorded it): a capture resumed in
+        another dtype would mix float32 and bfloat16 routing in one array under one ``meta.json``.
+        """
         keys = ("model", "family", "layers", "n_experts", "top_k", "logits_dtype")
-        return [k for k in keys if getattr(self, k) != getattr(other, k)]
+        diff = [k for k in keys if getattr(self, k) != getattr(other, k)]
+        if self.model_dtype and other.model_dtype and self.model_dtype != other.model_dtype:
+            diff.append("model_dtype")
+        return [f"{k} ({getattr(self, k)!r} vs {getattr(other, k)!r})" for k in diff]
 
 
 @dataclass
@@ -200,7 +207,7 @@ class _Writer:
             old = CaptureMeta(**json.loads(meta_path.read_text()))
             diff = old.compatible(meta)
             if diff:
-                raise SteerError(f"{out_dir} holds a capture with different {', '.join(diff)}; "
+                raise SteerError(f"{out_dir} holds a capture with different {', '.join(diff)} (existing vs this run); "
                                  "choose another --out or pass --overwrite")
         meta_path.write_text(json.dumps(asdict(meta), indent=2))
         self.index = _read_index(out_dir / "index.jsonl")
@@ -356,6 +363,29 @@ def forward_router_logits(model: Any, sequences: Sequence[Sequence[int]], *, sit
     return out
 
 
+def _embedding_rows(model: Any) -> int | None:
+    """Rows of the model's input embedding matrix (its vocabulary size), if it exposes one."""
+    try:
+        return int(model.get_input_embeddings().weight.shape[0])
+    except (AttributeError, TypeError, NotImplementedError):
+        return None
+
+
+def _check_vocab(rows: Sequence[dict], vocab_rows: int | None, split: str) -> None:
+    """Refuse token ids the model cannot embed: the export was tokenized for another model."""
+    if vocab_rows is None:
+        return
+    for r in rows:
+        ids = np.asarray(r["input_ids"], dtype=np.int64)
+        outside = ids[(ids < 0) | (ids >= vocab_rows)]
+        if outside.size:
+            bad = int(outside[0])
+            raise SteerError(
+                f"{split}: trace {r['trace_id']!r} has token id {bad} but the model embeds ids 0..{vocab_rows - 1}; "
+                f"the export was tokenized with {r.get('tokenizer') or 'another tokenizer'!r}, not this model's. "
+                "Re-export with --tokenizer set to this model's directory, or capture with the matching model")
+
+
 def capture_router_logits(model: Any, tokens: Any, out_dir: str | Path, *, model_name: str = "",
                           splits: Sequence[str] | None = None, layers: Sequence[int] | None = None,
                           batch_size: int = 8, max_batch_tokens: int | None = 16384, padding_side: str = "right",
@@ -418,6 +448,7 @@ def capture_router_logits(model: Any, tokens: Any, out_dir: str | Path, *, model
         raise SteerError("MoE layers differ in n_experts/top_k; capture them separately with --layers")
     if pad_token_id is None:
         pad_token_id = getattr(getattr(model, "config", None), "pad_token_id", None) or 0
+    vocab_rows = _embedding_rows(model)
     meta = CaptureMeta(model=model_name or getattr(model.config, "_name_or_path", "") or type(model).__name__,
                        family=sites[0].family.name, layers=[s.layer for s in sites], n_experts=sites[0].n_experts,
                        top_k=sites[0].top_k, logits_dtype=logits_dtype, model_dtype=str(next(model.parameters()).dtype))
@@ -430,7 +461,8 @@ def capture_router_logits(model: Any, tokens: Any, out_dir: str | Path, *, model
     start = time.perf_counter()
     try:
         for split in splits:
-            ds = tokens[split].select_columns(["trace_id", "dataset", "input_ids"])
+            columns = [c for c in ("trace_id", "dataset", "input_ids", "tokenizer") if c in tokens[split].column_names]
+            ds = tokens[split].select_columns(columns)
             todo = [i for i, tid in enumerate(ds["trace_id"]) if tid not in writer.done]
             report.skipped += len(ds) - len(todo)
             if limit is not None:
@@ -441,6 +473,7 @@ def capture_router_logits(model: Any, tokens: Any, out_dir: str | Path, *, model
                 empty = [r["trace_id"] for r in rows if not r["input_ids"]]
                 if empty:
                     raise SteerError(f"{split}: trace(s) {empty[:3]} have no input_ids; re-export them")
+                _check_vocab(rows, vocab_rows, split)
                 results = forward_router_logits(model, [r["input_ids"] for r in rows], sites=sites,
                                                  padding_side=padding_side, pad_token_id=pad_token_id)
                 store = STORE_DTYPES[logits_dtype]

@@ -43,15 +43,21 @@ class Problem:
 def load_problems(path: str | Path) -> list[Problem]:
     """Read problems from JSONL (``id`` optional, ``problem`` or ``question``, ``answer`` optional).
 
+    A traces file works too: ``trace_id`` stands in for ``id`` and ``gold_answer`` takes precedence
+    over ``answer`` (in a trace, ``answer`` is what the model answered, not the reference). A null
+    answer means "no reference" (the problem is never counted correct), never the string "None".
+
     Raises
     ------
     InputError
-        Missing file, bad JSON or no problem text, naming the file and line.
+        Missing file, bad JSON, a line that is not an object, no problem text or a repeated id,
+        naming the file and line.
     """
     path = Path(path)
     if not path.exists():
         raise InputError(f"{path}: no such problems file (JSONL with 'problem' and 'answer' fields)")
     problems = []
+    seen: dict[str, int] = {}
     for line_no, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         if not line.strip():
             continue
@@ -59,10 +65,18 @@ def load_problems(path: str | Path) -> list[Problem]:
             rec = json.loads(line)
         except json.JSONDecodeError as exc:
             raise InputError(f"{path}:{line_no}: not valid JSON ({exc.msg})") from None
+        if not isinstance(rec, dict):
+            raise InputError(f"{path}:{line_no}: expected a JSON object with a 'problem' field, got {type(rec).__name__}")
         text = rec.get("problem") or rec.get("question")
         if not isinstance(text, str) or not text.strip():
             raise InputError(f"{path}:{line_no}: no 'problem' (or 'question') text")
-        problems.append(Problem(str(rec.get("id", line_no)), text, str(rec.get("answer", ""))))
+        problem_id = next((rec[k] for k in ("id", "problem_id", "trace_id") if rec.get(k) is not None), line_no)
+        reference = next((rec[k] for k in ("gold_answer", "answer") if rec.get(k) is not None), "")
+        if str(problem_id) in seen:
+            raise InputError(f"{path}:{line_no}: problem id {problem_id!r} already used on line {seen[str(problem_id)]}; "
+                             "ids must be unique (token changes are paired by id)")
+        seen[str(problem_id)] = line_no
+        problems.append(Problem(str(problem_id), text, str(reference)))
     if not problems:
         raise InputError(f"{path}: no problems")
     return problems

@@ -361,7 +361,7 @@ def _plots(report: ExpertReport, out: Path) -> list[Path]:
 
     paths = []
     rd = report.rd["rd"]
-    for d, name in enumerate(report.dataset_names):
+    for d, (name, stem) in enumerate(zip(report.dataset_names, _file_stems(report.dataset_names))):
         with np.errstate(invalid="ignore"):
             strength = np.nanmax(np.abs(rd[d]), axis=(0, 2)) if not np.isnan(rd[d]).all() else np.zeros(rd.shape[2])
         li = int(np.nanargmax(strength)) if not np.isnan(strength).all() else 0
@@ -373,7 +373,7 @@ def _plots(report: ExpertReport, out: Path) -> list[Path]:
         ax.set_title(f"risk difference, {name}, layer {report.layers[li]}")
         fig.colorbar(im, ax=ax, label="RD")
         fig.tight_layout()
-        path = out / f"rd_{_safe(name)}.png"
+        path = out / f"rd_{stem}.png"
         fig.savefig(path, dpi=120)
         plt.close(fig)
         paths.append(path)
@@ -391,6 +391,20 @@ def _plots(report: ExpertReport, out: Path) -> list[Path]:
 
 def _safe(name: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in name) or "dataset"
+
+
+def _file_stems(names: Sequence[str]) -> list[str]:
+    """File-safe stems, one per dataset name, distinct even where :func:`_safe` maps two names alike."""
+    stems: list[str] = []
+    taken: set[str] = set()
+    for i, name in enumerate(names):
+        base = stem = _safe(name)
+        n = i
+        while stem.lower() in taken:  # case-insensitive file systems too
+            stem, n = f"{base}_{n}", n + 1
+        taken.add(stem.lower())
+        stems.append(stem)
+    return stems
 
 
 __all__ = [

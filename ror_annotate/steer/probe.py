@@ -281,7 +281,11 @@ def run_probes(capture: Capture, table: TokenTable, *, level: str = "token", win
         raise SteerError(f"unknown controls {sorted(unknown)}; choose from position, tfidf, embeddings")
     for split in ("train", "validation", "test"):
         if not np.any(table.split == split):
-            raise SteerError(f"no labeled tokens in the {split!r} split; the probe needs train, validation and test")
+            have = sorted(set(table.split.tolist()))
+            raise SteerError(f"no labeled tokens in the {split!r} split (have {', '.join(have)}); the probe needs "
+                             "train, validation and test. With few traces, re-export with fractions that give each "
+                             "split at least one trace (`ror export --split 0.6,0.2,0.2`); the capture is keyed by "
+                             "trace id and still fits")
     if level == "token":
         table = _subsample(table, max_train, seed)
     layer_ids = capture.meta.layers

@@ -73,10 +73,13 @@ def labeled_tokens(capture: Capture, tokens: Any, splits: Sequence[str] | None =
     Raises
     ------
     SteerError
-        If a trace is missing from the capture or its token count differs (captured from another
-        export), or no labeled token is found.
+        If a split is not in ``tokens``, a trace is missing from the capture or its token count
+        differs (captured from another export), or no labeled token is found.
     """
     splits = list(splits) if splits is not None else list(tokens.keys())
+    unknown = [s for s in splits if s not in tokens]
+    if unknown:
+        raise SteerError(f"splits {unknown} not in the tokens dataset; it has {list(tokens.keys())}")
     parts: dict[str, list[np.ndarray]] = {k: [] for k in ("rows", "labels", "dataset", "segment", "position",
                                                            "trace_len", "token_id", "split")}
     names: dict[str, int] = {}
