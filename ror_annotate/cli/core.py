@@ -331,6 +331,7 @@ def run(
     out: Annotated[Path | None, typer.Option("--out", help="Dataset folder (save_to_disk layout + parquet + card); default exports/<input name>.")] = None,
     labels: Annotated[str, typer.Option("--labels", help="Which labels to export: auto, judge, baseline, human, adjudicated, majority.")] = "auto",
     split_seed: Annotated[int, typer.Option("--split-seed", help="Seed of the by-trace train/validation/test split.")] = 0,
+    split_fractions: Annotated[str, typer.Option("--split-fractions", help="train,validation,test fractions of traces (by trace, never splitting one).")] = "0.8,0.1,0.1",
     stratify_by: Annotated[str | None, typer.Option("--stratify-by", help="Stratify the split by dataset, model or source.")] = None,
     chat_template: Annotated[bool, typer.Option("--chat-template", help="With --tokenizer: align on the model's chat template rendering (problem as user turn, reasoning as thinking).")] = False,
     db: DbOption = DEFAULT_DB_PATH,
@@ -339,7 +340,10 @@ def run(
     """The main job: ingest -> segment -> label -> export, with a summary at the end."""
     from ..export import export_dataset
 
+    from .export_cmds import _fractions
+
     _require_source(source, preset)
+    fractions = _fractions(split_fractions, "--split-fractions")
     columns = _columns(text_field, id_field, problem_field, answer_field, gold_field, model_field, dataset_field)
     options = _judge_options_of(locals())
     the_judge = make_judge_checked(judge, options)
@@ -355,7 +359,7 @@ def run(
             with err_console.status(f"exporting to {out} ..."):
                 summary = export_dataset(
                     store, out, label_source=labels, tokenizer=tokenizer, chat_template=chat_template, seed=split_seed,
-                    stratify_by=stratify_by, trace_ids=ids,
+                    split_fractions=fractions, stratify_by=stratify_by, trace_ids=ids,
                 )
             counts["export"] = {"out_dir": str(out)}
         _print_summary(store, ids, ingested, summary)

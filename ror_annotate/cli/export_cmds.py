@@ -12,13 +12,13 @@ from ..errors import ConfigError
 from .app import DEFAULT_DB_PATH, DbOption, LockTimeoutOption, app, console, open_store
 
 
-def _fractions(text: str) -> tuple[float, float, float]:
+def _fractions(text: str, flag: str = "--split") -> tuple[float, float, float]:
     try:
         parts = tuple(float(x) for x in text.split(","))
     except ValueError:
         parts = ()
     if len(parts) != 3:
-        raise ConfigError(f"--split {text!r}: give three comma-separated fractions train,validation,test such as 0.8,0.1,0.1")
+        raise ConfigError(f"{flag} {text!r}: give three comma-separated fractions train,validation,test such as 0.8,0.1,0.1")
     return parts  # type: ignore[return-value]
 
 
