@@ -37,6 +37,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
@@ -346,8 +347,12 @@ def load_tokenizer(tokenizer: "str | PreTrainedTokenizerBase") -> "PreTrainedTok
     if isinstance(tokenizer, str):
         from transformers import AutoTokenizer
 
+        local = Path(tokenizer).expanduser()
+        if tokenizer.startswith(("/", "~", "./", "../")) and not local.is_dir():
+            raise ConfigError(f"cannot load the tokenizer {tokenizer!r}: no such directory; give a directory written by "
+                              "save_pretrained, or a hub name that is in your local cache")
         try:
-            tok = AutoTokenizer.from_pretrained(tokenizer)
+            tok = AutoTokenizer.from_pretrained(str(local) if local.is_dir() else tokenizer)
         except (OSError, ValueError) as exc:
             raise ConfigError(
                 f"cannot load the tokenizer {tokenizer!r}: {exc}. Give a local directory written by save_pretrained, "
@@ -365,10 +370,27 @@ def load_tokenizer(tokenizer: "str | PreTrainedTokenizerBase") -> "PreTrainedTok
 
 
 def tokenizer_name(tok: "PreTrainedTokenizerBase", given: Any = None) -> str:
-    """The name written in the ``tokenizer`` column: the string the user gave, else ``name_or_path``."""
-    if isinstance(given, str):
-        return given
-    return str(getattr(tok, "name_or_path", "") or type(tok).__name__)
+    """The name written in the ``tokenizer`` column and the card: the string the user gave, else ``name_or_path``.
+
+    Exports are published, so a local path never goes in: an absolute or home-relative directory is
+    named by its hub repository when it is a hub-cache snapshot (``.../models--ORG--NAME/snapshots/REV``
+    gives ``ORG/NAME``), else by its last path component.
+    """
+    name = given if isinstance(given, str) else str(getattr(tok, "name_or_path", "") or type(tok).__name__)
+    return _public_name(name)
+
+
+def _public_name(name: str) -> str:
+    from pathlib import PurePosixPath, PureWindowsPath
+
+    if not (name.startswith(("/", "~", "./", "../")) or "\\" in name):
+        return name  # a hub name ("Qwen/Qwen3-30B-A3B") or a relative directory, which names nobody's home
+    parts = (PureWindowsPath(name) if "\\" in name else PurePosixPath(name)).parts
+    for part in parts:
+        if part.startswith("models--") and len(part) > len("models--"):
+            return part[len("models--") :].replace("--", "/")
+    tail = [p for p in parts if p not in ("/", "~", ".", "..")]
+    return tail[-1] if tail else "local-tokenizer"
 
 
 @dataclass(frozen=True)

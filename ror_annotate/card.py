@@ -13,6 +13,7 @@ known limitations.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -25,7 +26,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .export import ExportSummary
     from .store import Store
 
-NO_STUDY = "No human review study in this store: the labels below have no human agreement figures yet."
+NO_STUDY = "No human review study in this store: the labels of this dataset have no human agreement figures yet."
 
 
 def _size_category(n: int) -> str:
@@ -39,27 +40,39 @@ def agreement_section(store: "Store") -> tuple[str, dict[str, Any] | None]:
     """Markdown for the agreement section, and the raw figures (None without a study).
 
     Calls ``ror_annotate.agreement.agreement_summary`` twice when the store holds human labels:
-    between the human annotators, and between the humans plus the LLM judge(s) when judge labels
-    exist. Without human labels, or when that stage is not installed or refuses (e.g. a single
+    between the human annotators, and, per review study, between the humans plus the LLM judge(s)
+    on that study's segments when judge labels exist. Without human labels, or when that stage is not installed or refuses (e.g. a single
     annotator), the section says so: the export never fails because of the card. Example texts of
     disagreements are never copied into the card.
     """
-    if not store.labels(source="human"):
+    humans = store.labels(source="human")
+    if not humans:
         return NO_STUDY, None
     try:
         from .agreement import agreement_summary  # type: ignore[attr-defined]
     except ImportError:
         return "Human labels are present, but the agreement stage is not installed, so no figures are given.", None
-    pools = {"humans": ["human"]}
-    if store.labels(source="judge"):
-        pools["humans + LLM judge"] = ["human", "judge"]
-    figures: dict[str, Any] = {}
+    pools: dict[str, dict[str, Any]] = {"humans": {"sources": ["human"]}}
     notes: list[str] = []
-    for name, sources in pools.items():
+    if store.labels(source="judge"):
+        # Only on the segments humans reviewed (a study's segments): a store-wide pool would count every
+        # segment only the judge labeled as an item.
+        studies = sorted({lab.study for lab in humans if lab.study})
+        for st in studies:
+            name = "humans + LLM judge" + (f" ({st})" if len(studies) > 1 else "")
+            pools[name] = {"study": st, "with_judge": True, "sources": ["human", "judge"]}
+        if not studies:
+            notes.append("- humans + LLM judge: no figures (the human labels belong to no review study)")
+    figures: dict[str, Any] = {}
+    for name, selection in pools.items():
         try:
-            figures[name] = agreement_summary(store, sources=sources, n_resamples=200)
+            fig = agreement_summary(store, n_resamples=200, **selection)
         except Exception as exc:  # the agreement stage's own refusals must not block an export
             notes.append(f"- {name}: no figures ({exc})")
+            continue
+        if isinstance(fig.get("selection"), dict) and fig["selection"].get("store"):
+            fig["selection"]["store"] = Path(fig["selection"]["store"]).name  # published: no local path
+        figures[name] = fig
     if not figures:
         return "Human labels are present, but no agreement figures could be computed:\n" + "\n".join(notes), None
     lines = []
@@ -283,7 +296,7 @@ def _body(store: "Store", s: "ExportSummary", data_files: Mapping[str, Mapping[s
         from .agreement_report import write_report
 
         for name, fig in figures.items():
-            slug = name.replace(" + ", "_").replace(" ", "_")
+            slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", name.replace(" + ", "_")).strip("_")
             write_report(fig, report_dir / slug)
             lines.append(f"Full report ({name}): [agreement/{slug}/agreement.md](agreement/{slug}/agreement.md)")
         lines.append("")

@@ -487,6 +487,7 @@ def export_dataset(
         raise ExportError(
             f"the store {store.path} has no segmented traces to export; run ror ingest and ror segment first (or ror run)"
         )
+    _check_label_source_present(store, label_source, {lab.source for labs in labels_by_seg.values() for lab in labs})
     split_of = split_traces(exported, fractions=split_fractions, seed=seed, stratify_by=stratify_by)
 
     from .provenance import tool_version
@@ -623,6 +624,24 @@ def export_dataset(
     _write_export(store, out_dir, tables, summary, per_trace_analytics)
     summary.seconds = time.perf_counter() - t0
     return summary
+
+
+#: Label sources each ``label_source`` choice draws on (module docstring).
+_SOURCES_USED = {"adjudicated": ("adjudicated", "human"), "human": ("human",), "judge": ("judge",),
+                 "baseline": ("baseline",), "majority": ("human", "judge")}
+
+
+def _check_label_source_present(store: Store, label_source: str, present: set[str]) -> None:
+    """Refuse an explicit ``label_source`` none of whose labels exist: it would export every segment as -1."""
+    used = _SOURCES_USED.get(label_source)
+    if used is None or present.intersection(used):
+        return
+    have = ", ".join(sorted(present)) or "none"
+    raise ExportError(
+        f"--labels {label_source}: the store {store.path} holds no {' or '.join(repr(u) for u in used)} labels for "
+        f"these traces (it has: {have}), so every segment would be exported unlabeled; pick one of those sources "
+        "or --labels auto"
+    )
 
 
 def _count_values(values: Sequence[str | None]) -> dict[str, int]:

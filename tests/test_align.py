@@ -182,9 +182,25 @@ def test_slow_tokenizer_is_refused():
 def test_tokenizer_from_local_directory(tmp_path):
     F.byte_level_bpe().save_pretrained(tmp_path / "tok")
     aligner = TokenAligner(str(tmp_path / "tok"))
-    assert aligner.name == str(tmp_path / "tok")
-    with pytest.raises(ConfigError, match="cannot load the tokenizer"):
+    # exports are published: a local directory is named by its last component, never by its path
+    assert aligner.name == "tok"
+    with pytest.raises(ConfigError, match="cannot load the tokenizer .*: no such directory") as err:
         load_tokenizer(str(tmp_path / "missing"))
+    assert "Repo id" not in str(err.value)  # not the hub client's complaint about a path it took for a repo id
+
+
+def test_tokenizer_name_never_carries_a_local_path(tmp_path):
+    from ror_annotate.align import tokenizer_name
+
+    tok = F.byte_level_bpe()
+    assert tokenizer_name(tok, "Qwen/Qwen3-30B-A3B") == "Qwen/Qwen3-30B-A3B"  # hub names stay as given
+    snap = tmp_path / "hub" / "models--Qwen--Qwen3-30B-A3B" / "snapshots" / "0123abcd"
+    snap.mkdir(parents=True)
+    assert tokenizer_name(tok, str(snap)) == "Qwen/Qwen3-30B-A3B"  # a hub-cache snapshot is named by its repo
+    assert tokenizer_name(tok, str(tmp_path / "my-tok") + "/") == "my-tok"
+    assert tokenizer_name(tok, "~/models/my-tok") == "my-tok"
+    tok.name_or_path = str(tmp_path / "abs" / "tok-dir")  # an object loaded from a directory
+    assert tokenizer_name(tok) == "tok-dir"
 
 
 def test_chat_template_that_rewrites_the_reasoning_is_refused():

@@ -258,6 +258,32 @@ def test_tokens_configuration_matches_segments(tmp_path, chat_template):
         assert all((lab == -1) == (sid == -1) for lab, sid in zip(t["labels"], t["segment_ids"]))
 
 
+def test_export_carries_no_local_path(tmp_path):
+    # the card and the parquet files get published: a tokenizer loaded from a local directory must not
+    # put that directory's path (user name, home, cluster layout) into them
+    store = make_store(tmp_path / "s.duckdb")
+    F.byte_level_bpe().save_pretrained(tmp_path / "secret-home" / "tiny-tok")
+    out = tmp_path / "o"
+    export_dataset(store, out, tokenizer=str(tmp_path / "secret-home" / "tiny-tok"), split_fractions=(1, 0, 0))
+    card = (out / "README.md").read_text(encoding="utf-8")
+    assert "secret-home" not in card and "`tiny-tok`" in card
+    assert "secret-home" not in (out / "analytics.json").read_text(encoding="utf-8")
+    for f in (out / "data").rglob("*.parquet"):
+        table = pq.read_table(f)
+        for col in table.column_names:
+            if str(table.schema.field(col).type) == "string":
+                assert not any("secret-home" in (v or "") for v in table.column(col).to_pylist()), (f, col)
+    assert set(pq.read_table(out / "data/tokens/train-00000-of-00001.parquet").column("tokenizer").to_pylist()) == {"tiny-tok"}
+
+
+def test_export_of_a_label_source_the_store_lacks_is_an_error(tmp_path):
+    # baseline labels only: --labels human would silently write a dataset with every label -1
+    store = make_store(tmp_path / "s.duckdb")
+    with pytest.raises(ExportError, match="no 'human' labels.*baseline"):
+        export_dataset(store, tmp_path / "o", label_source="human")
+    assert not (tmp_path / "o").exists()
+
+
 def test_chat_template_without_tokenizer_is_a_config_error(tmp_path):
     store = make_store(tmp_path / "s.duckdb")
     with pytest.raises(ConfigError, match="--chat-template needs --tokenizer"):
@@ -383,3 +409,31 @@ def test_card_reports_human_agreement(tmp_path):
     assert "[agreement/humans/agreement.md](agreement/humans/agreement.md)" in section
     assert report.exists() and "0.750" in report.read_text(encoding="utf-8")
     assert (report.parent / "confusion.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # the report is published with the dataset: no local path of the store in it
+    for f in (tmp_path / "o" / "agreement").rglob("*"):
+        if f.suffix in (".md", ".json"):
+            assert str(tmp_path) not in f.read_text(encoding="utf-8"), f
+
+
+def test_card_compares_the_judge_only_on_reviewed_segments(tmp_path):
+    # A judge labels every segment (10, in 3 traces); two humans review 4 segments of tr-a. The
+    # judge-vs-human figures must cover those 4 reviewed segments, not the 6 only the judge saw.
+    store = make_store(tmp_path / "s.duckdb")
+    store.upsert_labels(
+        [Label(trace_id=s.trace_id, segment_index=s.segment_index, label=BEHAVIORS[s.segment_index % 6], source="judge",
+               annotator="openai:gpt-x", codebook_version="cb") for s in store.segments()]
+    )
+    h1 = ["fact", "fact", "planning", "conclusion"]
+    h2 = ["fact", "planning", "planning", "conclusion"]
+    store.upsert_labels(
+        [Label(trace_id="tr-a", segment_index=i, label=lab, source="human", annotator=a, codebook_version="cb", study="s1")
+         for a, labels in (("h-1", h1), ("h-2", h2)) for i, lab in enumerate(labels)]
+    )
+    export_dataset(store, tmp_path / "o")
+    card = (tmp_path / "o" / "README.md").read_text(encoding="utf-8")
+    section = card[card.index("## Agreement") : card.index("## Trace analytics")]
+    assert "- humans + LLM judge: 4 segments in 1 traces" in section
+    # judge on tr-a#0..3 = planning, execution, restatement, fact; pairwise agreement per item among the
+    # three raters: 1/3, 0, 1/3, 1/3 -> mean 0.25 (hand calculation)
+    row = next(line for line in section.splitlines() if line.startswith("| percent_agreement |"))
+    assert row.split("|")[2].strip().startswith("0.750") and row.split("|")[3].strip().startswith("0.250")

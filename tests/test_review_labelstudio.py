@@ -24,6 +24,7 @@ from ror_annotate.review import (
 )
 from ror_annotate.review.labelstudio import LabelStudioClient
 from ror_annotate.review.studies import assignments, study_people
+from ror_annotate.store import Store
 
 from . import review_fixtures as F
 
@@ -353,6 +354,10 @@ def test_cli_push_pull_status(admin, people, tmp_path, monkeypatch):
     assert r.exit_code == 0, r.output
     r = runner.invoke(app, ["review", "push", "cli", "--db", db])
     assert r.exit_code == 0, r.output
+    with Store(db) as st:  # each person's project link is printed whole on one line, so it can be copied
+        for email in (e1, e2):
+            link = f"{URL}/projects/{_project_of(st, 'cli', _pseudonym(st, email))}/data"
+            assert any(link in line for line in r.output.splitlines()), r.output
     r = runner.invoke(app, ["review", "pull", "cli", "--db", db])
     assert r.exit_code == 0 and "labels written 0" in r.output, r.output
     r = runner.invoke(app, ["review", "status", "cli", "--db", db])
@@ -375,3 +380,31 @@ def test_blind_span_study_premade_regions_carry_no_judge_label(admin, people, tm
         assert p.model_version == "ror-segments"
         assert {r["type"] for r in p.result} == {"labels"}  # regions only: no behavior, no judge
         assert {lab for r in p.result for lab in r["value"]["labels"]} == {"segment"}
+
+
+def test_copied_task_is_rejected_and_a_deleted_annotation_removes_its_label(admin, people, tmp_path):
+    store = F.make_store(tmp_path / "dup.duckdb")
+    (e1, tok1) = people["ann1"]
+    name = "dup-" + uuid.uuid4().hex[:6]
+    create_study(store, name, annotators=[e1], n=3, seed=2, overlap=1)
+    push_study(store, name, admin)
+    pid = _project_of(store, name, _pseudonym(store, e1))
+    tasks = sorted(_tasks(admin, pid), key=lambda t: t["id"])
+    ls = _sdk(tok1)
+    first = ls.annotations.create(id=tasks[0]["id"], result=_choice("planning"))
+    ls.annotations.create(id=tasks[1]["id"], result=_choice("fact"))
+    assert pull_study(store, name, admin).labels_written == 2
+    # Somebody imports a copy of task 0 by hand (same data, so the same ror_external_id) and labels it,
+    # and the annotator deletes the original annotation: the copy is not a task ror pushed.
+    copy = _sdk(KEY).projects.import_tasks(id=pid, request=[{"data": tasks[0]["data"]}], return_task_ids=True).task_ids[0]
+    ls.annotations.create(id=copy, result=_choice("conclusion"))
+    ls.annotations.delete(id=first.id)
+    rep = pull_study(store, name, admin)
+    assert rep.labels_removed == 1 and rep.labels_written == 0
+    assert len(rep.rejected) == 1 and f"task {copy} " in rep.rejected[0] and "not pushed by ror" in rep.rejected[0]
+    key1 = (tasks[1]["data"]["trace_id"], tasks[1]["data"]["segment_index"])
+    assert [(lab.trace_id, lab.segment_index, lab.label) for lab in store.labels(source="human", study=name)] == [(*key1, "fact")]
+    # A re-push neither adopts the copy as the task nor creates one; the copy stays rejected.
+    assert push_study(store, name, admin).tasks_created == 0
+    again = pull_study(store, name, admin)
+    assert again.rejected == rep.rejected and again.labels_written == 0

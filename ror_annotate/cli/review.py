@@ -114,11 +114,15 @@ def push(
         store.finish_run(run.run_id, counts={"tasks_created": report.tasks_created, "tasks_total": report.tasks_total})
         table = Table(title=f"study {name} on {client.url}")
         for col in ("annotator", "e-mail (private)", "project", "new tasks", "tasks"):
-            table.add_column(col)
+            table.add_column(col, no_wrap=col == "annotator")
+        links = []
         for person, pid, purl, created, total in report.projects:
-            table.add_row(person, person_email(store, person), purl, str(created), str(total))
+            email = person_email(store, person)
+            table.add_row(person, email, str(pid), str(created), str(total))
+            links.append(f"  {email}: {purl}")
         console.print(table)
-        console.print("Give each annotator only their own project link.")
+        # links on their own lines, never cut or wrapped by the table, so they can be copied whole
+        console.print("Give each annotator only their own project link:\n" + "\n".join(links), soft_wrap=True, highlight=False)
 
 
 @review_app.command("pull")
@@ -156,7 +160,7 @@ def status(name: StudyArg, db: DbOption = DEFAULT_DB_PATH, lock_timeout: LockTim
     table = Table(title=f"study {name} ({study.state}, {study.mode} mode, {'blind' if study.blind else 'judge shown'}, overlap {study.overlap})")
     for col, just in (("annotator", "left"), ("role", "left"), ("assigned", "right"), ("labeled", "right"), ("skipped", "right"),
                       ("remaining", "right"), ("rejected", "right"), ("project", "right"), ("last pull (UTC)", "left")):
-        table.add_column(col, justify=just)  # type: ignore[arg-type]
+        table.add_column(col, justify=just, no_wrap=col == "annotator")  # type: ignore[arg-type]
     for r in rows:
         table.add_row(r.pseudonym, r.role, str(r.assigned), str(r.labeled), str(r.skipped), str(r.remaining), str(r.rejected),
                       str(r.project_id or "-"), r.last_pull_at.strftime("%Y-%m-%d %H:%M") if r.last_pull_at else "never")

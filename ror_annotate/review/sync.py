@@ -227,7 +227,13 @@ def _span_task(study: Study, trace: Trace, segs: list[Segment], ext: str, judge:
 
 
 def _server_tasks(client: LabelStudioClient, project_id: int) -> dict[str, dict]:
-    return {t["data"].get("ror_external_id"): t for t in client.export_tasks(project_id) if t.get("data", {}).get("ror_external_id")}
+    """``{ror_external_id: task}``; of several tasks with one id (a hand-made copy), the first imported one."""
+    out: dict[str, dict] = {}
+    for t in sorted(client.export_tasks(project_id), key=lambda t: int(t["id"])):
+        ext = t.get("data", {}).get("ror_external_id")
+        if ext:
+            out.setdefault(ext, t)
+    return out
 
 
 def _record_tasks(store: "Store", study: Study, ref: ProjectRef, tasks: dict[str, dict], shown: dict[str, tuple[str | None, str | None]]) -> None:
@@ -345,6 +351,9 @@ def _parse_project(
     known = {r[0]: (r[1], r[2], r[3]) for r in store.execute(
         "SELECT external_id, segment_index, shown_label, shown_model_version FROM review_tasks WHERE ls_project_id = ?",
         [ref.ls_project_id]).fetchall()}
+    # the task ids ror imported: a copy of a task carries its ror_external_id but is not one of them
+    pushed = {int(r[0]) for r in store.execute("SELECT ls_task_id FROM review_tasks WHERE ls_project_id = ?",
+                                               [ref.ls_project_id]).fetchall()}
     allowed = set(assignments(store, study.name, ref.pseudonym)) if ref.role == ANNOTATOR_ROLE else None
     out: list[_Parsed] = []
     traces: dict[str, Trace] = {}
@@ -358,6 +367,9 @@ def _parse_project(
             out.append(p)
             if ext not in known:
                 p.status, p.reason = "rejected", f"{where}: the task was not pushed by ror (no known ror_external_id)"
+            elif p.ls_task_id not in pushed:
+                p.status, p.reason = "rejected", (
+                    f"{where}: the task was not pushed by ror (a copy of the task ror pushed for {ext}, made in Label Studio)")
             elif p.completed_by != user_id:
                 p.status, p.reason = "rejected", (
                     f"{where}: completed by Label Studio user {p.completed_by}, not by {ref.pseudonym} whose project this is "
