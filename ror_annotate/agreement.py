@@ -1253,7 +1253,7 @@ def ratings_from_store(
     sources : sequence of str, optional
         Keep only labels from these sources (judge, baseline, human, adjudicated).
     study : str, optional
-        Labels of this review study; with ``with_judge`` also the judge labels on the same segments.
+        Labels of this review study; with ``with_judge`` also the judge (and baseline) labels on the same segments.
     codebook_version : str, optional
         Keep only labels under this codebook version.
     exclude_sources : sequence of str
@@ -1273,7 +1273,8 @@ def ratings_from_store(
     labels = list(store.labels(study=study)) if study is not None else list(store.labels())
     if study is not None and with_judge:
         segs = {(lab.trace_id, lab.segment_index) for lab in labels}
-        labels += [lab for lab in store.labels(source="judge") if (lab.trace_id, lab.segment_index) in segs and lab.study != study]
+        # The study's judge may be the LLM judge or the offline baseline (a review run before any LLM labels).
+        labels += [lab for lab in store.labels(source=["judge", "baseline"]) if (lab.trace_id, lab.segment_index) in segs and lab.study != study]
     keep = []
     for lab in labels:
         if sources is not None and lab.source not in sources:

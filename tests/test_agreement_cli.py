@@ -253,3 +253,18 @@ def test_real_llm_labels_vs_baseline_match_references():
         f1_score(llm[both], base[both], labels=list(range(6)), average="macro", zero_division=np.nan), abs=1e-9
     )
     assert d["krippendorff_alpha"]["ci_low"] < d["krippendorff_alpha"]["value"] < d["krippendorff_alpha"]["ci_high"]
+
+
+def test_with_judge_includes_the_offline_baseline(store_data):
+    """A study judged by the offline baseline (no LLM labels yet) still compares it with the humans."""
+    path, annot, _ = store_data
+    with Store(path) as store:
+        truth = annot["adjudicator:h-cy"][2]
+        store.upsert_labels(
+            Label(trace_id=tid, segment_index=i, label=lab, source="baseline", annotator="baseline:cue-v1", codebook_version="baseline-cue-v1")
+            for (tid, i), lab in truth.items()
+        )
+        d = agreement_summary(store, study="s1", with_judge=True, reference="adjudicated", n_resamples=50)
+    assert "baseline:cue-v1" in d["annotators"]
+    # the baseline here copies the reference labels exactly: its per-class macro-F1 against it is 1
+    assert d["per_class"]["annotators"]["baseline:cue-v1"]["macro_f1"]["value"] == pytest.approx(1.0)
