@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -148,10 +149,18 @@ class Codebook(_Model):
 
 
 # ---------------------------------------------------------------------------------------- lookup
+#: Where a wheel (non-editable) install puts the repository's codebook/ folder (pyproject data-files).
+_INSTALLED_CODEBOOK_DIR = Path(sys.prefix) / "share" / "ror_annotate" / "codebook"
+
+
 def codebook_dirs() -> list[Path]:
-    """Directories searched for ``<name>@v<version>.yaml``, in order (``ROR_CODEBOOK_PATH`` first)."""
+    """Directories searched for ``<name>@v<version>.yaml``, in order.
+
+    ``ROR_CODEBOOK_PATH`` (os.pathsep-separated) first, then the checkout's ``codebook/`` (editable
+    installs), then ``<sys.prefix>/share/ror_annotate/codebook`` (wheel installs).
+    """
     extra = [Path(p) for p in os.environ.get("ROR_CODEBOOK_PATH", "").split(os.pathsep) if p]
-    return [*extra, _REPO_CODEBOOK_DIR]
+    return [*extra, _REPO_CODEBOOK_DIR, _INSTALLED_CODEBOOK_DIR]
 
 
 def available_codebooks() -> list[str]:

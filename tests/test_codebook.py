@@ -155,3 +155,17 @@ def test_cli_unknown_codebook_is_one_line_error():
     result = CliRunner().invoke(app, ["codebook", "show", "nope@v1"])
     assert result.exit_code == 2
     assert "error [E400]" in result.output and "Available: six-behaviors@v1" in result.output
+
+
+def test_every_codebook_file_ships_in_wheels() -> None:
+    """pyproject's data-files must list every codebook/*.yaml, or a wheel install cannot find it."""
+    import sys
+    import tomllib
+
+    from ror_annotate.codebook import codebook_dirs
+
+    root = Path(__file__).resolve().parents[1]
+    data_files = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["data-files"]
+    shipped = set(data_files["share/ror_annotate/codebook"])
+    assert shipped == {f"codebook/{p.name}" for p in (root / "codebook").glob("*.yaml")}
+    assert Path(sys.prefix) / "share" / "ror_annotate" / "codebook" in codebook_dirs()
