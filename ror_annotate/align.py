@@ -284,7 +284,6 @@ def verify_alignment(
     AlignmentError
         Naming ``where``, the span and the first character that is not covered.
     """
-    n = len(text)
     offs = np.asarray(offsets, dtype=np.int64).reshape(-1, 2)
     sp = np.asarray(spans, dtype=np.int64).reshape(-1, 3)
     special = np.zeros(len(offs), bool) if special_tokens_mask is None else np.asarray(special_tokens_mask, bool)

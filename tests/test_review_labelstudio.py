@@ -345,7 +345,7 @@ def test_cli_push_pull_status(admin, people, tmp_path, monkeypatch):
 
     store = F.make_store(tmp_path / "cli.duckdb")
     store.close()
-    (e1, tok1), (e2, _) = people["ann1"], people["ann2"]
+    (e1, _), (e2, _) = people["ann1"], people["ann2"]
     monkeypatch.setenv("LABEL_STUDIO_URL", URL)
     monkeypatch.setenv("LABEL_STUDIO_API_KEY", KEY)
     db = str(tmp_path / "cli.duckdb")

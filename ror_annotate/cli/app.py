@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.markup import escape  # messages may contain [brackets] (paths, lists, extras)
 from typer.core import TyperGroup
 
-from ..errors import RorError
+from ..errors import ConfigError, RorError
 
 console = Console()
 err_console = Console(stderr=True)
@@ -78,3 +78,14 @@ def open_store(db: Path, lock_timeout: float = 10.0, *, must_exist: bool = False
     if must_exist and str(db) != ":memory:" and not Path(db).expanduser().is_file():
         raise StoreError(f"no store at {Path(db).expanduser().resolve()}; check --db (or ROR_DB), or create one with `ror ingest FILE`")
     return Store(db, lock_timeout=lock_timeout)
+
+
+def parse_fractions(text: str, flag: str = "--split") -> tuple[float, float, float]:
+    """Parse ``"0.8,0.1,0.1"`` into train/validation/test fractions; ConfigError names ``flag``."""
+    try:
+        parts = tuple(float(x) for x in text.split(","))
+    except ValueError:
+        parts = ()
+    if len(parts) != 3:
+        raise ConfigError(f"{flag} {text!r}: give three comma-separated fractions train,validation,test such as 0.8,0.1,0.1")
+    return parts  # type: ignore[return-value]

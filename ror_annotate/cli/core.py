@@ -15,7 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..errors import InputError
-from .app import DEFAULT_DB_PATH, DbOption, LockTimeoutOption, app, console, err_console, open_store
+from .app import DEFAULT_DB_PATH, DbOption, LockTimeoutOption, app, console, err_console, open_store, parse_fractions
 from .judge_options import (
     JudgeBaseUrlOption,
     JudgeBatchIdOption,
@@ -340,10 +340,8 @@ def run(
     """The main job: ingest -> segment -> label -> export, with a summary at the end."""
     from ..export import export_dataset
 
-    from .export_cmds import _fractions
-
     _require_source(source, preset)
-    fractions = _fractions(split_fractions, "--split-fractions")
+    fractions = parse_fractions(split_fractions, "--split-fractions")
     columns = _columns(text_field, id_field, problem_field, answer_field, gold_field, model_field, dataset_field)
     options = _judge_options_of(locals())
     the_judge = make_judge_checked(judge, options)

@@ -8,18 +8,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from ..errors import ConfigError
-from .app import DEFAULT_DB_PATH, DbOption, LockTimeoutOption, app, console, open_store
-
-
-def _fractions(text: str, flag: str = "--split") -> tuple[float, float, float]:
-    try:
-        parts = tuple(float(x) for x in text.split(","))
-    except ValueError:
-        parts = ()
-    if len(parts) != 3:
-        raise ConfigError(f"{flag} {text!r}: give three comma-separated fractions train,validation,test such as 0.8,0.1,0.1")
-    return parts  # type: ignore[return-value]
+from .app import DEFAULT_DB_PATH, DbOption, LockTimeoutOption, app, console, open_store, parse_fractions
 
 
 @app.command("export")
@@ -39,7 +28,7 @@ def export_cmd(
     """Export segments (and, with --tokenizer, token-aligned labels) as a Hugging Face dataset with a card."""
     from ..export import export_dataset
 
-    fractions = _fractions(split)
+    fractions = parse_fractions(split)
     out_dir = out or Path("exports") / name
     params = {"name": name, "out": str(out_dir), "labels": labels, "tokenizer": tokenizer, "chat_template": chat_template,
               "seed": seed, "split": list(fractions), "stratify_by": stratify_by, "license": license}
