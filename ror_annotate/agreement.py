@@ -973,12 +973,15 @@ class AgreementResult:
     disagreements: list[dict[str, Any]]
     settings: dict[str, Any]
     resamples: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
+    #: Items labeled by at least two annotators: the only ones the coefficients can use.
+    n_pairable_items: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able dict (NaN as null with its reason); the segment-weighted figures are top-level."""
         seg = self.statistics["segment"]
         out: dict[str, Any] = {
             "n_items": self.n_items,
+            "n_pairable_items": self.n_pairable_items,
             "n_annotators": len(self.annotators),
             "n_traces": self.n_traces,
             "annotators": list(self.annotators),
@@ -1171,6 +1174,7 @@ def agreement(
         n_items=ratings.n_items,
         n_traces=G,
         statistics=statistics,
+        n_pairable_items=int(((ratings.codes >= 0).sum(axis=1) >= 2).sum()),
         per_class=per_class,
         disagreements=disagreement_pairs(ratings, top=n_disagreements, n_examples=n_examples),
         settings={

@@ -454,3 +454,13 @@ def test_disagreement_pairs_counts():
     assert pairs[0] == {"labels": ["a", "b"], "count": 4, "examples": ["i0", "i1"]}
     assert pairs[1] == {"labels": ["a", "c"], "count": 2, "examples": ["i2"]}
     assert len(pairs) == 2
+
+
+def test_pairable_items_are_counted_apart_from_single_ratings():
+    """An item one annotator rated alone counts as an item but cannot enter any coefficient."""
+    from ror_annotate.agreement import Ratings, agreement
+
+    ratings = Ratings.from_items({"i1": {"A": "x", "B": "x"}, "i2": {"A": "y", "B": "x"}, "i3": {"A": "y"}}, categories=["x", "y"])
+    d = agreement(ratings, n_resamples=10, seed=0).to_dict()
+    assert (d["n_items"], d["n_pairable_items"]) == (3, 2)
+    assert d["percent_agreement"]["value"] == 0.5  # i1 agrees, i2 does not; i3 is not pairable

@@ -25,7 +25,7 @@ def _fmt_estimate(est: dict[str, Any]) -> tuple[str, str]:
 
 def _print_tables(d: dict[str, Any]) -> None:
     token = d.get("token_weighted") or {}
-    table = Table(title=f"Agreement: {d['n_items']} items, {d.get('n_traces', '?')} traces, {d['n_annotators']} annotators")
+    table = Table(title=f"Agreement: {d['n_items']} items ({d.get('n_pairable_items', '?')} labeled by two or more), {d.get('n_traces', '?')} traces, {d['n_annotators']} annotators")
     # Token-weighted columns only when there are token counts (not for a CSV without weights).
     for col in ("statistic", "segment", "CI", *(("token", "CI") if token else ())):
         table.add_column(col)
