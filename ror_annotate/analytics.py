@@ -32,6 +32,7 @@ from fractions import Fraction
 from typing import Any
 
 from .records import BEHAVIORS
+from .traces import last_boxed
 
 _STATES_ANSWER = re.compile(r"\\boxed\s*\{|\d|\banswer\b|\(\s*[A-E]\s*\)", re.IGNORECASE)
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?(?:\s*/\s*\d+)?")
@@ -77,30 +78,11 @@ def states_answer(text: str) -> bool:
     return bool(_STATES_ANSWER.search(text))
 
 
-def _last_boxed(text: str) -> str | None:
-    start = text.rfind("\\boxed")
-    if start < 0:
-        return None
-    i = text.find("{", start)
-    if i < 0:
-        return None
-    depth, j = 0, i
-    while j < len(text):
-        if text[j] == "{":
-            depth += 1
-        elif text[j] == "}":
-            depth -= 1
-            if depth == 0:
-                return text[i + 1 : j]
-        j += 1
-    return None
-
-
 def extract_answer(text: str | None) -> str | None:
     """The answer stated in ``text``: the last ``\\boxed{...}``, else the last number, else the last option letter."""
     if not text:
         return None
-    boxed = _last_boxed(text)
+    boxed = last_boxed(text)
     if boxed is not None:
         return boxed
     numbers = _NUMBER.findall(text)

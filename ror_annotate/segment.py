@@ -741,7 +741,30 @@ def check_segments(text: str, segments: Sequence[Segment], *, trace_id: str | No
 
 # --------------------------------------------------------------------------- convenience
 def segment_text(text: str, trace_id: str = "t", **kw: Any) -> list[Segment]:
-    """Segment one text with a fresh :class:`Segmenter` (``**kw`` go to its constructor)."""
+    """Segment one text with a fresh :class:`Segmenter`.
+
+    Parameters
+    ----------
+    text : str
+        The reasoning trace.
+    trace_id : str, default "t"
+        Copied into every segment.
+    **kw
+        :class:`Segmenter` options: ``max_tokens`` (cap in tokens, default 125) and
+        ``token_counter`` (default :class:`ApproxTokenCounter`).
+
+    Returns
+    -------
+    list of Segment
+        As :meth:`Segmenter.segment`: code-point offsets into ``text``, ``n_tokens`` in tokens.
+
+    Raises
+    ------
+    ConfigError
+        ``max_tokens`` too small.
+    SegmentationError
+        An offset invariant would break (a bug, never returned silently).
+    """
     return Segmenter(**kw).segment(text, trace_id)
 
 

@@ -471,7 +471,20 @@ class Store:
         return "replaced" if old else "inserted"
 
     def segments(self, trace_id: str | None = None) -> list[Segment]:
-        """Stored segments of one trace (or of all traces), ordered by trace then index."""
+        """Stored segments of one trace (or of all traces), ordered by trace then index.
+
+        Parameters
+        ----------
+        trace_id : str, optional
+            Only this trace's segments; all traces when None.
+
+        Returns
+        -------
+        list of Segment
+            ``char_start``/``char_end`` are code-point offsets into the trace text; ``n_tokens``
+            is in the tokens of the counter recorded by :meth:`segmentation_of`. An unknown or
+            unsegmented ``trace_id`` gives an empty list (no error).
+        """
         sql = "SELECT trace_id, segment_index, char_start, char_end, text, n_tokens FROM segments"
         params: list[Any] = []
         if trace_id is not None:
@@ -537,7 +550,24 @@ class Store:
         study: str | None = None,
         trace_id: str | None = None,
     ) -> list[Label]:
-        """Stored labels filtered by source(s), annotator, study and trace, ordered by segment."""
+        """Stored labels matching every given filter, ordered by trace, segment, source, annotator.
+
+        Parameters
+        ----------
+        source : str or sequence of str, optional
+            One or several of ``judge``, ``baseline``, ``human``, ``adjudicated``.
+        annotator : str, optional
+            Exact annotator id (e.g. ``openai:gpt-4.1-mini``, a reviewer's pseudonym).
+        study : str, optional
+            Review study name; judge and baseline labels have no study.
+        trace_id : str, optional
+            Only this trace's labels.
+
+        Returns
+        -------
+        list of Label
+            Empty when nothing matches (no error); one segment may carry several labels.
+        """
         where, params = [], []
         if source is not None:
             sources = [source] if isinstance(source, str) else list(source)

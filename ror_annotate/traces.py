@@ -256,9 +256,10 @@ def _iter_hf(name: str, split: str | None, config: str | None, streaming: bool =
     except FileNotFoundError as exc:
         raise InputError(f"{name}: no such file, directory or Hugging Face dataset ({exc})") from None
     except Exception as exc:  # network errors, missing configs, gated datasets...
+        hint = ("A local directory must be written by save_to_disk or hold .jsonl/.json/.parquet files"
+                if Path(name).is_dir() else "Offline? Pass a local JSONL/JSON/parquet file instead")
         raise InputError(
-            f"{name}: could not load it with datasets.load_dataset (split={split!r}, config={config!r}): {exc}. "
-            "Offline? Pass a local JSONL/JSON/parquet file instead."
+            f"{name}: could not load it with datasets.load_dataset (split={split!r}, config={config!r}): {exc}. {hint}."
         ) from None
     if isinstance(ds, (datasets.DatasetDict, datasets.IterableDatasetDict)):
         if split is None:
@@ -266,6 +267,9 @@ def _iter_hf(name: str, split: str | None, config: str | None, streaming: bool =
         ds = ds[split]
     for i, obj in enumerate(ds):
         yield f"{name}[{split or 'train'}] row {i}", obj
+
+
+_FILE_SUFFIXES = (".jsonl", ".ndjson", ".json", ".parquet", ".gz", ".csv", ".tsv", ".txt")
 
 
 def iter_records(
@@ -292,8 +296,10 @@ def iter_records(
         raise InputError(f"{path}: unknown trace file type {path.suffix!r}; use .jsonl, .json or .parquet")
     if path.exists() and path.is_dir() and not any(path.iterdir()):
         raise InputError(f"{path}: empty directory")
-    if str(source).startswith((".", "/", "~")) and not path.exists():
-        raise InputError(f"{source}: no such file")
+    # a missing local file would otherwise be tried as a hub dataset name (a network wait, then a hub error)
+    looks_local = str(source).startswith((".", "/", "~")) or path.suffix.lower() in _FILE_SUFFIXES
+    if looks_local and not path.exists():
+        raise InputError(f"{source}: no such file (relative to {Path.cwd()}); check the path")
     return _iter_hf(str(source), split, config, streaming)
 
 

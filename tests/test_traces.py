@@ -95,6 +95,13 @@ def test_non_utf8_missing_field_empty_trace(tmp_path: Path) -> None:
         load_traces(empty)
 
 
+def test_missing_relative_file_is_not_tried_as_a_hub_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # a bare "name.jsonl" that does not exist used to fall through to datasets.load_dataset (network retries)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(InputError, match=r"^nothere\.jsonl: no such file"):
+        load_traces("nothere.jsonl")
+
+
 def test_duplicate_ids_are_an_error(tmp_path: Path) -> None:
     path = _write_jsonl(tmp_path / "dup.jsonl", [{"id": "x", "trace": "a"}, {"id": "x", "trace": "b"}])
     with pytest.raises(InputError, match=r"dup\.jsonl:2: duplicate trace id 'x' \(first seen at .*dup\.jsonl:1\)"):

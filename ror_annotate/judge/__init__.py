@@ -42,6 +42,7 @@ class JudgeReport:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def as_counts(self) -> dict[str, Any]:
+        """Flat dict of every counter plus ``extra``, for ``Store.finish_run(counts=...)``."""
         out = {k: v for k, v in self.__dict__.items() if k != "extra"}
         out.update(self.extra)
         return out
@@ -67,7 +68,30 @@ class Judge(Protocol):
     def label(
         self, store: "Store", trace_ids: Sequence[str], *, run: "Run", progress: "Progress | None" = None
     ) -> JudgeReport:
-        """Label every stored segment of ``trace_ids`` and write the labels to ``store``; idempotent."""
+        """Label every stored segment of ``trace_ids`` and write the labels to ``store``; idempotent.
+
+        Parameters
+        ----------
+        store : Store
+            Holds the traces and their segments; labels are written with :meth:`Store.upsert_labels`.
+        trace_ids : sequence of str
+            Traces to label; each must already be segmented.
+        run : Run
+            The ``ror label``/``ror run`` run the labels are attributed to (``Label.run_id``).
+        progress : rich.progress.Progress, optional
+            The judge adds its own task (counting traces or segments, as it chooses).
+
+        Returns
+        -------
+        JudgeReport
+            Segment counts, token usage in the judge model's tokens and cost in USD.
+
+        Raises
+        ------
+        JudgeError
+            The judge cannot run (rejected key or model, endpoint unreachable); labels already
+            written by this call stay stored and a rerun resumes.
+        """
         ...
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from ..errors import InputError, SteerError
+from ..traces import last_boxed
 from . import require_torch
 from .families import find_router_sites
 from .steering import AfterFirstAnswer, AlwaysOn, RoutingEdit, random_expert_sets, steer_routing
@@ -82,21 +83,6 @@ def load_problems(path: str | Path) -> list[Problem]:
     return problems
 
 
-def _last_boxed(text: str) -> str | None:
-    start = text.rfind("\\boxed{")
-    if start < 0:
-        return None
-    depth, i = 0, start + len("\\boxed")
-    for j in range(i, len(text)):
-        if text[j] == "{":
-            depth += 1
-        elif text[j] == "}":
-            depth -= 1
-            if depth == 0:
-                return text[i + 1:j].strip()
-    return None
-
-
 _ANSWER_IS = re.compile(r"answer is\s*:?\s*\$?([^\s$]+)", re.IGNORECASE)
 _NUMBER = re.compile(r"-?\d+(?:,\d{3})*(?:\.\d+)?(?:/\d+)?")
 
@@ -104,9 +90,9 @@ _NUMBER = re.compile(r"-?\d+(?:,\d{3})*(?:\.\d+)?(?:/\d+)?")
 def extract_answer(text: str) -> str | None:
     """The final answer of a generation: last ``\\boxed{...}`` (nested braces allowed), else the
     last "answer is X", else the last number; ``None`` if there is none."""
-    boxed = _last_boxed(text)
+    boxed = last_boxed(text)
     if boxed is not None:
-        return boxed
+        return boxed.strip()
     found = _ANSWER_IS.findall(text)
     if found:
         return found[-1].rstrip(".,;")

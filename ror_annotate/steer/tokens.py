@@ -62,7 +62,7 @@ def load_tokens(path: str | Path) -> Any:
                 files[split] = [str(f) for f in found]
         if not files:
             raise InputError(f"{root}: neither a save_to_disk dataset nor parquet files named <split>*.parquet "
-                             f"for splits {', '.join(SPLITS)}")
+                             f"for splits {', '.join(SPLITS)}; token-level data comes from `ror export --tokenizer DIR`")
         dd = datasets.load_dataset("parquet", data_files=files)
     check_tokens_features(dd, where=str(root))
     return dd
