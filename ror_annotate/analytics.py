@@ -28,15 +28,12 @@ import re
 import statistics
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from fractions import Fraction
 from typing import Any
 
+from .answers import answers_match, extract_answer
 from .records import BEHAVIORS
-from .traces import last_boxed
 
 _STATES_ANSWER = re.compile(r"\\boxed\s*\{|\d|\banswer\b|\(\s*[A-E]\s*\)", re.IGNORECASE)
-_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?(?:\s*/\s*\d+)?")
-_OPTION = re.compile(r"(?:\(|\b)([A-E])(?:\)|\b)")
 
 
 @dataclass(frozen=True)
@@ -76,57 +73,6 @@ class TraceAnalytics:
 def states_answer(text: str) -> bool:
     """Whether a conclusion segment's text states an answer (``\\boxed``, a digit, "answer", "(C)")."""
     return bool(_STATES_ANSWER.search(text))
-
-
-def extract_answer(text: str | None) -> str | None:
-    """The answer stated in ``text``: the last ``\\boxed{...}``, else the last number, else the last option letter."""
-    if not text:
-        return None
-    boxed = last_boxed(text)
-    if boxed is not None:
-        return boxed
-    numbers = _NUMBER.findall(text)
-    if numbers:
-        return numbers[-1]
-    options = _OPTION.findall(text)
-    return options[-1] if options else None
-
-
-def normalize_answer(answer: str) -> str:
-    """Canonical form for comparison: no spaces, ``$``, ``\\text{}``/``\\left``/``\\right``, thousands commas, final period."""
-    a = answer.replace("$", "").strip().rstrip(".")
-    a = re.sub(r"\\text\{([^}]*)\}", r"\1", a)
-    a = re.sub(r"\\(?:left|right|displaystyle|,|!|;)", "", a)
-    a = a.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac")
-    a = re.sub(r"(?<=\d),(?=\d{3}\b)", "", a)
-    a = re.sub(r"\s+", "", a).rstrip(".")
-    return a.lower()
-
-
-def _as_number(a: str) -> Fraction | None:
-    m = re.fullmatch(r"\\frac\{(-?\d+)\}\{(-?\d+)\}", a)
-    try:
-        if m:
-            return Fraction(int(m.group(1)), int(m.group(2)))
-        if re.fullmatch(r"-?\d+(?:\.\d+)?(?:/\d+)?", a):
-            return Fraction(a)
-    except (ValueError, ZeroDivisionError):
-        return None
-    return None
-
-
-def answers_match(answer: str | None, reference: str | None) -> bool | None:
-    """Whether two answers agree after :func:`normalize_answer` (numbers compared exactly); None if either is missing."""
-    if not answer or not reference:
-        return None
-    a, r = normalize_answer(answer), normalize_answer(reference)
-    if a == r:
-        return True
-    na, nr = _as_number(a), _as_number(r)
-    if na is not None and nr is not None:
-        return na == nr
-    ra = extract_answer(reference)
-    return a == normalize_answer(ra) if ra and ra != reference else False
 
 
 def analyze_trace(

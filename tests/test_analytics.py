@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from ror_annotate.analytics import SegmentView, analyze_trace, answers_match, extract_answer, summarize
+from ror_annotate.analytics import SegmentView, analyze_trace, summarize
+from ror_annotate.answers import answers_match, extract_answer
 
 TRACE = [  # (label, text, n_tokens)
     ("planning", "Let me compute.", 3),

@@ -7,7 +7,8 @@ import json
 import pytest
 
 from ror_annotate.errors import InputError
-from ror_annotate.steer.evaluate import answers_match, extract_answer, load_problems, summarize
+from ror_annotate.answers import answers_match, extract_answer
+from ror_annotate.steer.evaluate import load_problems, summarize
 
 
 @pytest.mark.parametrize("text,expected", [

@@ -15,14 +15,13 @@ generated tokens against ``unmodified`` (the method's "median -30.4% generated t
 from __future__ import annotations
 
 import json
-import re
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from ..errors import InputError, SteerError
-from ..traces import last_boxed
+from ..answers import answers_match, extract_answer
 from . import require_torch
 from .families import find_router_sites
 from .steering import AfterFirstAnswer, AlwaysOn, RoutingEdit, random_expert_sets, steer_routing
@@ -81,40 +80,6 @@ def load_problems(path: str | Path) -> list[Problem]:
     if not problems:
         raise InputError(f"{path}: no problems")
     return problems
-
-
-_ANSWER_IS = re.compile(r"answer is\s*:?\s*\$?([^\s$]+)", re.IGNORECASE)
-_NUMBER = re.compile(r"-?\d+(?:,\d{3})*(?:\.\d+)?(?:/\d+)?")
-
-
-def extract_answer(text: str) -> str | None:
-    """The final answer of a generation: last ``\\boxed{...}`` (nested braces allowed), else the
-    last "answer is X", else the last number; ``None`` if there is none."""
-    boxed = last_boxed(text)
-    if boxed is not None:
-        return boxed.strip()
-    found = _ANSWER_IS.findall(text)
-    if found:
-        return found[-1].rstrip(".,;")
-    numbers = _NUMBER.findall(text)
-    return numbers[-1] if numbers else None
-
-
-def normalize_answer(answer: str) -> str:
-    """Canonical form for comparison: no spaces, ``$``, thousands commas or trailing ``.0``."""
-    a = answer.strip().strip("$").replace(" ", "").replace("\\!", "")
-    a = re.sub(r"(?<=\d),(?=\d{3}\b)", "", a)
-    a = re.sub(r"^\\text\{(.*)\}$", r"\1", a)
-    try:
-        value = float(a)
-        return str(int(value)) if value.is_integer() else repr(value)
-    except ValueError:
-        return a
-
-
-def answers_match(predicted: str | None, reference: str) -> bool:
-    """Whether an extracted answer equals the reference after :func:`normalize_answer`."""
-    return predicted is not None and bool(reference) and normalize_answer(predicted) == normalize_answer(reference)
 
 
 def build_prompt(tokenizer: Any, problem: str, system: str | None = None) -> list[int]:
@@ -202,7 +167,7 @@ def run_evaluation(model: Any, tokenizer: Any, problems: Sequence[Problem], edit
                     new, text = _generate(model, tokenizer, prompt, max_new_tokens)
             answer = extract_answer(text)
             rows.append({"condition": condition, "problem_id": problem.problem_id, "generated_tokens": len(new),
-                         "answer": answer, "correct": answers_match(answer, problem.answer), "text": text})
+                         "answer": answer, "correct": bool(answers_match(answer, problem.answer)), "text": text})
     return rows
 
 
@@ -232,11 +197,8 @@ __all__ = [
     "CONCISE_SYSTEM_PROMPT",
     "CONDITIONS",
     "Problem",
-    "answers_match",
     "build_prompt",
-    "extract_answer",
     "load_problems",
-    "normalize_answer",
     "run_evaluation",
     "summarize",
 ]
