@@ -34,7 +34,7 @@ from .client import (
     completion_from_dict,
     parse_answer,
 )
-from .llm import ChunkResult, LLMJudge, _naive_now, _Usage, validate_answer
+from .llm import ChunkResult, LLMJudge, naive_utc_now, UsageMeter, validate_answer
 from .pricing import BATCH_DISCOUNT
 from .prompt import build_messages, trace_block
 
@@ -65,7 +65,7 @@ async def _label_with_batch(judge: LLMJudge, store: "Store", trace_ids: Sequence
                             progress: "Progress | None") -> JudgeReport:
     report = JudgeReport()
     report.extra["batch_labeled"] = 0
-    usage = _Usage(report, judge.prices.get(judge.model), discount=BATCH_DISCOUNT)
+    usage = UsageMeter(report, judge.prices.get(judge.model), discount=BATCH_DISCOUNT)
     client = ChatClient(judge.base_url, max_attempts=judge.max_attempts, timeout=judge.timeout,
                         backoff_base=judge.backoff_base, sleep=judge.sleep)
     run_id = run.run_id if run else None
@@ -108,7 +108,7 @@ def _requests(judge: LLMJudge, store: "Store", trace_ids: Sequence[str]) -> tupl
         trace = store.get_trace(trace_id)
         block = trace_block(trace, segments)
         for sample in range(1, judge.samples + 1):
-            done = judge._labeled(store, trace_id, judge.annotator_for(sample))
+            done = judge.labeled_segments(store, trace_id, judge.annotator_for(sample))
             for i in range(0, len(segments), judge.chunk_size):
                 ids = [s.segment_index for s in segments[i : i + judge.chunk_size] if s.segment_index not in done]
                 if not ids:
@@ -116,9 +116,9 @@ def _requests(judge: LLMJudge, store: "Store", trace_ids: Sequence[str]) -> tupl
                 max_tokens = judge.default_max_tokens(len(ids))
                 params = judge.params(sample, max_tokens)
                 messages, windowed = build_messages(judge.book, trace, segments, ids, context_tokens=judge.context_tokens,
-                                                    max_tokens=max_tokens, system=judge._system, full_trace_block=block)
+                                                    max_tokens=max_tokens, system=judge.system_prompt, full_trace_block=block)
                 key = judge.cache_key(trace, ids, params, 1, messages)
-                if judge._cached(store, key) is not None:
+                if judge.cached_response(store, key) is not None:
                     continue
                 custom_id = f"r{len(lines)}"
                 lines.append({"custom_id": custom_id, "method": "POST", "url": "/v1/chat/completions",
@@ -145,12 +145,12 @@ async def _submit(judge: LLMJudge, store: "Store", client: ChatClient, trace_ids
         store.execute(
             "INSERT INTO judge_batches VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [batch.id, uploaded.id, _annotators(judge), judge.codebook_version, json.dumps(mapping), batch.status,
-             _naive_now(), None, run_id],
+             naive_utc_now(), None, run_id],
         )
     return batch.id
 
 
-async def _wait_and_ingest(judge: LLMJudge, store: "Store", client: ChatClient, batch_id: str, usage: _Usage,
+async def _wait_and_ingest(judge: LLMJudge, store: "Store", client: ChatClient, batch_id: str, usage: UsageMeter,
                            run_id: str | None, progress: "Progress | None") -> None:
     row = store.execute("SELECT requests, ingested_at FROM judge_batches WHERE batch_id = ?", [batch_id]).fetchone()
     if row is None:
@@ -173,7 +173,7 @@ async def _wait_and_ingest(judge: LLMJudge, store: "Store", client: ChatClient, 
         await sleep(judge.batch_poll_s)
     if batch.status != "completed" or not batch.output_file_id:
         if batch.status == "completed":  # every request failed: nothing to ingest, all left for interactive
-            store.execute("UPDATE judge_batches SET ingested_at = ? WHERE batch_id = ?", [_naive_now(), batch_id])
+            store.execute("UPDATE judge_batches SET ingested_at = ? WHERE batch_id = ?", [naive_utc_now(), batch_id])
             return
         raise JudgeError(
             f"batch {batch_id} ended {batch.status!r}; its segments stay unlabeled. Run again without --batch-id to submit a new batch"
@@ -183,16 +183,16 @@ async def _wait_and_ingest(judge: LLMJudge, store: "Store", client: ChatClient, 
     for line in text.splitlines():
         if line.strip():
             _ingest_line(judge, store, json.loads(line), mapping, usage, run_id)
-    store.execute("UPDATE judge_batches SET ingested_at = ? WHERE batch_id = ?", [_naive_now(), batch_id])
+    store.execute("UPDATE judge_batches SET ingested_at = ? WHERE batch_id = ?", [naive_utc_now(), batch_id])
 
 
-def _ingest_line(judge: LLMJudge, store: "Store", line: dict[str, Any], mapping: dict[str, Any], usage: _Usage,
+def _ingest_line(judge: LLMJudge, store: "Store", line: dict[str, Any], mapping: dict[str, Any], usage: UsageMeter,
                  run_id: str | None) -> None:
     req = mapping.get(line.get("custom_id"))
     response = line.get("response") or {}
     if req is None or response.get("status_code") != 200:
         return  # a failed line: its segments stay pending and are asked interactively
-    if judge._cached(store, req["cache_key"]) is not None:
+    if judge.cached_response(store, req["cache_key"]) is not None:
         return  # already ingested by an interrupted earlier pass
     trace = store.get_trace(req["trace_id"])
     completion = completion_from_dict(response["body"])
@@ -207,6 +207,6 @@ def _ingest_line(judge: LLMJudge, store: "Store", line: dict[str, Any], mapping:
     extra = {"prompt_template_hash": judge.prompt_template_hash, "model": judge.model, "response_model": completion.raw.get("model"),
              "codebook": judge.book.versioned_name, "params": req["params"], "mode": judge.mode, "chunk_size": judge.chunk_size,
              "attempt": 1, "cache_key": req["cache_key"], "windowed": req.get("windowed", False), "batch": True}
-    judge._commit(store, trace=trace, sample=req["sample"], run_id=run_id, cache_row=cache_row, result=result,
+    judge.commit_response(store, trace=trace, sample=req["sample"], run_id=run_id, cache_row=cache_row, result=result,
                   failures={}, attempts=1, extra=extra)
     usage.report.labeled += len(result.good)

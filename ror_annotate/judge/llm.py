@@ -117,7 +117,8 @@ JUDGE_MIGRATIONS: tuple[str, ...] = (
 )
 
 
-def _naive_now():
+def naive_utc_now():
+    """Current UTC time without tzinfo: the store's TIMESTAMP convention."""
     return utc_now().replace(tzinfo=None)
 
 
@@ -176,7 +177,9 @@ def validate_answer(data: dict[str, Any], requested: Sequence[int], labels: Sequ
 
 
 @dataclass
-class _Usage:
+class UsageMeter:
+    """Adds each completion's tokens and cost (USD, times ``discount`` for the Batch API) to ``report``."""
+
     report: JudgeReport
     price: Price | None
     discount: float = 1.0
@@ -295,7 +298,7 @@ class LLMJudge:
         self.annotator = f"openai:{model}"
         self.response_format = response_format(LabelBatch)
         self.prompt_template_hash = sha256_text(template_hash() + json.dumps(self.response_format, sort_keys=True))
-        self._system = system_message(self.book)
+        self.system_prompt = system_message(self.book)
         # OpenAI's own API wants max_completion_tokens (reasoning models reject max_tokens); compatible
         # servers (vLLM, Ollama) all understand max_tokens.
         self._max_tokens_field = "max_completion_tokens" if base_url is None else "max_tokens"
@@ -341,18 +344,20 @@ class LLMJudge:
         return body
 
     # ------------------------------------------------------------------ store helpers
-    def _labeled(self, store: "Store", trace_id: str, annotator: str) -> set[int]:
+    def labeled_segments(self, store: "Store", trace_id: str, annotator: str) -> set[int]:
+        """Segment indices of ``trace_id`` this annotator already labeled under this codebook (skipped on re-runs)."""
         rows = store.execute(
             "SELECT segment_index FROM labels WHERE trace_id = ? AND annotator = ? AND codebook_version = ? AND source = 'judge'",
             [trace_id, annotator, self.codebook_version],
         ).fetchall()
         return {int(r[0]) for r in rows}
 
-    def _cached(self, store: "Store", key: str) -> dict[str, Any] | None:
+    def cached_response(self, store: "Store", key: str) -> dict[str, Any] | None:
+        """The stored response for a request cache key, or None (a cached response is never paid for again)."""
         row = store.execute("SELECT response FROM judge_cache WHERE cache_key = ?", [key]).fetchone()
         return json.loads(row[0]) if row else None
 
-    def _commit(
+    def commit_response(
         self,
         store: "Store",
         *,
@@ -372,7 +377,7 @@ class LLMJudge:
                   codebook_version=self.codebook_version, run_id=run_id, confidence=conf, rationale=why, extra=extra)
             for sid, (lab, conf, why) in sorted(result.good.items())
         ]
-        now = _naive_now()
+        now = naive_utc_now()
         with store.transaction():
             if cache_row is not None:
                 store.execute(
@@ -428,7 +433,7 @@ class LLMJudge:
         report = report or JudgeReport()
         report.extra.setdefault("unsegmented_traces", 0)
         report.extra.setdefault("windowed_requests", 0)
-        usage = _Usage(report, self.prices.get(self.model))
+        usage = UsageMeter(report, self.prices.get(self.model))
         report.extra["price"] = "known" if usage.price else "unknown"
         client = ChatClient(self.base_url, max_attempts=self.max_attempts, timeout=self.timeout,
                             backoff_base=self.backoff_base, sleep=self.sleep)
@@ -468,7 +473,7 @@ class LLMJudge:
         if not segments:
             ctx.usage.report.extra["unsegmented_traces"] += 1
             return
-        done = self._labeled(store, trace_id, self.annotator_for(sample))
+        done = self.labeled_segments(store, trace_id, self.annotator_for(sample))
         ctx.usage.report.skipped += sum(1 for s in segments if s.segment_index in done)
         chunks = [
             [s.segment_index for s in segments[i : i + self.chunk_size] if s.segment_index not in done]
@@ -491,9 +496,9 @@ class LLMJudge:
             attempt += 1
             params = self.params(job.sample, max_tokens)
             messages, windowed = build_messages(self.book, job.trace, job.segments, remaining, context_tokens=self.context_tokens,
-                                                max_tokens=max_tokens, system=self._system, full_trace_block=job.block)
+                                                max_tokens=max_tokens, system=self.system_prompt, full_trace_block=job.block)
             key = self.cache_key(job.trace, remaining, params, attempt, messages)
-            cached = self._cached(ctx.store, key)
+            cached = self.cached_response(ctx.store, key)
             cache_row = None
             if cached is not None:
                 completion = completion_from_dict(cached)
@@ -543,7 +548,7 @@ class LLMJudge:
                      "response_model": completion.raw.get("model"), "codebook": self.book.versioned_name,
                      "params": params, "mode": self.mode, "chunk_size": self.chunk_size,
                      "attempt": attempt, "cache_key": key, "windowed": windowed}
-            self._commit(ctx.store, trace=job.trace, sample=job.sample, run_id=ctx.run_id, cache_row=cache_row, result=result,
+            self.commit_response(ctx.store, trace=job.trace, sample=job.sample, run_id=ctx.run_id, cache_row=cache_row, result=result,
                          failures=result.bad if final else {}, attempts=attempt, extra=extra)
             ctx.usage.report.labeled += len(result.good)
             if final:
@@ -553,7 +558,7 @@ class LLMJudge:
         if transport_failure is not None and remaining:
             # No answer to store: the failure rows are written alone.
             failures = {i: transport_failure for i in remaining}
-            self._commit(ctx.store, trace=job.trace, sample=job.sample, run_id=ctx.run_id, cache_row=None,
+            self.commit_response(ctx.store, trace=job.trace, sample=job.sample, run_id=ctx.run_id, cache_row=None,
                          result=ChunkResult(), failures=failures, attempts=attempt, extra={})
             ctx.usage.report.failed += len(failures)
             ctx.advance(len(failures))
@@ -572,7 +577,7 @@ class _RunContext:
     store: "Store"
     run_id: str | None
     client: ChatClient
-    usage: _Usage
+    usage: UsageMeter
     req_sem: asyncio.Semaphore
     progress: "Progress | None" = None
     task: Any = None
