@@ -104,7 +104,8 @@ _OPEN: dict[str, list[Any]] = {}
 _OPEN_LOCK = threading.Lock()
 
 
-def _to_naive_utc(value: datetime | None) -> datetime | None:
+def to_naive_utc(value: datetime | None) -> datetime | None:
+    """The store's timestamp convention: naive UTC (an aware value is converted; a naive one is taken as UTC)."""
     if value is None:
         return None
     if value.tzinfo is not None:
@@ -293,7 +294,7 @@ class Store:
                     self.con.execute(statement)
                 self.con.execute(
                     "INSERT OR REPLACE INTO schema_versions VALUES (?, ?, ?)",
-                    [component, version + 1, _to_naive_utc(utc_now())],
+                    [component, version + 1, to_naive_utc(utc_now())],
                 )
         return len(migrations)
 
@@ -363,7 +364,7 @@ class Store:
             seen[t.trace_id] = digest
             new.append(t)
         if new:
-            now = _to_naive_utc(utc_now())
+            now = to_naive_utc(utc_now())
             table = pa.table(
                 {
                     "trace_id": [t.trace_id for t in new],
@@ -466,7 +467,7 @@ class Store:
             self.insert_arrow("segments", table)
             self.con.execute(
                 "INSERT OR REPLACE INTO segmentations VALUES (?, ?, ?, ?, ?, ?)",
-                [trace_id, segmenter, token_counter, len(segments), _to_naive_utc(utc_now()), run_id],
+                [trace_id, segmenter, token_counter, len(segments), to_naive_utc(utc_now()), run_id],
             )
         return "replaced" if old else "inserted"
 
@@ -518,7 +519,7 @@ class Store:
                 "study": pa.array([lab.study for lab in labels], type=pa.string()),
                 "confidence": pa.array([lab.confidence for lab in labels], type=pa.float64()),
                 "rationale": pa.array([lab.rationale for lab in labels], type=pa.string()),
-                "created_at": pa.array([_to_naive_utc(lab.created_at) for lab in labels], type=pa.timestamp("us")),
+                "created_at": pa.array([to_naive_utc(lab.created_at) for lab in labels], type=pa.timestamp("us")),
                 "extra": [json.dumps(lab.extra, ensure_ascii=False, default=str) for lab in labels],
             }
         )
@@ -617,7 +618,7 @@ class Store:
             "INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
             [
                 run.run_id, run.command, json.dumps(run.parameters, default=str), json.dumps(run.package_versions),
-                _to_naive_utc(run.started_at), None, run.status, json.dumps(run.counts),
+                to_naive_utc(run.started_at), None, run.status, json.dumps(run.counts),
             ],
         )
         return run
@@ -629,7 +630,7 @@ class Store:
         merged.update(counts or {})
         self.con.execute(
             "UPDATE runs SET ended_at = ?, status = ?, counts = ? WHERE run_id = ?",
-            [_to_naive_utc(utc_now()), status, json.dumps(merged, default=str), run_id],
+            [to_naive_utc(utc_now()), status, json.dumps(merged, default=str), run_id],
         )
 
     def update_run_counts(self, run_id: str, counts: dict[str, Any]) -> None:

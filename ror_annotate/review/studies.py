@@ -40,6 +40,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import ConfigError, InputError, ReviewError
 from ..records import BEHAVIORS, Label, sha256_text, utc_now
+from ..store import to_naive_utc
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..store import Store
@@ -555,14 +556,8 @@ def _insert_study(store: "Store", s: Study) -> None:
         "INSERT INTO review_studies VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         [s.name, s.mode, s.blind, s.overlap, s.codebook_name, s.codebook_version, s.strategy, s.seed,
          json.dumps(s.parameters, sort_keys=True), s.judge_annotator, s.adjudicator, s.context_chars, s.state,
-         s.server_url, _naive(s.created_at), _naive(s.updated_at)],
+         s.server_url, to_naive_utc(s.created_at), to_naive_utc(s.updated_at)],
     )
-
-
-def _naive(value: datetime) -> datetime:
-    from datetime import timezone
-
-    return value.astimezone(timezone.utc).replace(tzinfo=None) if value.tzinfo else value
 
 
 def load_study(store: "Store", name: str) -> Study:
@@ -593,7 +588,7 @@ def update_study(store: "Store", name: str, **fields: Any) -> None:
     if bad:
         raise ValueError(f"cannot update {sorted(bad)} of a study; only {sorted(allowed)}")
     sets = ", ".join(f"{k} = ?" for k in fields) + ", updated_at = ?"
-    store.execute(f"UPDATE review_studies SET {sets} WHERE name = ?", [*fields.values(), _naive(utc_now()), name])
+    store.execute(f"UPDATE review_studies SET {sets} WHERE name = ?", [*fields.values(), to_naive_utc(utc_now()), name])
 
 
 def study_people(store: "Store", name: str, role: str = "annotator") -> list[str]:

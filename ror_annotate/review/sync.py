@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import CodebookError, ReviewError
 from ..records import BEHAVIORS, Label, Segment, Trace, utc_now
+from ..store import to_naive_utc
 from . import config as cfg
 from .labelstudio import LabelStudioClient, anchor_span
 from .studies import Study, assignments, ensure_tables, load_study, person_email, study_people, update_study
@@ -158,7 +159,7 @@ def _get_or_create_project(
     ref = ProjectRef(study.name, role, pseudonym, client.url, pid, cfg.config_sha256(xml))
     store.execute(
         "INSERT INTO review_projects VALUES (?, ?, ?, ?, ?, ?, ?, NULL)",
-        [ref.study, ref.role, ref.pseudonym, ref.server_url, ref.ls_project_id, ref.config_sha256, _naive(utc_now())],
+        [ref.study, ref.role, ref.pseudonym, ref.server_url, ref.ls_project_id, ref.config_sha256, to_naive_utc(utc_now())],
     )
     return ref, True
 
@@ -167,10 +168,6 @@ def _model_version(study: Study) -> str | None:
     if study.blind:
         return "ror-segments" if study.mode == "span" else None
     return f"{study.judge_annotator}@{study.codebook_version[:12]}"
-
-
-def _naive(value: datetime) -> datetime:
-    return value.astimezone(timezone.utc).replace(tzinfo=None)
 
 
 def _segments_by_trace(store: "Store", trace_ids: set[str]) -> dict[str, list[Segment]]:
@@ -486,7 +483,7 @@ def pull_study(store: "Store", name: str, client: LabelStudioClient, *, run_id: 
         for ref, items in parsed:
             _write_project(store, study, ref, items, report)
             store.execute("UPDATE review_projects SET last_pull_at = ? WHERE ls_project_id = ? AND study = ?",
-                          [_naive(utc_now()), ref.ls_project_id, name])
+                          [to_naive_utc(utc_now()), ref.ls_project_id, name])
     return report
 
 
