@@ -69,24 +69,21 @@ def segment_config(codebook_summary: str) -> str:
 
     Task data keys used: ``problem_html``, ``context_html`` (HTML we escaped), ``segment`` (plain text).
     """
-    lines = ["<View>", "  " + _STYLE,
-             '  <Header value="Which behavior is the highlighted segment? (keys 1-6; skip if unreadable)" size="5"/>',
-             '  <HyperText name="problem" value="$problem_html" inline="true"/>',
-             '  <HyperText name="context" value="$context_html" inline="true"/>',
-             '  <Header value="Segment" size="6"/>',
-             f'  <Text name="{SEGMENT_TO}" value="$segment"/>']
-    lines += _choices(SEGMENT_TO)
-    lines.append(_note(SEGMENT_TO))
-    lines += _codebook_panel(codebook_summary)
-    lines.append("</View>")
-    return "\n".join(lines)
+    return _segment_view("Which behavior is the highlighted segment? (keys 1-6; skip if unreadable)", [], codebook_summary)
 
 
 def adjudication_config(codebook_summary: str) -> str:
     """Labeling config of an adjudication project: segment mode plus ``$labels_html`` (labels given)."""
-    lines = ["<View>", "  " + _STYLE,
-             '  <Header value="Adjudicate: annotators disagreed. Pick the reference behavior (keys 1-6)." size="5"/>',
-             '  <HyperText name="labels" value="$labels_html" inline="true"/>',
+    return _segment_view(
+        "Adjudicate: annotators disagreed. Pick the reference behavior (keys 1-6).",
+        ['  <HyperText name="labels" value="$labels_html" inline="true"/>'],
+        codebook_summary,
+    )
+
+
+def _segment_view(header: str, before_problem: list[str], codebook_summary: str) -> str:
+    # One layout for annotation and adjudication so both show the segment the same way.
+    lines = ["<View>", "  " + _STYLE, f'  <Header value="{header}" size="5"/>', *before_problem,
              '  <HyperText name="problem" value="$problem_html" inline="true"/>',
              '  <HyperText name="context" value="$context_html" inline="true"/>',
              '  <Header value="Segment" size="6"/>',
