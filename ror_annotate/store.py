@@ -418,6 +418,11 @@ class Store:
         row = self.con.execute("SELECT segmenter, token_counter FROM segmentations WHERE trace_id = ?", [trace_id]).fetchone()
         return (row[0], row[1]) if row else None
 
+    def segmentations(self) -> dict[str, tuple[str, str, int]]:
+        """``{trace_id: (segmenter, token_counter, n_segments)}`` for every segmented trace (one query)."""
+        rows = self.con.execute("SELECT trace_id, segmenter, token_counter, n_segments FROM segmentations").fetchall()
+        return {r[0]: (r[1], r[2], int(r[3])) for r in rows}
+
     def replace_segments(
         self,
         trace_id: str,
@@ -443,6 +448,11 @@ class Store:
             "SELECT char_start, char_end, n_tokens FROM segments WHERE trace_id = ? ORDER BY segment_index", [trace_id]
         ).fetchall()
         if old and [tuple(r) for r in old] == spans:
+            # Same spans under another rule-set id: record the new provenance, keep every label.
+            self.con.execute(
+                "UPDATE segmentations SET segmenter = ?, token_counter = ? WHERE trace_id = ? AND (segmenter <> ? OR token_counter <> ?)",
+                [segmenter, token_counter, trace_id, segmenter, token_counter],
+            )
             return "unchanged"
         n_labels = self.con.execute("SELECT count(*) FROM labels WHERE trace_id = ?", [trace_id]).fetchone()[0]
         if old and n_labels and not force:

@@ -164,3 +164,26 @@ def test_db01_lock_across_processes(db_path: Path) -> None:
             assert view.con is store.con
             view.upsert_labels([_label(1, "execution", "b")])
         assert store.counts()["labels"] == case["expected"]["final_rows"]
+
+
+def test_resegmenting_with_the_same_rules_does_no_work(db_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A re-run skips traces segmented by the same rule set, cap and counter; a new cap re-segments."""
+    from ror_annotate.cli.core import do_segment
+    from ror_annotate.segment import Segmenter
+
+    with Store(db_path) as store:
+        store.upsert_traces([_trace()])
+        first = do_segment(store, ["t1"], tokenizer=None, max_tokens=125, force=False, run_id="r1", progress=None)
+        assert first["inserted"] == 1 and first["segments"] == len(store.segments("t1"))
+
+        def must_not_run(self, text, trace_id):
+            raise AssertionError("segmenter ran again on an unchanged trace")
+
+        monkeypatch.setattr(Segmenter, "segment", must_not_run)
+        again = do_segment(store, ["t1"], tokenizer=None, max_tokens=125, force=False, run_id="r2", progress=None)
+        assert again == {"unchanged": 1, "segments": first["segments"]}
+        monkeypatch.undo()
+        other_cap = do_segment(store, ["t1"], tokenizer=None, max_tokens=64, force=False, run_id="r3", progress=None)
+        # the short trace splits the same way under a 64-token cap: spans kept, provenance updated
+        assert other_cap == {"unchanged": 1, "segments": first["segments"]}
+        assert store.segmentation_of("t1") == ("ror-clause-v1:max64", "approx:regex-v1")

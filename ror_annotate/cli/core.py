@@ -132,20 +132,32 @@ def do_ingest(
 
 
 def do_segment(store, trace_ids: Sequence[str], *, tokenizer: str | None, max_tokens: int, force: bool, run_id: str, progress: Progress | None) -> dict[str, int]:
-    """Segment traces and store their segments (idempotent; one transaction per trace)."""
+    """Segment traces and store their segments (idempotent; one transaction per trace).
+
+    A trace already segmented by the same versioned rule set, cap and token counter is skipped
+    without re-running the segmenter (re-runs of the main job cost no segmentation); ``force``
+    re-segments everything.
+    """
     from ..segment import Segmenter, make_token_counter
 
     segmenter = Segmenter(max_tokens=max_tokens, token_counter=make_token_counter(tokenizer))
-    counter_name = segmenter.token_counter.name if getattr(segmenter, "token_counter", None) is not None else "unknown"
+    segmenter_id = f"{segmenter.name}:max{max_tokens}"
+    counter_name = segmenter.token_counter.name
+    done = store.segmentations()
     outcome: Counter[str] = Counter()
     task = progress.add_task("segment", total=len(trace_ids), info="") if progress else None
     for trace in store.iter_traces(trace_ids):
-        segments = segmenter.segment(trace.text, trace.trace_id)
-        status = store.replace_segments(
-            trace.trace_id, segments, segmenter=segmenter.name, token_counter=counter_name, run_id=run_id, force=force
-        )
-        outcome[status] += 1
-        outcome["segments"] += len(segments)
+        prior = done.get(trace.trace_id)
+        if not force and prior is not None and prior[:2] == (segmenter_id, counter_name):
+            outcome["unchanged"] += 1
+            outcome["segments"] += prior[2]
+        else:
+            segments = segmenter.segment(trace.text, trace.trace_id)
+            status = store.replace_segments(
+                trace.trace_id, segments, segmenter=segmenter_id, token_counter=counter_name, run_id=run_id, force=force
+            )
+            outcome[status] += 1
+            outcome["segments"] += len(segments)
         if progress is not None and task is not None:
             progress.update(task, advance=1, info=f"{outcome['segments']} segments")
     return dict(outcome)
