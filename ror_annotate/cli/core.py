@@ -15,6 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..errors import InputError
+from ..sample import card_license, resolve_source
 from .app import DEFAULT_DB_PATH, DbOption, LockTimeoutOption, app, console, err_console, open_store, parse_fractions
 from .judge_options import (
     JudgeBaseUrlOption,
@@ -41,7 +42,7 @@ InputArg = Annotated[
     str,
     typer.Argument(
         help="Traces: a .jsonl/.json/.parquet file, a save_to_disk folder, or a Hugging Face dataset name "
-        "(e.g. open-r1/OpenR1-Math-220k). With --preset, may be omitted.",
+        "(e.g. open-r1/OpenR1-Math-220k). With --preset or --sample, omitted; `ror run` with no input reads the embedded sample.",
         show_default=False,
     ),
 ]
@@ -50,6 +51,10 @@ PresetOption = Annotated[
     typer.Option("--preset", help="Column mapping of a public trace dataset: openr1-math, s1k-1.1, s1k, openthoughts.", rich_help_panel=_INPUT_PANEL),
 ]
 SplitOption = Annotated[str | None, typer.Option("--split", help="Split of a Hugging Face dataset.", rich_help_panel=_INPUT_PANEL)]
+SampleOption = Annotated[
+    bool,
+    typer.Option("--sample", help="Read the embedded sample: 40 MIT-licensed traces shipped with ror_annotate (offline).", rich_help_panel=_INPUT_PANEL),
+]
 TextFieldOption = Annotated[str | None, typer.Option("--text-field", help="Column holding the reasoning text (a string, or a list of generations).", rich_help_panel=_INPUT_PANEL)]
 IdFieldOption = Annotated[str | None, typer.Option("--id-field", help="Column holding a stable trace id (default: trace_id/id/uuid, else a content hash).", rich_help_panel=_INPUT_PANEL)]
 ProblemFieldOption = Annotated[str | None, typer.Option("--problem-field", help="Column holding the problem statement.", rich_help_panel=_INPUT_PANEL)]
@@ -226,6 +231,7 @@ def _label_table(store, trace_ids: Sequence[str] | None = None) -> Table:
 def ingest(
     source: InputArg = "",
     preset: PresetOption = None,
+    sample: SampleOption = False,
     split: SplitOption = None,
     text_field: TextFieldOption = None,
     id_field: IdFieldOption = None,
@@ -241,7 +247,7 @@ def ingest(
 ) -> None:
     """Read traces into the store (validated first: a bad record stores nothing)."""
     columns = _columns(text_field, id_field, problem_field, answer_field, gold_field, model_field, dataset_field)
-    _require_source(source, preset)
+    source = resolve_source(source, preset, sample=sample, default_to_sample=False)
     with open_store(db, lock_timeout) as store, _tracked_run(store, "ingest", {"source": source, "preset": preset, "split": split, **columns}) as (run, counts):
         counts.update(do_ingest(store, source, preset=preset, split=split, columns=columns, skip_invalid=skip_invalid, limit=limit, run_id=run.run_id)[0])
         console.print(f"traces: {counts['inserted']} new, {counts['unchanged']} already stored, {counts['skipped']} skipped -> {store.path}")
@@ -313,6 +319,7 @@ def label(
 def run(
     source: InputArg = "",
     preset: PresetOption = None,
+    sample: SampleOption = False,
     split: SplitOption = None,
     text_field: TextFieldOption = None,
     id_field: IdFieldOption = None,
@@ -349,10 +356,10 @@ def run(
     db: DbOption = DEFAULT_DB_PATH,
     lock_timeout: LockTimeoutOption = 10.0,
 ) -> None:
-    """The main job: ingest -> segment -> label -> export, with a summary at the end."""
+    """The main job: ingest -> segment -> label -> export, with a summary at the end (no input: the embedded sample)."""
     from ..export import export_dataset
 
-    _require_source(source, preset)
+    source = resolve_source(source, preset, sample=sample, default_to_sample=True)
     fractions = parse_fractions(split_fractions, "--split-fractions")
     columns = _columns(text_field, id_field, problem_field, answer_field, gold_field, model_field, dataset_field)
     options = _judge_options_of(locals())
@@ -369,7 +376,7 @@ def run(
             with err_console.status(f"exporting to {out} ..."):
                 summary = export_dataset(
                     store, out, label_source=labels, tokenizer=tokenizer, chat_template=chat_template, seed=split_seed,
-                    split_fractions=fractions, stratify_by=stratify_by, trace_ids=ids,
+                    split_fractions=fractions, stratify_by=stratify_by, trace_ids=ids, license=card_license(source),
                 )
             counts["export"] = {"out_dir": str(out)}
         _print_summary(store, ids, ingested, summary)
@@ -385,11 +392,6 @@ def _judge_options_of(values: dict[str, Any]) -> dict[str, Any]:
 def _columns(text, id_, problem, answer, gold, model, dataset) -> dict[str, str]:
     given = {"text": text, "trace_id": id_, "problem": problem, "answer": answer, "gold_answer": gold, "model": model, "dataset": dataset}
     return {k: v for k, v in given.items() if v is not None}
-
-
-def _require_source(source: str, preset: str | None) -> None:
-    if not source and not preset:
-        raise InputError("no input: give a traces file or dataset name (ror run FILE), or --preset NAME")
 
 
 def _dataset_name(source: str, preset: str | None) -> str:
