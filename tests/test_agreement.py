@@ -25,15 +25,9 @@ from ror_annotate import agreement as agr
 from ror_annotate.agreement import Ratings
 from ror_annotate.errors import AgreementError
 
-PITFALLS = Path(__file__).resolve().parents[2] / "shared" / "pitfalls"
+from .conftest import load_pitfall as _pitfall  # the tests' own copies of shared/pitfalls/AGR-0*.json
+
 TOL = 1e-9
-
-
-def _pitfall(name: str) -> dict:
-    path = PITFALLS / f"{name}.json"
-    if not path.exists():
-        pytest.skip(f"{path} not available")
-    return json.loads(path.read_text())
 
 
 # ----------------------------------------------------------------------------- random data

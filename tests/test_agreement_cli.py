@@ -201,17 +201,15 @@ def test_write_report_from_dict_with_undefined_values(tmp_path):
 
 
 # ----------------------------------------------------------------------------- real labels (judge vs judge)
-SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
-
-
 @pytest.mark.slow
+@pytest.mark.shared
 def test_real_llm_labels_vs_baseline_match_references():
     """LLM-judge labels from shared/data against the project's cue-phrase baseline on the same segments."""
     import krippendorff
 
-    seg_path, trace_path = SHARED_DATA / "labeled_segments.jsonl", SHARED_DATA / "traces.jsonl"
-    if not seg_path.exists() or not trace_path.exists():
-        pytest.skip(f"{SHARED_DATA} not available")
+    from .conftest import DATA
+
+    seg_path, trace_path = DATA / "labeled_segments.jsonl", DATA / "traces.jsonl"
     from ror_annotate.agreement import Ratings, agreement
     from ror_annotate.judge.baseline import classify_trace
 

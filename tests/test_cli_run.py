@@ -23,7 +23,7 @@ def ror(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 
 @pytest.fixture
 def small_input(tmp_path: Path, real_trace_rows: list[dict]) -> Path:
-    rows = [r for r in real_trace_rows if len(r["trace"]) < 6000][:8]
+    rows = sorted(real_trace_rows, key=lambda r: (len(r["trace"]), r["trace_id"]))[:8]  # the 8 shortest
     path = tmp_path / "small.jsonl"
     path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
     return path

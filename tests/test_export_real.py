@@ -1,11 +1,11 @@
-"""Integration: real traces from shared/data, the real segmenter and baseline judge, exported with
-real offline-built tokenizers (raw and chat-template renderings); every trace's alignment is verified
-by the export itself, and checked here against the segments."""
+"""Integration: real traces (the embedded sample; in the ``shared`` tier also a spread of
+shared/data's three sources), the real segmenter and baseline judge, exported with real
+offline-built tokenizers (raw and chat-template renderings); every trace's alignment is verified by
+the export itself, and checked here against the segments."""
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -15,20 +15,21 @@ from ror_annotate.store import Store
 
 from . import tokenizers_fixtures as F
 
-TRACES = Path(__file__).resolve().parents[2] / "shared" / "data" / "traces.jsonl"
+from .conftest import DATA
+
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture(scope="module")
-def real_store(tmp_path_factory):
-    if not TRACES.exists():
-        pytest.skip(f"{TRACES} not found (shared/ is not next to the repo)")
+@pytest.fixture(scope="module", params=["sample", pytest.param("shared", marks=pytest.mark.shared)])
+def real_store(request, tmp_path_factory, real_traces_path):
     from ror_annotate.judge import make_judge
     from ror_annotate.segment import Segmenter
 
-    rows = [json.loads(line) for line in TRACES.open(encoding="utf-8")]
-    # a spread of sources: every 25th trace (ReasoningFlow, thought-anchors, steering-thinking-llms)
-    picked = rows[::25]
+    path = real_traces_path if request.param == "sample" else DATA / "traces.jsonl"
+    rows = [json.loads(line) for line in path.open(encoding="utf-8")]
+    # a spread: every 5th sample trace (both models, six MATH subjects); every 25th shared trace
+    # (ReasoningFlow, thought-anchors, steering-thinking-llms)
+    picked = rows[:: 5 if request.param == "sample" else 25]
     store = Store(tmp_path_factory.mktemp("real") / "s.duckdb")
     store.upsert_traces(
         Trace(trace_id=r["trace_id"], text=r["trace"], problem=r.get("problem"), answer=r.get("answer"),

@@ -30,7 +30,7 @@ from ror_annotate.segment import (
     segment_text,
 )
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
+from .conftest import SHARED_PITFALLS
 
 
 # --------------------------------------------------------------------------- helpers
@@ -108,11 +108,10 @@ def test_pitfall_cases(case_id: str) -> None:
         assert b in {s.char_end for s in segs}
 
 
+@pytest.mark.shared
 @pytest.mark.parametrize("case_id", sorted(PITFALLS))
 def test_pitfall_copies_match_the_shared_files(case_id: str) -> None:
-    path = SHARED / "pitfalls" / f"{case_id}.json"
-    if not path.is_file():
-        pytest.skip(f"{path} not present")
+    path = SHARED_PITFALLS / f"{case_id}.json"
     data = json.loads(path.read_text(encoding="utf-8"))
     case = PITFALLS[case_id]
     assert data["input"]["text"] == case["text"]

@@ -154,10 +154,13 @@ def test_presets_on_local_fixtures(preset: str, tmp_path: Path) -> None:
     assert all(t.model for t in traces)
 
 
-def test_real_traces_load(real_traces_path: Path, real_trace_rows: list[dict]) -> None:
-    traces = load_traces(real_traces_path).traces
-    assert len(traces) == len(real_trace_rows) == 201
+@pytest.mark.parametrize("tier", ["sample", pytest.param("shared", marks=pytest.mark.shared)])
+def test_real_traces_load(tier: str, real_traces_path: Path, shared_traces_path: Path) -> None:
+    path, n = (real_traces_path, 40) if tier == "sample" else (shared_traces_path, 201)  # the data READMEs' counts
+    rows = [json.loads(line) for line in path.open(encoding="utf-8")]
+    traces = load_traces(path).traces
+    assert len(traces) == len(rows) == n
     by_id = {t.trace_id: t for t in traces}
-    for row in real_trace_rows:
+    for row in rows:
         t = by_id[row["trace_id"]]
         assert t.text == row["trace"].strip() and t.model == row["model"] and t.dataset == row["benchmark"]
