@@ -38,6 +38,12 @@ class RorError(Exception):
         return self.message
 
 
+class UsageError(RorError, ValueError):
+    """The command line itself is wrong: an unknown option, a missing argument, a bad option value."""
+
+    code = "E010"
+
+
 class InputError(RorError, ValueError):
     """Bad user input: a malformed trace file, a missing column, an unknown option value."""
 

@@ -41,7 +41,7 @@ import shutil
 import time
 import uuid
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -416,6 +416,7 @@ def export_dataset(
     license: str = "other",
     trace_ids: Sequence[str] | None = None,
     batch_size: int = 64,
+    progress: Callable[[int, int], None] | None = None,
 ) -> ExportSummary:
     """Export every segmented trace of ``store`` as a Hugging Face dataset under ``out_dir``.
 
@@ -444,6 +445,8 @@ def export_dataset(
         Export only these traces (default: every segmented trace in the store).
     batch_size : int
         Traces tokenized per batch (the Rust tokenizer parallelizes within a batch).
+    progress : callable, optional
+        Called as ``progress(traces_done, traces_total)`` after each batch (a progress bar).
 
     Returns
     -------
@@ -578,6 +581,8 @@ def export_dataset(
             tok_cols["prompt_template_hash"].append(_joined([c.prompt_template_hash for c in chosen]))
             tok_cols["tool_version"].append(tv)
             tok_split.append(split_of[t.trace_id])
+        if progress is not None:
+            progress(start + len(batch), len(exported))
 
     tables = {"segments": (_segments_table(seg_rows), seg_split)}
     if aligner is not None:

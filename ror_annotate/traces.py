@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,6 +21,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from .errors import ConfigError, InputError
+from .hub import OFFLINE_HINT, check_hub
 from .records import Trace, sha256_text
 
 # Default candidate column names, tried in order when no mapping is given.
@@ -246,6 +247,8 @@ def _iter_parquet(path: Path) -> Iterator[tuple[str, dict[str, Any] | Exception]
 def _iter_hf(name: str, split: str | None, config: str | None, streaming: bool = False) -> Iterator[tuple[str, dict[str, Any] | Exception]]:
     import datasets
 
+    if not Path(name).exists():
+        check_hub(name)  # fail in seconds with a hint, not after the libraries' retries
     try:
         local = Path(name)
         if local.is_dir() and ((local / "dataset_info.json").exists() or (local / "dataset_dict.json").exists()):
@@ -257,7 +260,7 @@ def _iter_hf(name: str, split: str | None, config: str | None, streaming: bool =
         raise InputError(f"{name}: no such file, directory or Hugging Face dataset ({exc})") from None
     except Exception as exc:  # network errors, missing configs, gated datasets...
         hint = ("A local directory must be written by save_to_disk or hold .jsonl/.json/.parquet files"
-                if Path(name).is_dir() else "Offline? Pass a local JSONL/JSON/parquet file instead")
+                if Path(name).is_dir() else OFFLINE_HINT[0].upper() + OFFLINE_HINT[1:])
         raise InputError(
             f"{name}: could not load it with datasets.load_dataset (split={split!r}, config={config!r}): {exc}. {hint}."
         ) from None
@@ -407,6 +410,7 @@ def load_traces(
     split: str | None = None,
     skip_invalid: bool = False,
     limit: int | None = None,
+    progress: Callable[[int, int | None], None] | None = None,
 ) -> LoadResult:
     """Read and validate every trace of ``source`` (file path or Hugging Face dataset name).
 
@@ -425,6 +429,8 @@ def load_traces(
         Skip bad records (counted in :attr:`LoadResult.skipped`) instead of raising.
     limit : int, optional
         Stop after this many traces.
+    progress : callable, optional
+        Called as ``progress(records_read, limit)`` after each record (a progress bar).
 
     Raises
     ------
@@ -447,7 +453,9 @@ def load_traces(
     # A file's name, not its path: local directories must not leak into exports and cards.
     source_name = Path(source).name if Path(source).is_file() else str(source)
     seen: dict[str, str] = {}
-    for where, rec in iter_records(source, split=split, config=config, streaming=limit is not None):
+    for n_read, (where, rec) in enumerate(iter_records(source, split=split, config=config, streaming=limit is not None), 1):
+        if progress is not None:
+            progress(n_read, limit)
         try:
             if isinstance(rec, Exception):
                 raise rec

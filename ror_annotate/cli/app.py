@@ -1,12 +1,15 @@
 """The Typer application behind ``ror`` and what every command shares.
 
-A user mistake (any :class:`~ror_annotate.errors.RorError`) prints one line
-``error [CODE]: message`` on stderr and exits with status 2; a traceback means a bug in ror_annotate.
+A user mistake (any :class:`~ror_annotate.errors.RorError`, and a usage error of the command line
+itself: unknown option, missing argument, bad value) prints one line ``error [CODE]: message`` on
+stderr and exits with status 2; a traceback means a bug in ror_annotate.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -16,22 +19,67 @@ from rich.console import Console
 from rich.markup import escape  # messages may contain [brackets] (paths, lists, extras)
 from typer.core import TyperGroup
 
-from ..errors import ConfigError, RorError
+from ..errors import ConfigError, RorError, UsageError
 
 console = Console()
 err_console = Console(stderr=True)
 
+# typer 0.2x vendors click (typer._click); older typer uses click itself. Catch whichever parses.
+_CLICK_USAGE_ERRORS: tuple[type[Exception], ...] = (click.exceptions.UsageError,)
+try:
+    from typer._click.exceptions import NoArgsIsHelpError as _VendoredNoArgsIsHelp
+    from typer._click.exceptions import UsageError as _VendoredUsageError
+
+    _CLICK_USAGE_ERRORS += (_VendoredUsageError,)
+except ImportError:  # pragma: no cover - typer without a vendored click
+    _VendoredNoArgsIsHelp = click.exceptions.NoArgsIsHelpError
+
+# typer 0.29 shows every flag as "--force <bool>" although a flag takes no value (and rejects one):
+# show flags bare, as click does.
+_display_type_rich = getattr(typer.core.TyperOption, "display_type_rich", None)
+if _display_type_rich is not None:
+    def _flag_without_type(self: Any, ctx: Any) -> str | None:
+        return None if getattr(self, "is_flag", False) else _display_type_rich(self, ctx)
+
+    typer.core.TyperOption.display_type_rich = _flag_without_type  # type: ignore[method-assign]
+
+
+def print_error(exc: RorError) -> None:
+    """Print ``error [CODE]: message`` on stderr, on one line whatever the message holds."""
+    message = " ".join(exc.message.split())  # library errors quoted inside often span several lines
+    err_console.print(f"[bold red]error[/] [{exc.code}]: {escape(message)}", highlight=False, soft_wrap=True)
+
+
+def _usage_error(exc: Exception) -> UsageError:
+    """Our one-line error for a command-line usage error of click (no 4-line box)."""
+    ctx = getattr(exc, "ctx", None)
+    where = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
+    return UsageError(f"{exc.format_message()}{where}")  # type: ignore[attr-defined]
+
 
 class RorGroup(TyperGroup):
-    """Top-level command group that turns :class:`RorError` into one clear line and exit code 2."""
+    """Top-level command group: a :class:`RorError` or a usage error becomes one clear line and exit code 2."""
+
+    def make_context(self, info_name: str | None, args: list[str], parent: Any = None, **extra: Any) -> Any:
+        # `ror --bogus` fails while parsing the group's own options, before invoke
+        try:
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except _VendoredNoArgsIsHelp:
+            raise  # `ror` alone prints the help
+        except _CLICK_USAGE_ERRORS as exc:
+            print_error(_usage_error(exc))
+            raise typer.Exit(2) from None
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except _VendoredNoArgsIsHelp:
+            raise  # `ror review` alone prints the group's help
+        except _CLICK_USAGE_ERRORS as exc:
+            print_error(_usage_error(exc))
+            raise typer.Exit(2) from None
         except RorError as exc:
-            # One line, whatever the message holds (library errors quoted inside often span several).
-            message = " ".join(exc.message.split())
-            err_console.print(f"[bold red]error[/] [{exc.code}]: {escape(message)}", highlight=False, soft_wrap=True)
+            print_error(exc)
             raise typer.Exit(2) from None  # typer vendors click: click.exceptions.Exit is not caught
         except KeyboardInterrupt:
             err_console.print(
@@ -49,6 +97,25 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_show_locals=False,
 )
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            number = version("ror_annotate")
+        except PackageNotFoundError:  # a checkout on PYTHONPATH, not installed
+            from .. import __version__ as number
+        console.print(f"ror_annotate {number}", highlight=False)
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")] = False,
+) -> None:
+    """Options of ``ror`` itself; the help text is the Typer app's."""
 
 DbOption = Annotated[
     Path,
@@ -80,7 +147,58 @@ def open_store(db: Path, lock_timeout: float = 10.0, *, must_exist: bool = False
     return Store(db, lock_timeout=lock_timeout)
 
 
-def parse_fractions(text: str, flag: str = "--split") -> tuple[float, float, float]:
+def deprecated_alias(old_value: Any, old_flag: str, value: Any, flag: str) -> Any:
+    """``old_value`` (with a warning naming ``flag``) when the deprecated ``old_flag`` was given, else ``value``."""
+    if old_value is None:
+        return value
+    err_console.print(f"[yellow]warning[/]: {old_flag} is deprecated here; use {flag}", highlight=False)
+    return old_value
+
+
+class _LazyProgress:
+    """A progress bar that appears on the first update, so a command failing before any work prints only its error.
+
+    Calling it with ``(done, total)`` sets the count (``total`` None: unknown, the bar pulses).
+    Transient: the bar shows while the work runs and gives way to the command's summary; on a
+    non-terminal (a pipe, a log file) it prints nothing.
+    """
+
+    def __init__(self, description: str) -> None:
+        self.description = description
+        self._bar: Any = None
+        self._task: Any = None
+
+    def __call__(self, done: int, total: int | None = None) -> None:
+        if self._bar is None:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+            self._bar = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                 TimeElapsedColumn(), console=err_console, transient=True)
+            self._bar.start()
+            self._task = self._bar.add_task(self.description, total=total)
+        self._bar.update(self._task, completed=done, total=total)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+
+
+@contextmanager
+def progress_bar(description: str) -> Iterator[Callable[[int, int | None], None]]:
+    """A ``progress(done, total)`` callable for a library function, shown as a rich bar on stderr."""
+    bar = _LazyProgress(description)
+    try:
+        yield bar
+    finally:
+        bar.close()
+
+
+def export_progress() -> Any:
+    """Progress of ``export_dataset`` (traces done of traces exported)."""
+    return progress_bar("export (traces)")
+
+
+def parse_fractions(text: str, flag: str = "--split-fractions") -> tuple[float, float, float]:
     """Parse ``"0.8,0.1,0.1"`` into train/validation/test fractions; ConfigError names ``flag``."""
     try:
         parts = tuple(float(x) for x in text.split(","))

@@ -16,7 +16,7 @@ from rich.text import Text
 
 from ..errors import InputError
 from ..sample import card_license, resolve_source
-from .app import DEFAULT_DB_PATH, DbOption, LockTimeoutOption, app, console, err_console, open_store, parse_fractions
+from .app import DEFAULT_DB_PATH, DbOption, LockTimeoutOption, app, console, err_console, export_progress, open_store, parse_fractions, progress_bar
 from .judge_options import (
     JudgeBaseUrlOption,
     JudgeBatchIdOption,
@@ -124,8 +124,8 @@ def do_ingest(
     from ..traces import load_traces
 
     mapping = _mapping(preset, columns)
-    with err_console.status(f"reading {source or preset} ..."):
-        result = load_traces(source, columns=mapping, preset=preset, split=split, skip_invalid=skip_invalid, limit=limit)
+    with progress_bar("ingest (records)") as progress:
+        result = load_traces(source, columns=mapping, preset=preset, split=split, skip_invalid=skip_invalid, limit=limit, progress=progress)
     for skipped in result.skipped[:20]:
         err_console.print(f"[yellow]skipped[/] {skipped.reason}", highlight=False)
     if len(result.skipped) > 20:
@@ -373,10 +373,10 @@ def run(
             with _progress() as progress:
                 counts["segment"] = do_segment(store, ids, tokenizer=tokenizer, max_tokens=max_segment_tokens, force=False, run_id=run_rec.run_id, progress=progress)
                 counts["label"] = do_label(store, ids, judge=the_judge, run=run_rec, progress=progress)
-            with err_console.status(f"exporting to {out} ..."):
+            with export_progress() as on_export:
                 summary = export_dataset(
                     store, out, label_source=labels, tokenizer=tokenizer, chat_template=chat_template, seed=split_seed,
-                    split_fractions=fractions, stratify_by=stratify_by, trace_ids=ids, license=card_license(source),
+                    split_fractions=fractions, stratify_by=stratify_by, trace_ids=ids, license=card_license(source), progress=on_export,
                 )
             counts["export"] = {"out_dir": str(out)}
         _print_summary(store, ids, ingested, summary)

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from .app import DEFAULT_DB_PATH, DbOption, LockTimeoutOption, app, console, open_store, parse_fractions
+from .app import DEFAULT_DB_PATH, DbOption, LockTimeoutOption, app, console, deprecated_alias, export_progress, open_store, parse_fractions
 
 
 @app.command("export")
@@ -18,27 +18,32 @@ def export_cmd(
     labels: Annotated[str, typer.Option("--labels", help="Which labels: auto, adjudicated, human, judge, baseline, majority.")] = "auto",
     tokenizer: Annotated[str | None, typer.Option("--tokenizer", help="Fast tokenizer (hub name in the local cache, or a local directory) for the 'tokens' configuration.")] = None,
     chat_template: Annotated[bool, typer.Option("--chat-template", help="Tokenize the chat-template rendering (problem as user turn, reasoning as thinking).")] = False,
-    seed: Annotated[int, typer.Option("--seed", help="Seed of the by-trace split.")] = 0,
-    split: Annotated[str, typer.Option("--split", help="train,validation,test fractions.")] = "0.8,0.1,0.1",
+    split_seed: Annotated[int, typer.Option("--split-seed", help="Seed of the by-trace train/validation/test split.")] = 0,
+    split_fractions: Annotated[str, typer.Option("--split-fractions", help="train,validation,test fractions of traces (by trace, never splitting one).")] = "0.8,0.1,0.1",
     stratify_by: Annotated[str | None, typer.Option("--stratify-by", help="Stratify the split by a trace field: dataset, model or source.")] = None,
     license: Annotated[str, typer.Option("--license", help="License identifier for the card (check the traces' own licenses).")] = "other",
     db: DbOption = DEFAULT_DB_PATH,
     lock_timeout: LockTimeoutOption = 10.0,
+    old_seed: Annotated[int | None, typer.Option("--seed", hidden=True, help="Deprecated: --split-seed.")] = None,
+    old_split: Annotated[str | None, typer.Option("--split", hidden=True, help="Deprecated: --split-fractions.")] = None,
 ) -> None:
     """Export segments (and, with --tokenizer, token-aligned labels) as a Hugging Face dataset with a card."""
     from ..export import export_dataset
 
-    fractions = parse_fractions(split)
+    # `--split` names a hub split in `ror run`/`ingest`, and `--seed` the judge's sampling seed
+    split_seed = deprecated_alias(old_seed, "--seed", split_seed, "--split-seed")
+    split_fractions = deprecated_alias(old_split, "--split", split_fractions, "--split-fractions")
+    fractions = parse_fractions(split_fractions)
     out_dir = out or Path("exports") / name
     params = {"name": name, "out": str(out_dir), "labels": labels, "tokenizer": tokenizer, "chat_template": chat_template,
-              "seed": seed, "split": list(fractions), "stratify_by": stratify_by, "license": license}
+              "seed": split_seed, "split": list(fractions), "stratify_by": stratify_by, "license": license}
     with open_store(db, lock_timeout) as store:
         run = store.start_run("export", params)
         try:
-            with console.status(f"exporting to {out_dir} ..."):
+            with export_progress() as progress:
                 summary = export_dataset(
-                    store, out_dir, label_source=labels, tokenizer=tokenizer, chat_template=chat_template, seed=seed,
-                    split_fractions=fractions, stratify_by=stratify_by, name=name, license=license,
+                    store, out_dir, label_source=labels, tokenizer=tokenizer, chat_template=chat_template, seed=split_seed,
+                    split_fractions=fractions, stratify_by=stratify_by, name=name, license=license, progress=progress,
                 )
         except BaseException:
             store.finish_run(run.run_id, status="failed")
