@@ -12,7 +12,6 @@ import json
 import math
 from collections import Counter
 from itertools import combinations
-from pathlib import Path
 
 import krippendorff
 import numpy as np

@@ -15,7 +15,12 @@ from pathlib import Path
 import pytest
 
 from ror_annotate.errors import ConfigError, InputError
-from ror_annotate.sample import card_license, resolve_source, sample_path, sample_records
+from ror_annotate.sample import (
+    card_license,
+    resolve_source,
+    sample_path,
+    sample_records,
+)
 from ror_annotate.traces import load_traces
 
 from .conftest import DATA, PITFALLS, SHARED_PITFALLS

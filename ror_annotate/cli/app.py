@@ -32,14 +32,14 @@ try:
 
     _CLICK_USAGE_ERRORS += (_VendoredUsageError,)
 except ImportError:  # pragma: no cover - typer without a vendored click
-    _VendoredNoArgsIsHelp = click.exceptions.NoArgsIsHelpError
+    _VendoredNoArgsIsHelp = click.exceptions.NoArgsIsHelpError  # type: ignore[misc,assignment]
 
 # typer 0.29 shows every flag as "--force <bool>" although a flag takes no value (and rejects one):
 # show flags bare, as click does.
 _display_type_rich = getattr(typer.core.TyperOption, "display_type_rich", None)
 if _display_type_rich is not None:
-    def _flag_without_type(self: Any, ctx: Any) -> str | None:
-        return None if getattr(self, "is_flag", False) else _display_type_rich(self, ctx)
+    def _flag_without_type(self: Any, ctx: Any, _shown: Callable[..., str | None] = _display_type_rich) -> str | None:
+        return None if getattr(self, "is_flag", False) else _shown(self, ctx)
 
     typer.core.TyperOption.display_type_rich = _flag_without_type  # type: ignore[method-assign]
 
@@ -70,7 +70,7 @@ class RorGroup(TyperGroup):
             print_error(_usage_error(exc))
             raise typer.Exit(2) from None
 
-    def invoke(self, ctx: click.Context) -> Any:
+    def invoke(self, ctx: Any) -> Any:
         try:
             return super().invoke(ctx)
         except _VendoredNoArgsIsHelp:
@@ -170,7 +170,14 @@ class _LazyProgress:
 
     def __call__(self, done: int, total: int | None = None) -> None:
         if self._bar is None:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                SpinnerColumn,
+                TextColumn,
+                TimeElapsedColumn,
+            )
 
             self._bar = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                                  TimeElapsedColumn(), console=err_console, transient=True)
