@@ -181,8 +181,8 @@ class _LazyProgress:
 
             self._bar = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                                  TimeElapsedColumn(), console=err_console, transient=True)
+            self._task = self._bar.add_task(self.description, total=total, completed=done)
             self._bar.start()
-            self._task = self._bar.add_task(self.description, total=total)
         self._bar.update(self._task, completed=done, total=total)
 
     def close(self) -> None:
