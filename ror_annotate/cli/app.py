@@ -8,8 +8,7 @@ stderr and exits with status 2; a traceback means a bug in ror_annotate.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -57,6 +56,26 @@ def _usage_error(exc: Exception) -> UsageError:
     return UsageError(f"{exc.format_message()}{where}")  # type: ignore[attr-defined]
 
 
+def _sigterm_as_interrupt() -> None:
+    """SIGTERM (``kill``, a scheduler's stop) ends a command like Ctrl-C: one line, exit 130, the run
+    recorded ``interrupted``, finished units of work kept."""
+    import signal
+    import threading
+
+    def handler(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt()
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, handler)
+
+
+def _is_interrupt(exc: BaseException) -> bool:
+    # DuckDB turns Ctrl-C during a query into its own InterruptException ("Query interrupted").
+    if isinstance(exc, KeyboardInterrupt):
+        return True
+    return type(exc).__name__ == "InterruptException" and "duckdb" in type(exc).__module__
+
+
 class RorGroup(TyperGroup):
     """Top-level command group: a :class:`RorError` or a usage error becomes one clear line and exit code 2."""
 
@@ -71,6 +90,7 @@ class RorGroup(TyperGroup):
             raise typer.Exit(2) from None
 
     def invoke(self, ctx: Any) -> Any:
+        _sigterm_as_interrupt()
         try:
             return super().invoke(ctx)
         except _VendoredNoArgsIsHelp:
@@ -81,7 +101,9 @@ class RorGroup(TyperGroup):
         except RorError as exc:
             print_error(exc)
             raise typer.Exit(2) from None  # typer vendors click: click.exceptions.Exit is not caught
-        except KeyboardInterrupt:
+        except BaseException as exc:
+            if not _is_interrupt(exc):
+                raise
             err_console.print(
                 "interrupted: everything finished before Ctrl-C is stored; run the same command again to resume",
                 highlight=False, soft_wrap=True,
@@ -128,11 +150,12 @@ LockTimeoutOption = Annotated[
 DEFAULT_DB_PATH = Path(os.environ.get("ROR_DB", "ror.duckdb"))
 
 
-def open_store(db: Path, lock_timeout: float = 10.0, *, must_exist: bool = False):
+def open_store(db: Path, lock_timeout: float = 10.0, *, must_exist: bool = False, read_only: bool = False):
     """Open the store for a command (imported lazily so ``ror --help`` stays fast).
 
     Commands that only read (``status``, ``agree``) pass ``must_exist=True``: a mistyped ``--db``
-    then gets an error instead of a new, empty store file.
+    then gets an error instead of a new, empty store file; with ``read_only`` they write nothing
+    and work on read-only media.
 
     Raises
     ------
@@ -144,7 +167,7 @@ def open_store(db: Path, lock_timeout: float = 10.0, *, must_exist: bool = False
 
     if must_exist and str(db) != ":memory:" and not Path(db).expanduser().is_file():
         raise StoreError(f"no store at {Path(db).expanduser().resolve()}; check --db (or ROR_DB), or create one with `ror ingest FILE`")
-    return Store(db, lock_timeout=lock_timeout)
+    return Store(db, lock_timeout=lock_timeout, read_only=read_only)
 
 
 def deprecated_alias(old_value: Any, old_flag: str, value: Any, flag: str) -> Any:
@@ -155,54 +178,23 @@ def deprecated_alias(old_value: Any, old_flag: str, value: Any, flag: str) -> An
     return old_value
 
 
-class _LazyProgress:
-    """A progress bar that appears on the first update, so a command failing before any work prints only its error.
+def progress_display() -> Any:
+    """A rich progress display for a pipeline stage's ``progress`` argument (on stderr).
 
-    Calling it with ``(done, total)`` sets the count (``total`` None: unknown, the bar pulses).
-    Transient: the bar shows while the work runs and gives way to the command's summary; on a
-    non-terminal (a pipe, a log file) it prints nothing.
+    Transient: the bars show while the work runs and give way to the command's summary; on a
+    non-terminal (a pipe, a log file) nothing is printed, so a failing command prints only its error.
     """
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        SpinnerColumn,
+        TextColumn,
+        TimeElapsedColumn,
+    )
 
-    def __init__(self, description: str) -> None:
-        self.description = description
-        self._bar: Any = None
-        self._task: Any = None
-
-    def __call__(self, done: int, total: int | None = None) -> None:
-        if self._bar is None:
-            from rich.progress import (
-                BarColumn,
-                MofNCompleteColumn,
-                Progress,
-                SpinnerColumn,
-                TextColumn,
-                TimeElapsedColumn,
-            )
-
-            self._bar = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                 TimeElapsedColumn(), console=err_console, transient=True)
-            self._task = self._bar.add_task(self.description, total=total, completed=done)
-            self._bar.start()
-        self._bar.update(self._task, completed=done, total=total)
-
-    def close(self) -> None:
-        if self._bar is not None:
-            self._bar.stop()
-
-
-@contextmanager
-def progress_bar(description: str) -> Iterator[Callable[[int, int | None], None]]:
-    """A ``progress(done, total)`` callable for a library function, shown as a rich bar on stderr."""
-    bar = _LazyProgress(description)
-    try:
-        yield bar
-    finally:
-        bar.close()
-
-
-def export_progress() -> Any:
-    """Progress of ``export_dataset`` (traces done of traces exported)."""
-    return progress_bar("export (traces)")
+    return Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TimeElapsedColumn(), console=err_console, transient=True)
 
 
 def parse_fractions(text: str, flag: str = "--split-fractions") -> tuple[float, float, float]:

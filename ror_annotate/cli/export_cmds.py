@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from .app import DEFAULT_DB_PATH, DbOption, LockTimeoutOption, app, console, deprecated_alias, export_progress, open_store, parse_fractions
+from .app import DEFAULT_DB_PATH, DbOption, LockTimeoutOption, app, console, deprecated_alias, open_store, parse_fractions, progress_display
 
 
 @app.command("export")
@@ -28,29 +28,18 @@ def export_cmd(
     old_split: Annotated[str | None, typer.Option("--split", hidden=True, help="Deprecated: --split-fractions.")] = None,
 ) -> None:
     """Export segments (and, with --tokenizer, token-aligned labels) as a Hugging Face dataset with a card."""
-    from ..export import export_dataset
+    from .. import pipeline
 
     # `--split` names a hub split in `ror run`/`ingest`, and `--seed` the judge's sampling seed
     split_seed = deprecated_alias(old_seed, "--seed", split_seed, "--split-seed")
     split_fractions = deprecated_alias(old_split, "--split", split_fractions, "--split-fractions")
     fractions = parse_fractions(split_fractions)
     out_dir = out or Path("exports") / name
-    params = {"name": name, "out": str(out_dir), "labels": labels, "tokenizer": tokenizer, "chat_template": chat_template,
-              "seed": split_seed, "split": list(fractions), "stratify_by": stratify_by, "license": license}
-    with open_store(db, lock_timeout) as store:
-        run = store.start_run("export", params)
-        try:
-            with export_progress() as progress:
-                summary = export_dataset(
-                    store, out_dir, label_source=labels, tokenizer=tokenizer, chat_template=chat_template, seed=split_seed,
-                    split_fractions=fractions, stratify_by=stratify_by, name=name, license=license, progress=progress,
-                )
-        except BaseException:
-            store.finish_run(run.run_id, status="failed")
-            raise
-        store.finish_run(run.run_id, counts={"traces": summary.n_traces, "segments": summary.n_segments,
-                                             "tokens": summary.n_tokens, "straddling_tokens": summary.n_straddling,
-                                             "out_dir": str(summary.out_dir), "seconds": round(summary.seconds, 2)})
+    with open_store(db, lock_timeout, must_exist=True) as store, progress_display() as progress:
+        summary = pipeline.export(
+            store, out_dir, labels=labels, tokenizer=tokenizer, chat_template=chat_template, split_seed=split_seed,
+            split_fractions=fractions, stratify_by=stratify_by, name=name, license=license, progress=progress,
+        )
     table = Table(title=f"ror export: {name}", show_header=False)
     table.add_column("what")
     table.add_column("value")
