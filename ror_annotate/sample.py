@@ -37,7 +37,7 @@ def sample_path() -> Path:
         The package was installed without its data files (a broken or hand-made install).
     """
     global _extracted
-    resource = resources.files("ror_annotate").joinpath("data", SAMPLE_FILE)
+    resource = resources.files("ror_annotate") / "data" / SAMPLE_FILE
     if not resource.is_file():
         raise InputError(
             f"the embedded sample ror_annotate/data/{SAMPLE_FILE} is missing from this installation; "

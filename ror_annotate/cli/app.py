@@ -24,14 +24,19 @@ console = Console()
 err_console = Console(stderr=True)
 
 # typer 0.2x vendors click (typer._click); older typer uses click itself. Catch whichever parses.
+# NoArgsIsHelpError (click >= 8.2) is how `ror` alone asks for the help: it is let through.
 _CLICK_USAGE_ERRORS: tuple[type[Exception], ...] = (click.exceptions.UsageError,)
+_NO_ARGS_IS_HELP: tuple[type[Exception], ...] = tuple(
+    e for e in (getattr(click.exceptions, "NoArgsIsHelpError", None),) if e is not None
+)
 try:
     from typer._click.exceptions import NoArgsIsHelpError as _VendoredNoArgsIsHelp
     from typer._click.exceptions import UsageError as _VendoredUsageError
 
     _CLICK_USAGE_ERRORS += (_VendoredUsageError,)
+    _NO_ARGS_IS_HELP += (_VendoredNoArgsIsHelp,)
 except ImportError:  # pragma: no cover - typer without a vendored click
-    _VendoredNoArgsIsHelp = click.exceptions.NoArgsIsHelpError  # type: ignore[misc,assignment]
+    pass
 
 # typer 0.29 shows every flag as "--force <bool>" although a flag takes no value (and rejects one):
 # show flags bare, as click does.
@@ -83,7 +88,7 @@ class RorGroup(TyperGroup):
         # `ror --bogus` fails while parsing the group's own options, before invoke
         try:
             return super().make_context(info_name, args, parent=parent, **extra)
-        except _VendoredNoArgsIsHelp:
+        except _NO_ARGS_IS_HELP:
             raise  # `ror` alone prints the help
         except _CLICK_USAGE_ERRORS as exc:
             print_error(_usage_error(exc))
@@ -93,7 +98,7 @@ class RorGroup(TyperGroup):
         _sigterm_as_interrupt()
         try:
             return super().invoke(ctx)
-        except _VendoredNoArgsIsHelp:
+        except _NO_ARGS_IS_HELP:
             raise  # `ror review` alone prints the group's help
         except _CLICK_USAGE_ERRORS as exc:
             print_error(_usage_error(exc))
