@@ -1,0 +1,137 @@
+"""One reference-label rule: the pure function, review.reference_labels, the export's "adjudicated"
+choice and ``ror agree --reference adjudicated`` must give the same reference.
+
+The scenario has two studies (s1, s2), two adjudicators (one per study) and re-annotations (a
+human relabeling a segment in a later study or under a later codebook). Every expected value
+below was worked out by hand from the rule in ror_annotate/reference.py; the comment at each
+segment gives the reasoning.
+"""
+
+from __future__ import annotations
+
+import random
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from ror_annotate.export import choose_label
+from ror_annotate.records import Label, Segment, Trace
+from ror_annotate.reference import latest, latest_per_annotator, reference_label, reference_labels_from
+from ror_annotate.store import Store
+
+T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+
+
+def _lab(seg, label, source, who, study, minutes, codebook="cb-1"):
+    return Label(trace_id="t", segment_index=seg, label=label, source=source, annotator=who,
+                 codebook_version=codebook, study=study, created_at=T0 + timedelta(minutes=minutes))
+
+
+A1, A2 = "adjudicator:a1", "adjudicator:a2"
+LABELS = [
+    # seg 0: humans split in s1, a1 adjudicates "execution" at m10; in s2 a2 adjudicated "planning"
+    # earlier (m5). Pooled: the latest adjudication (a1, m10) -> execution. Annotator order alone
+    # (the old review rule) would have taken a2 -> planning.
+    _lab(0, "planning", "human", "h-1", "s1", 0), _lab(0, "execution", "human", "h-2", "s1", 0),
+    _lab(0, "execution", "adjudicated", A1, "s1", 10),
+    _lab(0, "planning", "human", "h-1", "s2", 1), _lab(0, "planning", "human", "h-3", "s2", 1),
+    _lab(0, "planning", "adjudicated", A2, "s2", 5),
+    # seg 1: h-1 says fact in s1, re-annotates reflection in s2 (later); h-2 says reflection in s2.
+    # Pooled: latest h-1 = reflection, h-2 = reflection -> unanimous reflection (2 annotators).
+    # s1 alone: only h-1 -> single fact. s2 alone: unanimous reflection.
+    _lab(1, "fact", "human", "h-1", "s1", 0),
+    _lab(1, "reflection", "human", "h-1", "s2", 30), _lab(1, "reflection", "human", "h-2", "s2", 30),
+    # seg 2: both adjudicators at the same instant (m40): the tie goes to the larger annotator id
+    # (adjudicator:a2 > adjudicator:a1) -> fact. s1 alone: conclusion (a1); s2 alone: fact (a2).
+    _lab(2, "conclusion", "human", "h-1", "s1", 0), _lab(2, "fact", "human", "h-2", "s1", 0),
+    _lab(2, "conclusion", "adjudicated", A1, "s1", 40),
+    _lab(2, "fact", "human", "h-3", "s2", 0), _lab(2, "fact", "adjudicated", A2, "s2", 40),
+    # seg 3: no adjudication, the humans of the two studies disagree -> pooled: no reference.
+    # s1: single planning (h-1), s2: single execution (h-2). The judge label never counts.
+    _lab(3, "planning", "human", "h-1", "s1", 0), _lab(3, "execution", "human", "h-2", "s2", 0),
+    Label(trace_id="t", segment_index=3, label="planning", source="judge", annotator="openai:m",
+          codebook_version="cb-1", created_at=T0 + timedelta(minutes=99)),
+    # seg 4: h-1 re-annotates in s1 under codebook cb-2 (m50: restatement -> planning); h-2 says
+    # planning under cb-2. Latest per annotator: planning, planning -> unanimous planning (2), in
+    # s1 and pooled; s2 has no label of it.
+    _lab(4, "restatement", "human", "h-1", "s1", 0, "cb-1"),
+    _lab(4, "planning", "human", "h-1", "s1", 50, "cb-2"), _lab(4, "planning", "human", "h-2", "s1", 50, "cb-2"),
+    # seg 5: h-3 labels in both studies at the same instant (m60): fact (s1) vs execution (s2);
+    # the tie goes to the larger study name (s2) -> pooled single execution; s1 fact; s2 execution.
+    _lab(5, "fact", "human", "h-3", "s1", 60), _lab(5, "execution", "human", "h-3", "s2", 60),
+]
+
+EXPECTED = {  # study -> {segment: (label, basis, n_annotators)}
+    None: {0: ("execution", "adjudicated", 3), 1: ("reflection", "unanimous", 2), 2: ("fact", "adjudicated", 3),
+           4: ("planning", "unanimous", 2), 5: ("execution", "single", 1)},
+    "s1": {0: ("execution", "adjudicated", 2), 1: ("fact", "single", 1), 2: ("conclusion", "adjudicated", 2),
+           3: ("planning", "single", 1), 4: ("planning", "unanimous", 2), 5: ("fact", "single", 1)},
+    "s2": {0: ("planning", "adjudicated", 2), 1: ("reflection", "unanimous", 2), 2: ("fact", "adjudicated", 1),
+           3: ("execution", "single", 1), 5: ("execution", "single", 1)},
+}
+
+
+def _summary(refs):
+    return {key[1]: (r.label, r.basis, r.n_annotators) for key, r in refs.items()}
+
+
+@pytest.mark.parametrize("study", [None, "s1", "s2"])
+def test_reference_rule_two_studies_two_adjudicators_reannotations(study):
+    assert _summary(reference_labels_from(LABELS, study=study)) == EXPECTED[study]
+    # input order never matters (ties are broken by content, not position)
+    rng = random.Random(7)
+    for _ in range(20):
+        shuffled = LABELS[:]
+        rng.shuffle(shuffled)
+        assert _summary(reference_labels_from(shuffled, study=study)) == EXPECTED[study]
+
+
+def test_reference_rests_on_the_winning_labels():
+    refs = reference_labels_from(LABELS)
+    assert [(lab.annotator, lab.study) for lab in refs[("t", 0)].labels] == [(A1, "s1")]
+    assert [(lab.annotator, lab.study, lab.label) for lab in refs[("t", 1)].labels] == [
+        ("h-1", "s2", "reflection"), ("h-2", "s2", "reflection")]
+    assert [lab.codebook_version for lab in refs[("t", 4)].labels] == ["cb-2", "cb-2"]
+    assert latest([]) is None and latest_per_annotator([]) == []
+    assert reference_label([]) is None
+    assert reference_label([lab for lab in LABELS if lab.segment_index == 3]) is None
+    with pytest.raises(ValueError, match="2 segments"):
+        reference_label([LABELS[0], LABELS[6]])
+
+
+@pytest.mark.parametrize("study", [None, "s1", "s2"])
+def test_review_reference_labels_use_the_rule(tmp_path, study):
+    from ror_annotate.review import reference_labels
+
+    text = " ".join(f"Step {i}." for i in range(6))
+    spans = [(text.index(f"Step {i}."), text.index(f"Step {i}.") + len(f"Step {i}.")) for i in range(6)]
+    with Store(tmp_path / "s.duckdb") as store:
+        store.upsert_traces([Trace(trace_id="t", text=text)])
+        store.replace_segments(
+            "t", [Segment(trace_id="t", segment_index=i, char_start=a, char_end=b, text=text[a:b], n_tokens=2)
+                  for i, (a, b) in enumerate(spans)],
+            segmenter="manual", token_counter="manual",
+        )
+        store.upsert_labels(LABELS)
+        refs = reference_labels(store, study)
+    assert {r.segment_index: (r.label, r.basis, r.n_annotators) for r in refs} == EXPECTED[study]
+    assert [r.segment_index for r in refs] == sorted(EXPECTED[study])
+
+
+def test_export_adjudicated_choice_uses_the_rule():
+    by_seg: dict[int, list[Label]] = {}
+    for lab in LABELS:
+        by_seg.setdefault(lab.segment_index, []).append(lab)
+    got = {}
+    for seg, labs in by_seg.items():
+        chosen, _ = choose_label(labs, "adjudicated")
+        if chosen.label is not None:
+            got[seg] = (chosen.label, "adjudicated" if chosen.source == "adjudicated" else None, chosen.n_votes)
+    assert got == {0: ("execution", "adjudicated", 1), 1: ("reflection", None, 2), 2: ("fact", "adjudicated", 1),
+                   4: ("planning", None, 2), 5: ("execution", None, 1)}
+    # "auto" takes the same adjudication first
+    assert choose_label(by_seg[0], "auto")[0].label == "execution"
+    assert choose_label(by_seg[2], "auto")[0].annotator == A2
+    # the human branch keeps the provenance of the latest labels (the cb-2 re-annotation)
+    assert choose_label(by_seg[4], "adjudicated")[0].codebook_version == "cb-2"
+    assert choose_label(by_seg[4], "adjudicated")[0].annotator == "h-1,h-2"
