@@ -99,23 +99,50 @@ def test_reference_rests_on_the_winning_labels():
         reference_label([LABELS[0], LABELS[6]])
 
 
-@pytest.mark.parametrize("study", [None, "s1", "s2"])
-def test_review_reference_labels_use_the_rule(tmp_path, study):
-    from ror_annotate.review import reference_labels
-
+def _store(path) -> Store:
     text = " ".join(f"Step {i}." for i in range(6))
     spans = [(text.index(f"Step {i}."), text.index(f"Step {i}.") + len(f"Step {i}.")) for i in range(6)]
-    with Store(tmp_path / "s.duckdb") as store:
-        store.upsert_traces([Trace(trace_id="t", text=text)])
-        store.replace_segments(
-            "t", [Segment(trace_id="t", segment_index=i, char_start=a, char_end=b, text=text[a:b], n_tokens=2)
-                  for i, (a, b) in enumerate(spans)],
-            segmenter="manual", token_counter="manual",
-        )
-        store.upsert_labels(LABELS)
+    store = Store(path)
+    store.upsert_traces([Trace(trace_id="t", text=text)])
+    store.replace_segments(
+        "t", [Segment(trace_id="t", segment_index=i, char_start=a, char_end=b, text=text[a:b], n_tokens=2)
+              for i, (a, b) in enumerate(spans)],
+        segmenter="manual", token_counter="manual",
+    )
+    store.upsert_labels(LABELS)
+    return store
+
+
+@pytest.mark.parametrize("study", [None, "s1", "s2"])
+def test_review_and_agree_reference_labels_use_the_rule(tmp_path, study):
+    from ror_annotate.agreement import adjudicated_reference
+    from ror_annotate.review import reference_labels
+
+    with _store(tmp_path / "s.duckdb") as store:
         refs = reference_labels(store, study)
+        by_item = adjudicated_reference(store, study=study)
     assert {r.segment_index: (r.label, r.basis, r.n_annotators) for r in refs} == EXPECTED[study]
     assert [r.segment_index for r in refs] == sorted(EXPECTED[study])
+    assert {int(k.split("#")[1]): (r.label, r.basis, r.n_annotators) for k, r in by_item.items()} == EXPECTED[study]
+
+
+def test_agree_reference_adjudicated_scores_against_the_rule(tmp_path):
+    from ror_annotate.agreement import agreement_summary
+
+    # Study s1 under codebook cb-1 (h-1's cb-2 re-annotation of segment 4 is another codebook):
+    # annotators h-1 (segments 0-4), h-2 (0-3), h-3 (5). The reference of s1 (EXPECTED["s1"]) is
+    # execution, fact, conclusion, planning, planning, fact for segments 0..5, so h-1 (planning,
+    # fact, conclusion, planning, restatement) matches on 1, 2, 3 and misses 0 and 4: accuracy 3/5.
+    with _store(tmp_path / "s.duckdb") as store:
+        d = agreement_summary(store, study="s1", codebook_version="cb-1", reference="adjudicated", n_resamples=0)
+    assert d["per_class"]["reference"] == "adjudicated"
+    h1 = d["per_class"]["annotators"]["h-1"]
+    assert h1["accuracy"]["value"] == pytest.approx(3 / 5)
+    cats = d["categories"]
+    conf = h1["confusion_matrix"]  # rows: reference, columns: h-1
+    assert conf[cats.index("execution")][cats.index("planning")] == 1  # segment 0
+    assert conf[cats.index("planning")][cats.index("restatement")] == 1  # segment 4
+    assert sum(map(sum, conf)) == 5
 
 
 def test_export_adjudicated_choice_uses_the_rule():
