@@ -17,7 +17,7 @@ from .estimators import (
 from .metrics import _per_class_dict, disagreement_pairs, majority_labels
 from .ratings import Ratings, _encode
 
-# ----------------------------------------------------------------------------- the full analysis
+
 @dataclass
 class AgreementResult:
     """Everything :func:`agreement` computed. ``to_dict()`` is the JSON form (``ror agree --json``).
@@ -84,6 +84,7 @@ def _reference_codes(r: Ratings, annotator: str, reference: str | None, pool: Se
         return None if annotator == reference else r.column(reference)
     members = [a for a in (pool if pool is not None else r.annotators) if a != annotator]
     return majority_labels(r, annotators=members) if members else None
+
 
 def agreement(
     ratings: Ratings,

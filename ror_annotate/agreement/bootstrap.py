@@ -15,6 +15,7 @@ import numpy as np
 from ..errors import AgreementError
 from .estimators import Estimate, _estimate, _with_ci
 
+
 def trace_bootstrap_counts(n_groups: int, *, n_resamples: int, seed: int | None = 0) -> np.ndarray:
     """How often each trace is drawn in each bootstrap resample: int array ``[n_resamples, n_groups]``.
 
@@ -40,6 +41,7 @@ def _percentile_ci(samples: np.ndarray, confidence_level: float) -> tuple[np.nda
         lo = np.nanquantile(samples, tail, axis=0)
         hi = np.nanquantile(samples, 1 - tail, axis=0)
     return lo, hi, n_ok
+
 
 def _boot_estimate(vals: np.ndarray, why: np.ndarray, n_items: float, confidence_level: float) -> Estimate:
     """Estimate from ``vals [1 + B]`` (point estimate first, then the resamples)."""

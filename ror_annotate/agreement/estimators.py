@@ -30,6 +30,7 @@ REASONS: dict[str, str] = {
 #: Relative tolerance under which a chance-disagreement denominator counts as zero.
 _TOL = 1e-12
 
+
 # ----------------------------------------------------------------------------- results
 @dataclass(frozen=True)
 class Estimate:
@@ -86,6 +87,7 @@ def _num(x: Any) -> float | int | None:
 def _estimate(value: float, reason: str | None, n_items: float = 0) -> Estimate:
     value = float(value)
     return Estimate(value, reason if math.isnan(value) else None, n_items=float(n_items))
+
 
 def _with_ci(est: Estimate, lo: float, hi: float, n_res: int) -> Estimate:
     if not est.defined:

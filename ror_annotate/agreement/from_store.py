@@ -11,7 +11,7 @@ from ..reference import ReferenceLabel, reference_labels_from
 from .analysis import agreement
 from .ratings import Ratings
 
-# ----------------------------------------------------------------------------- over the store
+
 def ratings_from_store(
     store: Any,
     *,

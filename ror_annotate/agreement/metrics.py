@@ -20,7 +20,6 @@ from .estimators import (
 from .ratings import AUTO, Ratings, _encode, resolve_categories
 
 
-# ----------------------------------------------------------------------------- public single statistics
 def _as_ratings(ratings: Any, categories: Sequence[Any] | str | None) -> Ratings:
     if isinstance(ratings, Ratings):
         declared = categories is not None and not (isinstance(categories, str) and categories == AUTO)
@@ -267,6 +266,7 @@ def majority_labels(ratings: Ratings, *, annotators: Sequence[str] | None = None
     top = counts.max(1)
     tie = (counts == top[:, None]).sum(1) > 1
     return np.where((top > 0) & ~tie, counts.argmax(1), -1)
+
 
 def disagreement_pairs(ratings: Ratings, *, top: int = 10, n_examples: int = 3) -> list[dict[str, Any]]:
     """The most frequent unordered pairs of different labels given to the same item by two annotators.

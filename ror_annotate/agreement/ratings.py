@@ -22,7 +22,6 @@ import numpy as np
 from ..errors import AgreementError, InputError
 from .estimators import _item_counts
 
-# ----------------------------------------------------------------------------- input model
 _MISSING_STRINGS = ("",)
 
 
