@@ -230,7 +230,9 @@ def choose_label(labels: Sequence[Label], label_source: str) -> tuple[ChosenLabe
         return chosen
 
     def adjudicated(or_unanimous: bool = False) -> ChosenLabel | None:
-        from .reference import reference_label  # the one reference rule, shared with review and agree
+        if not by_source.get("adjudicated") and not (or_unanimous and by_source.get("human")):
+            return None  # most segments: judge and baseline labels only
+        from ror_annotate.reference import reference_label  # the one reference rule, shared with review and agree
 
         ref = reference_label(labels)
         if ref is None or (ref.basis != "adjudicated" and not or_unanimous):

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..errors import ConfigError, ReviewError
-from ..records import Label
 from ..reference import ReferenceLabel, reference_labels_from
 from .labelstudio import LabelStudioClient
 from .studies import ensure_tables, load_study, register_person, study_items, update_study
