@@ -151,3 +151,18 @@ def test_csv_auto_categories_and_field_size_limit_restored(tmp_path):
     with pytest.raises(InputError, match="one.csv"):
         agr.ratings_from_csv(one)
     assert csv.field_size_limit() == before
+
+
+def test_public_names_survive_the_package_split():
+    """Every public name of the former single-module ror_annotate.agreement is still importable from it."""
+    import importlib
+
+    mod = importlib.import_module("ror_annotate.agreement")
+    for name in (
+        "REASONS", "Estimate", "Ratings", "ratings_from_csv", "percent_agreement", "fleiss_kappa", "gwet_ac1",
+        "krippendorff_alpha", "cohen_kappa", "confusion_matrix", "per_class_scores", "trace_bootstrap_counts",
+        "AgreementResult", "majority_labels", "agreement", "disagreement_pairs", "ratings_from_store",
+        "agreement_summary",
+    ):
+        assert callable(getattr(mod, name)) or name == "REASONS", name
+    assert set(mod.__all__) <= set(dir(mod))

@@ -13,6 +13,8 @@ import random
 from datetime import datetime, timedelta, timezone
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ror_annotate.export import choose_label
 from ror_annotate.records import Label, Segment, Trace
@@ -162,3 +164,45 @@ def test_export_adjudicated_choice_uses_the_rule():
     # the human branch keeps the provenance of the latest labels (the cb-2 re-annotation)
     assert choose_label(by_seg[4], "adjudicated")[0].codebook_version == "cb-2"
     assert choose_label(by_seg[4], "adjudicated")[0].annotator == "h-1,h-2"
+
+
+# ------------------------------------------------------------------ properties of the rule
+
+_BEHAVIORS = ["planning", "execution", "fact", "reflection"]
+_label = st.builds(
+    lambda seg, label, source, who, study, minutes: _lab(seg, label, source, who, study, minutes),
+    seg=st.integers(0, 2),
+    label=st.sampled_from(_BEHAVIORS),
+    source=st.sampled_from(["human", "adjudicated", "judge", "baseline"]),
+    who=st.sampled_from(["h-1", "h-2", "adjudicator:a1"]),
+    study=st.sampled_from(["s1", "s2"]),
+    minutes=st.integers(0, 3),  # few distinct times: many exact-time ties
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(_label, max_size=14), st.randoms(use_true_random=False))
+def test_rule_properties(labels, rnd):
+    refs = reference_labels_from(labels)
+    # 1. order of the input never matters
+    shuffled = labels[:]
+    rnd.shuffle(shuffled)
+    assert reference_labels_from(shuffled) == refs
+    # 2. judge and baseline labels never take part
+    assert reference_labels_from([lab for lab in labels if lab.source in ("human", "adjudicated")]) == refs
+    for key, ref in refs.items():
+        segment = [lab for lab in labels if (lab.trace_id, lab.segment_index) == key]
+        adjudications = [lab for lab in segment if lab.source == "adjudicated"]
+        if adjudications:
+            # 3. an adjudication exists -> the reference is an adjudication no other one is later than
+            assert ref.basis == "adjudicated"
+            assert all(a.created_at <= ref.labels[0].created_at for a in adjudications)
+        else:
+            # 4. otherwise every human's latest label (by time) is the reference label
+            humans = [lab for lab in segment if lab.source == "human"]
+            for who in {h.annotator for h in humans}:
+                newest = max(h.created_at for h in humans if h.annotator == who)
+                assert any(h.label == ref.label for h in humans if h.annotator == who and h.created_at == newest)
+    # 5. a later adjudication always becomes the reference of its segment
+    late = _lab(0, "conclusion", "adjudicated", "adjudicator:z", "s9", 10)
+    assert reference_labels_from([*labels, late])[("t", 0)].label == "conclusion"
