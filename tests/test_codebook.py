@@ -158,14 +158,10 @@ def test_cli_unknown_codebook_is_one_line_error():
     assert "error [E400]" in result.output and "Available: six-behaviors@v1" in result.output
 
 
-def test_codebooks_are_package_data() -> None:
-    """pyproject ships ror_annotate/codebooks/*.yaml as package data, and the lookup reads it from the package."""
-    import tomllib
-
+def test_codebooks_are_read_from_the_package() -> None:
+    """The lookup ends in the package's own codebooks/ folder (the wheel test below checks it ships)."""
     from ror_annotate.codebook import codebook_dirs, packaged_codebooks
 
-    package_data = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
-    assert "codebooks/*.yaml" in package_data["ror_annotate"]
     assert Path(str(packaged_codebooks())) == V1.parent
     assert codebook_dirs()[-1] == packaged_codebooks()
     assert available_codebooks() == sorted(p.stem for p in V1.parent.glob("*.yaml"))
