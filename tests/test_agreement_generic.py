@@ -97,6 +97,14 @@ def test_confusion_matrix_and_per_class_auto_match_sklearn():
     assert scores["macro_f1"].value == pytest.approx(f1_score(y_true, y_pred, average="macro"), abs=TOL)
 
 
+def test_missing_values_never_become_categories():
+    pd = pytest.importorskip("pandas")
+    labels = pd.Series(["a", None, "b", float("nan"), ""], dtype=object).tolist() + [pd.NA, pd.NaT, np.nan]
+    assert agr.infer_categories(labels) == ("a", "b")
+    r = Ratings.from_long(["i1", "i1", "i2", "i2"], ["x", "y", "x", "y"], ["a", pd.NA, "b", "a"])
+    assert r.categories == ("a", "b") and r.codes.tolist() == [[0, -1], [1, 0]]
+
+
 def test_numeric_labels_sort_numerically_and_spellings_merge():
     assert agr.infer_categories([10, 2, 1, None], ["2", 1.0, float("nan"), ""]) == ("1", "2", "10")
     assert agr.infer_categories(["b", 3, "a", 20]) == ("3", "20", "a", "b")  # numbers first

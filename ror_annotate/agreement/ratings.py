@@ -25,8 +25,12 @@ from .estimators import _item_counts
 _MISSING_STRINGS = ("",)
 
 
+#: Missing-value singletons of pandas, recognized by type name so pandas need not be imported.
+_MISSING_TYPES = ("NAType", "NaTType")
+
+
 def _is_missing(x: Any) -> bool:
-    if x is None:
+    if x is None or type(x).__name__ in _MISSING_TYPES:
         return True
     if isinstance(x, float) and math.isnan(x):
         return True
