@@ -94,8 +94,16 @@ def infer_categories(*label_sequences: Sequence[Any]) -> tuple[str, ...]:
         Possibly fewer than two categories; :func:`resolve_categories` refuses that.
     """
     found: set[str] = set()
+    seen: set[tuple[type, Any]] = set()  # labels repeat: look at each distinct value once
     for values in label_sequences:
         for v in values:
+            key = (type(v), v)  # the type keeps True and 1 apart (equal hashes)
+            try:
+                if key in seen:
+                    continue
+                seen.add(key)
+            except TypeError:  # unhashable: judged every time
+                pass
             if not _is_missing(v):
                 found.add(_label_key(v))
     return tuple(sorted(found, key=_sort_key))
