@@ -155,12 +155,12 @@ def confusion_figure(d: dict[str, Any]) -> "Figure | None":
     n = len(pc)
     fig = _figure(4.2 * n + 0.8, 4.2)
     axes = fig.subplots(1, n, squeeze=False)
-    im = None
+    images = []
     for ax, (ann, entry) in zip(axes[0], pc.items()):
         counts = np.asarray(entry["confusion_matrix"], dtype=float)
         rows = counts.sum(1, keepdims=True)
         share = np.divide(counts, rows, out=np.zeros_like(counts), where=rows > 0)
-        im = ax.imshow(share, vmin=0, vmax=1, cmap="Blues")
+        images.append(ax.imshow(share, vmin=0, vmax=1, cmap="Blues"))
         for i in range(len(cats)):
             for j in range(len(cats)):
                 ax.text(j, i, f"{counts[i, j]:g}", ha="center", va="center", fontsize=7,
@@ -169,7 +169,7 @@ def confusion_figure(d: dict[str, Any]) -> "Figure | None":
         ax.set_yticks(range(len(cats)), cats, fontsize=8)
         ax.set_xlabel(ann)
         ax.set_ylabel(f"reference: {d['per_class']['reference']}")
-    fig.colorbar(im, ax=axes[0].tolist(), shrink=0.8, label="share of reference row")
+    fig.colorbar(images[-1], ax=axes[0].tolist(), shrink=0.8, label="share of reference row")
     return fig
 
 

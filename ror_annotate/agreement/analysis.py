@@ -153,7 +153,7 @@ def agreement(
             raise AgreementError(f"reference_labels must have one entry per item ({ratings.n_items}), got {len(ref_labels)}")
     ref_display = reference_name or (reference if reference_labels is None else "reference_labels")
 
-    weightings = {"segment": np.ones(ratings.n_items)}
+    weightings: dict[str, np.ndarray] = {"segment": np.ones(ratings.n_items)}
     if token_weighted and ratings.weights is not None:
         weightings["token"] = np.asarray(ratings.weights, dtype=np.float64)
     G = len(ratings.group_ids)

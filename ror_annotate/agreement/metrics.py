@@ -236,6 +236,7 @@ def per_class_scores(
 
 
 def _per_class_dict(scores, conf: np.ndarray, cats: tuple[str, ...], cis: dict | None = None, n_res: dict | None = None) -> dict[str, Any]:
+    """Estimates per class and summary metric (with intervals when ``cis`` and ``n_res`` are given)."""
     support = conf.sum(-1)
     n = float(conf.sum())
     classes: dict[str, Any] = {}
@@ -244,16 +245,16 @@ def _per_class_dict(scores, conf: np.ndarray, cats: tuple[str, ...], cis: dict |
         for metric in ("precision", "recall", "f1", "kappa"):
             vals, why = scores[metric]
             est = _estimate(vals[k], why[k], n)
-            if cis is not None:
+            if cis is not None and n_res is not None:
                 est = _with_ci(est, cis[metric][0][k], cis[metric][1][k], n_res[metric][k])
             entry[metric] = est
         entry["support"] = float(support[k])
         classes[c] = entry
-    out = {"classes": classes}
+    out: dict[str, Any] = {"classes": classes}
     for metric in ("macro_f1", "accuracy"):
         vals, why = scores[metric]
         est = _estimate(vals, why.item() if isinstance(why, np.ndarray) else why, n)
-        if cis is not None:
+        if cis is not None and n_res is not None:
             est = _with_ci(est, cis[metric][0], cis[metric][1], n_res[metric])
         out[metric] = est
     return out

@@ -270,11 +270,12 @@ class Ratings:
                 f"{source}: annotator {rater_order[rater_of_row[r1]]!r} labeled item {item_order[item_of_row[r1]]!r} "
                 f"twice (rows {r0} and {r1}); keep one label per annotator and item"
             )
-        codes = np.full(n_items * n_raters, -1, dtype=np.int64)
-        codes[cell] = row_codes
-        codes = codes.reshape(n_items, n_raters)
+        flat_codes = np.full(n_items * n_raters, -1, dtype=np.int64)
+        flat_codes[cell] = row_codes
+        codes = flat_codes.reshape(n_items, n_raters)
         first_row = np.full(n_items, -1, dtype=np.int64)
         first_row[item_of_row[::-1]] = np.arange(n_rows - 1, -1, -1)  # first row of each item
+        group_idx: np.ndarray
         if groups is None:
             group_idx, group_ids = np.arange(n_items, dtype=np.int64), tuple(item_order)
         else:
@@ -500,7 +501,7 @@ def ratings_from_csv(path: str | Path, *, categories: Sequence[str] | str = AUTO
             [r[1] for r in rows], [r[2] for r in rows], [r[3] or None for r in rows],
             categories=cats,
             groups=[r[4] for r in rows] if group_col else None,
-            weights=[r[5] for r in rows] if "weight" in [*header] else None,
+            weights=[r[5] or 0.0 for r in rows] if "weight" in header else None,  # every row's weight was parsed above
             source=str(path),
         )
     except AgreementError as exc:
