@@ -445,6 +445,15 @@ class Store:
                     with duckdb_errors(self.path, "commit"):
                         self.con.execute("COMMIT")
 
+    def _abandon_transaction(self) -> None:
+        """Roll back whatever transaction an interrupt left open (e.g. Ctrl-C between ``BEGIN`` and the
+        block, or during ``COMMIT``), so the run's final status is not written into it and lost."""
+        self._shared.tx_depth = 0
+        try:
+            self.con.execute("ROLLBACK")
+        except duckdb.Error:
+            pass  # no transaction was open: the usual case
+
     def _count(self, sql: str, params: Sequence[Any] | None = None) -> int:
         row = self.con.execute(sql, params).fetchone() if params is not None else self.con.execute(sql).fetchone()
         return int(row[0]) if row else 0
@@ -984,6 +993,7 @@ class Store:
         run = self.start_run(command, parameters)
         progress = ProgressFile.for_store(self.path)
         outer, self._progress = self._progress, progress
+        outside_transaction = self._shared.tx_depth == 0
         if progress is not None:
             progress.start(run)
         status = "failed"
@@ -1004,6 +1014,8 @@ class Store:
             raise
         finally:
             self._progress = outer
+            if status != "ok" and outside_transaction:
+                self._abandon_transaction()
             try:
                 self.finish_run(run.run_id, status=status, counts=run.counts)
             finally:
