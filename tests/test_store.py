@@ -104,7 +104,7 @@ def test_transaction_rolls_back_on_error(db_path: Path) -> None:
 
 def test_schema_versions_and_stage_migrations(db_path: Path) -> None:
     with Store(db_path) as store:
-        assert store.schema_version("core") == 1
+        assert store.schema_version("core") == 2  # v2: traces.source_format
         store.migrate("demo", ["CREATE TABLE demo (x INTEGER)", "ALTER TABLE demo ADD COLUMN y INTEGER"])
         assert store.schema_version("demo") == 2
         store.migrate("demo", ["CREATE TABLE demo (x INTEGER)", "ALTER TABLE demo ADD COLUMN y INTEGER"])  # no-op

@@ -59,6 +59,15 @@ ModelFieldOption = Annotated[str | None, typer.Option("--model-field", help="Col
 DatasetFieldOption = Annotated[str | None, typer.Option("--dataset-field", help="Column naming the source dataset/benchmark.", rich_help_panel=_INPUT_PANEL)]
 SkipInvalidOption = Annotated[bool, typer.Option("--skip-invalid", help="Skip bad records (counted and reported) instead of stopping at the first.", rich_help_panel=_INPUT_PANEL)]
 LimitOption = Annotated[int | None, typer.Option("--limit", min=1, help="Read at most this many traces.", rich_help_panel=_INPUT_PANEL)]
+FormatOption = Annotated[
+    str,
+    typer.Option("--format", help="Reasoning format: auto (detect per record) or one of think, thinking, thought, harmony, mistral, seed, kimi, "
+                 "openai-response, ollama-chat, chat, plain (see README 'Inputs').", rich_help_panel=_INPUT_PANEL),
+]
+AllowMarkersOption = Annotated[
+    bool,
+    typer.Option("--allow-markers", help="Store traces that still hold a known control token or thinking marker (counted) instead of refusing them.", rich_help_panel=_INPUT_PANEL),
+]
 TokenizerOption = Annotated[
     str | None,
     typer.Option("--tokenizer", help="Subject-model fast tokenizer (name or local path) for token counts and token alignment; default: a documented approximation."),
@@ -110,7 +119,8 @@ def _mapping(preset: str | None, columns: dict[str, str]):
 
 
 def do_ingest(
-    store, source: str, *, preset: str | None, split: str | None, columns: dict[str, str], skip_invalid: bool, limit: int | None, run_id: str
+    store, source: str, *, preset: str | None, split: str | None, columns: dict[str, str], skip_invalid: bool, limit: int | None, run_id: str,
+    format: str = "auto", allow_markers: bool = False,
 ) -> tuple[dict[str, int], list[str]]:
     """Read, validate and store traces; nothing is stored unless the whole input validates.
 
@@ -120,13 +130,16 @@ def do_ingest(
 
     mapping = _mapping(preset, columns)
     with err_console.status(f"reading {source or preset} ..."):
-        result = load_traces(source, columns=mapping, preset=preset, split=split, skip_invalid=skip_invalid, limit=limit)
+        result = load_traces(source, columns=mapping, preset=preset, split=split, skip_invalid=skip_invalid, limit=limit, format=format, allow_markers=allow_markers)
     for skipped in result.skipped[:20]:
         err_console.print(f"[yellow]skipped[/] {skipped.reason}", highlight=False)
     if len(result.skipped) > 20:
         err_console.print(f"[yellow]... and {len(result.skipped) - 20} more skipped records[/]")
+    for note, n in result.notes.items():
+        err_console.print(f"[yellow]note[/] {n} traces: {note}", highlight=False)
     counts = store.upsert_traces(result.traces, run_id=run_id)
     counts["skipped"] = len(result.skipped)
+    counts["formats"] = dict(result.formats)
     counts["read"] = len(result.traces)
     return counts, [t.trace_id for t in result.traces]
 
@@ -236,14 +249,16 @@ def ingest(
     dataset_field: DatasetFieldOption = None,
     skip_invalid: SkipInvalidOption = False,
     limit: LimitOption = None,
+    format: FormatOption = "auto",
+    allow_markers: AllowMarkersOption = False,
     db: DbOption = DEFAULT_DB_PATH,
     lock_timeout: LockTimeoutOption = 10.0,
 ) -> None:
     """Read traces into the store (validated first: a bad record stores nothing)."""
     columns = _columns(text_field, id_field, problem_field, answer_field, gold_field, model_field, dataset_field)
     _require_source(source, preset)
-    with open_store(db, lock_timeout) as store, _tracked_run(store, "ingest", {"source": source, "preset": preset, "split": split, **columns}) as (run, counts):
-        counts.update(do_ingest(store, source, preset=preset, split=split, columns=columns, skip_invalid=skip_invalid, limit=limit, run_id=run.run_id)[0])
+    with open_store(db, lock_timeout) as store, _tracked_run(store, "ingest", {"source": source, "preset": preset, "split": split, "format": format, "allow_markers": allow_markers, **columns}) as (run, counts):
+        counts.update(do_ingest(store, source, preset=preset, split=split, columns=columns, skip_invalid=skip_invalid, limit=limit, run_id=run.run_id, format=format, allow_markers=allow_markers)[0])
         console.print(f"traces: {counts['inserted']} new, {counts['unchanged']} already stored, {counts['skipped']} skipped -> {store.path}")
 
 
@@ -323,6 +338,8 @@ def run(
     dataset_field: DatasetFieldOption = None,
     skip_invalid: SkipInvalidOption = False,
     limit: LimitOption = None,
+    format: FormatOption = "auto",
+    allow_markers: AllowMarkersOption = False,
     tokenizer: TokenizerOption = None,
     max_segment_tokens: MaxTokensSegOption = 125,
     judge: JudgeSpecOption = "baseline",
@@ -358,10 +375,10 @@ def run(
     options = _judge_options_of(locals())
     the_judge = make_judge_checked(judge, options)
     out = out or Path("exports") / _dataset_name(source, preset)
-    params = {"source": source, "preset": preset, "split": split, **columns, "tokenizer": tokenizer, "judge": judge, **options, "out": str(out), "labels": labels}
+    params = {"source": source, "preset": preset, "split": split, "format": format, "allow_markers": allow_markers, **columns, "tokenizer": tokenizer, "judge": judge, **options, "out": str(out), "labels": labels}
     with open_store(db, lock_timeout) as store:
         with _tracked_run(store, "run", params) as (run_rec, counts):
-            ingested, ids = do_ingest(store, source, preset=preset, split=split, columns=columns, skip_invalid=skip_invalid, limit=limit, run_id=run_rec.run_id)
+            ingested, ids = do_ingest(store, source, preset=preset, split=split, columns=columns, skip_invalid=skip_invalid, limit=limit, run_id=run_rec.run_id, format=format, allow_markers=allow_markers)
             counts["ingest"] = ingested
             with _progress() as progress:
                 counts["segment"] = do_segment(store, ids, tokenizer=tokenizer, max_tokens=max_segment_tokens, force=False, run_id=run_rec.run_id, progress=progress)
