@@ -440,14 +440,17 @@ def _message_reasoning(message: dict[str, Any], where: str) -> str | None:
 def _from_message(message: dict[str, Any], where: str, text_format: str, hidden_reasoning_tokens: int = 0) -> Extraction:
     """Reasoning and answer of one assistant message (a reasoning field, or markers in the content)."""
     content = _content_text(message.get("content"), where)
-    content = normalize_newlines(content)[0] if content is not None else None
     side: dict[str, list[str]] = {}
     calls = message.get("tool_calls") or ([message["function_call"]] if message.get("function_call") else [])
     if calls:
         side["tool_calls"] = [json.dumps(c, ensure_ascii=False, sort_keys=True) for c in calls]
     reasoning = _message_reasoning(message, where)
     if reasoning is not None:
-        return Extraction(reasoning=normalize_newlines(reasoning)[0].strip(), answer=_clean(content), format="", side=side)
+        reasoning, newlines = normalize_newlines(reasoning)
+        meta = {"line_endings": newlines} if newlines else {}
+        notes = (NOTE_NEWLINES,) if newlines else ()
+        answer = _clean(normalize_newlines(content)[0]) if content is not None else None
+        return Extraction(reasoning=reasoning.strip(), answer=answer, format="", side=side, meta=meta, notes=notes)
     if content is None:
         return Extraction(reasoning="", answer=None, format="", side=side)
     inner = extract_text(content, where, format=text_format)
@@ -696,6 +699,13 @@ def find_marker(text: str | None, extra: tuple[str, ...] = ()) -> tuple[str, int
     hits = [(m.group(), m.start())] if m else []
     hits += [(t, i) for t in extra if (i := text.find(t)) >= 0]
     return min(hits, key=lambda h: h[1]) if hits else None
+
+
+def markers_in(text: str | None, extra: tuple[str, ...] = ()) -> list[str]:
+    """Every distinct known marker in ``text`` (as written there), sorted."""
+    if not text:
+        return []
+    return sorted({m.group() for m in _MARKER_RE.finditer(text)} | {t for t in extra if t in text})
 
 
 def text_formats() -> list[str]:

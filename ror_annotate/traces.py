@@ -25,7 +25,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from .errors import ConfigError, InputError
-from .formats import AUTO, FORMATS, StructuredFormat, detect_structured, extract, extract_text, find_marker, line_col, normalize_newlines
+from .formats import AUTO, FORMATS, StructuredFormat, detect_structured, extract, extract_text, find_marker, line_col, markers_in, normalize_newlines
 from .records import Trace, sha256_text
 
 # Default candidate column names, tried in order when no mapping is given.
@@ -451,7 +451,7 @@ def records_to_traces(
                     f"{got.format!r}: an unrecognised reasoning transcript? Force the right one with --format "
                     f"({', '.join(FORMATS)}), or store it as is with --allow-markers"
                 )
-            meta["markers_left"] = sorted({hit[0] for _, hit in left})
+            meta["markers_left"] = sorted({m for text in (got.reasoning, answer) for m in markers_in(text, mapping.think_tags or ())})
             notes[NOTE_MARKERS] += 1
         for note in got.notes:
             notes[note] += 1
