@@ -372,10 +372,12 @@ class PlainFormat:
     example: str = "Let me compute 6*7. That is 42."
     markers: tuple[str, ...] = ()
 
-    def first_marker(self, text: str) -> int | None:  # noqa: D102 - never detected, only the fallback
+    def first_marker(self, text: str) -> int | None:
+        """Always None: plain is never detected, only the fallback."""
         return None
 
-    def extract(self, text: str, where: str) -> Extraction:  # noqa: D102
+    def extract(self, text: str, where: str) -> Extraction:
+        """The whole text, stripped, as reasoning; no answer."""
         return Extraction(reasoning=text.strip(), answer=None, format=self.name)
 
 
@@ -428,8 +430,9 @@ def _message_reasoning(message: dict[str, Any], where: str) -> str | None:
             return value
     details = message.get("reasoning_details")
     if isinstance(details, list):  # OpenRouter: typed parts; only readable text counts
-        texts = [d.get("text") or d.get("summary") for d in details if isinstance(d, dict)]
-        texts = [t for t in texts if isinstance(t, str) and t.strip()]
+        texts: list[str] = [
+            t for d in details if isinstance(d, dict) and isinstance(t := d.get("text") or d.get("summary"), str) and t.strip()
+        ]
         if texts:
             return "\n\n".join(texts)
         if any(isinstance(d, dict) and d.get("type") == "reasoning.encrypted" for d in details):
@@ -474,18 +477,20 @@ def _completion_of(record: Any) -> dict[str, Any] | None:
         return None
     if isinstance(record.get("choices"), list):
         return record
-    response = record.get("response")
-    if isinstance(response, dict):
-        body = response.get("body") if isinstance(response.get("body"), dict) else response
-        if isinstance(body.get("choices"), list):
-            return body
-    return None
+    response = _dict(record.get("response"))
+    body = _dict(response.get("body")) or response
+    return body if isinstance(body.get("choices"), list) else None
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    """``value`` when it is a dict, else an empty dict (for optional nested JSON objects)."""
+    return value if isinstance(value, dict) else {}
 
 
 def _last_user(messages: Any, where: str) -> str | None:
     if not isinstance(messages, list):
         return None
-    users = [m for m in messages if isinstance(m, dict) and _SHAREGPT_ROLES.get(m.get("role") or m.get("from")) == "user"]
+    users = [m for m in messages if isinstance(m, dict) and _SHAREGPT_ROLES.get(m.get("role") or m.get("from") or "") == "user"]
     if not users:
         return None
     text = _content_text(users[-1].get("content", users[-1].get("value")), where)
@@ -497,19 +502,18 @@ def _detect_response(record: Any) -> Any:
 
 
 def _extract_response(record: dict[str, Any], where: str, text_format: str) -> list[Extraction]:
-    response = record.get("response") if isinstance(record.get("response"), dict) else None
-    if response is not None and (response.get("status_code") not in (None, 200) or record.get("error")):
+    response = _dict(record.get("response"))
+    if response.get("status_code") not in (None, 200) or record.get("error"):
         raise InputError(f"{where}: the request failed (status {response.get('status_code')}, error {record.get('error')!r}); no response to ingest")
     completion = _completion_of(record)
     assert completion is not None  # detect() said so
     choices = completion["choices"]
     if not choices:
         raise InputError(f"{where}: the response has no choices")
-    usage = completion.get("usage") if isinstance(completion.get("usage"), dict) else {}
-    details = usage.get("completion_tokens_details") if isinstance(usage.get("completion_tokens_details"), dict) else {}
+    details = _dict(_dict(completion.get("usage")).get("completion_tokens_details"))
     hidden = int(details.get("reasoning_tokens") or 0)
-    request = record.get("request") if isinstance(record.get("request"), dict) else {}
-    request_body = request.get("body") if isinstance(request.get("body"), dict) else request
+    request = _dict(record.get("request"))
+    request_body = _dict(request.get("body")) or request
     problem = _last_user(record.get("messages") or request_body.get("messages"), where)
     out = []
     for n, choice in enumerate(choices):
@@ -777,6 +781,18 @@ def detect_structured(record: Any) -> StructuredFormat | None:
     return None
 
 
+def _parsed_json(text: str) -> Any:
+    """``text`` parsed when it is a JSON object or list that a structured adapter recognizes, else ``text``."""
+    head = text.lstrip("\ufeff \t\r\n")[:1]
+    if head not in ("{", "["):
+        return text
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return text
+    return value if detect_structured(value) is not None else text
+
+
 def extract(value: Any, where: str, *, format: str = AUTO, tags: tuple[str, str] | None = None) -> list[Extraction]:
     """Extract one :class:`Extraction` per generation from a string, a response object or a transcript.
 
@@ -793,6 +809,8 @@ def extract(value: Any, where: str, *, format: str = AUTO, tags: tuple[str, str]
     """
     _check_name(format)
     forced = FORMATS.get(format)
+    if isinstance(value, str) and not isinstance(forced, (TagFormat, HarmonyFormat, PlainFormat)) and tags is None:
+        value = _parsed_json(value)  # a response or transcript saved as a JSON string in a text column
     if isinstance(value, str):
         return [extract_text(value, where, format=format, tags=tags)]
     if isinstance(forced, StructuredFormat):

@@ -456,7 +456,10 @@ def records_to_traces(
         for note in got.notes:
             notes[note] += 1
         suffix = f"/g{i}" if len(extractions) > 1 else ""
-        base_id = given_id or got.trace_id or _as_str(_pick(record, "trace_id", mapping))
+        # The structure's own id (a response id, a Batch line's custom_id) names the trace when the
+        # structure is the whole record; nested in a column, the row's id column comes first.
+        whole = values[0] is record
+        base_id = given_id or (got.trace_id if whole else None) or _as_str(_pick(record, "trace_id", mapping)) or got.trace_id
         trace_id = (base_id + suffix) if base_id else content_trace_id(problem, got.reasoning)
         try:
             traces.append(

@@ -180,6 +180,14 @@ def test_response_ids_models_and_several_choices(tmp_path: Path) -> None:
     assert _load_one(batch, tmp_path).trace_id == "task-7"
 
 
+def test_response_saved_as_a_json_string_in_a_text_column(tmp_path: Path) -> None:
+    response = {"id": "chatcmpl-s", "model": "m", "choices": [{"message": {"role": "assistant", "reasoning_content": "s1.", "content": "S"}}]}
+    t = _load_one({"id": "row-1", "response": json.dumps(response)}, tmp_path)
+    assert (t.trace_id, t.text, t.answer, t.source_format) == ("row-1", "s1.", "S", "openai-response")
+    plain = _load_one({"trace": "{not json} so x = 2."}, tmp_path)
+    assert (plain.text, plain.source_format) == ("{not json} so x = 2.", "plain")
+
+
 def test_hidden_or_encrypted_reasoning_is_refused(tmp_path: Path) -> None:
     hidden = {"id": "chatcmpl-h", "model": "o3", "choices": [{"message": {"role": "assistant", "content": "42"}}],
               "usage": {"completion_tokens": 900, "completion_tokens_details": {"reasoning_tokens": 850}}}
@@ -474,7 +482,7 @@ def test_ror_run_on_saved_vllm_responses_produces_a_dataset(tmp_path: Path) -> N
     src = _write_jsonl(tmp_path / "vllm_responses.jsonl", VLLM_ROWS, eol="\r\n")
     db, out = tmp_path / "s.duckdb", tmp_path / "export"
     env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1"}
-    result = subprocess.run([*ROR, "run", str(src), "--db", str(db), "--out", str(out)], cwd=tmp_path, capture_output=True,
+    result = subprocess.run([*ROR, "run", str(src), "--db", str(db), "--out", str(out)], check=False, cwd=tmp_path, capture_output=True,
                             text=True, env=env, timeout=600)
     assert result.returncode == 0, result.stderr
     with Store(db) as store:
@@ -497,7 +505,7 @@ def test_cli_format_option_is_passed_through(tmp_path: Path) -> None:
     env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1"}
 
     def ror(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([*ROR, *args], cwd=tmp_path, capture_output=True, text=True, env=env, timeout=600)
+        return subprocess.run([*ROR, *args], check=False, cwd=tmp_path, capture_output=True, text=True, env=env, timeout=600)
 
     refused = ror("ingest", str(src), "--db", str(tmp_path / "a.duckdb"), "--format", "plain")
     assert refused.returncode == 2 and "Traceback" not in refused.stderr
