@@ -33,6 +33,9 @@ before extraction, so the stored text always has LF line endings (whatever the s
 every offset is a Python string index into that stored text; ``Trace.meta["line_endings"]``
 records ``"crlf"``, ``"cr"`` or ``"mixed"`` when the source text had others.
 
+End of sequence: one token of :data:`EOS_TOKENS` at the very end of an output string is removed
+(``Trace.meta["eos_token"]``); decoders keep it when special tokens are not skipped.
+
 Leftover markers: :data:`KNOWN_MARKERS` lists the control tokens and thinking markers of the
 formats above and of common chat templates (ChatML, Llama 3, DeepSeek, Mistral, Kimi, Seed);
 :func:`find_marker` finds one left in an extracted text. :mod:`ror_annotate.traces` refuses such a
@@ -95,6 +98,14 @@ NOTE_GAPS = "text between reasoning blocks kept in meta.gaps"
 NOTE_NO_REASONING_FIELD = "response/transcript without a reasoning field or thinking markers: whole content stored as reasoning"
 NOTE_NEWLINES = "CRLF/CR line endings stored as LF"
 NOTE_TRUNCATED = "reasoning block never closed (truncated output): no answer"
+NOTE_EOS = "end-of-sequence token at the end of the output removed (meta.eos_token)"
+
+#: End-of-sequence tokens a decoder leaves at the very end of an output when special tokens are
+#: kept (ChatML/Qwen, GPT-2 family, DeepSeek, Llama 3, Gemma, Seed, Llama 2/Mistral ``</s>``).
+#: Removed there only; anywhere else the known ones are leftover markers.
+EOS_TOKENS: tuple[str, ...] = (
+    "<|im_end|>", "<|endoftext|>", "<｜end▁of▁sentence｜>", "<|eot_id|>", "<|end_of_text|>", "<end_of_turn>", "<seed:eos>", "</s>",
+)
 
 
 # --------------------------------------------------------------------------- text helpers
@@ -112,6 +123,16 @@ def normalize_newlines(text: str) -> tuple[str, str | None]:
     n_cr = text.count("\r") - n_crlf
     kind = "mixed" if n_crlf and n_cr else ("crlf" if n_crlf else "cr")
     return text.replace("\r\n", "\n").replace("\r", "\n"), kind
+
+
+def strip_trailing_eos(text: str) -> tuple[str, str | None]:
+    """``text`` without one end-of-sequence token of :data:`EOS_TOKENS` at its very end (trailing
+    whitespace aside), and that token (None when there was none)."""
+    stripped = text.rstrip()
+    for token in EOS_TOKENS:
+        if stripped.endswith(token):
+            return stripped[: -len(token)], token
+    return text, None
 
 
 def line_col(text: str, index: int) -> str:
@@ -691,7 +712,16 @@ KNOWN_MARKERS: tuple[str, ...] = tuple(dict.fromkeys([
     "[INST]", "[/INST]", "[TOOL_CALLS]", "[SYSTEM_PROMPT]", "[/SYSTEM_PROMPT]",
     "<|im_user|>", "<|im_assistant|>", "<|im_system|>", "<|im_middle|>",
     "<seed:bos>", "<seed:eos>", "<start_of_turn>", "<end_of_turn>",
+    # GPT-OSS output decoded with skip_special_tokens=True: the Harmony tokens are gone, their words stay
+    "assistantfinal", "assistantanalysis", "assistantcommentary",
 ]))
+
+#: What to do about a leftover marker, where more can be said than "force a format".
+MARKER_HINTS: dict[str, str] = {
+    m: "this is GPT-OSS Harmony output decoded with skip_special_tokens=True, which dropped its control tokens: "
+    "decode again keeping special tokens, or save the server's reasoning_content"
+    for m in ("assistantfinal", "assistantanalysis", "assistantcommentary")
+}
 _MARKER_RE = re.compile("|".join(re.escape(m) for m in sorted(KNOWN_MARKERS, key=len, reverse=True)), re.IGNORECASE)
 
 
@@ -755,6 +785,7 @@ def extract_text(text: str, where: str, *, format: str = AUTO, tags: tuple[str, 
         Unknown or non-text format name.
     """
     text, newlines = normalize_newlines(text)
+    text, eos = strip_trailing_eos(text)
     if tags is not None:
         adapter: TextAdapter = TagFormat("custom", tags[0], tags[1], "custom tags", f"{tags[0]}R{tags[1]}A")
     elif format == AUTO:
@@ -770,6 +801,8 @@ def extract_text(text: str, where: str, *, format: str = AUTO, tags: tuple[str, 
     result = adapter.extract(text, where)
     if newlines:
         result = Extraction(**{**result.__dict__, "meta": {**result.meta, "line_endings": newlines}, "notes": (*result.notes, NOTE_NEWLINES)})
+    if eos:
+        result = Extraction(**{**result.__dict__, "meta": {**result.meta, "eos_token": eos}, "notes": (*result.notes, NOTE_EOS)})
     return result
 
 

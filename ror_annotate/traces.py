@@ -6,8 +6,9 @@ preset, or the default candidate names), extract the reasoning and the answer wi
 adapters of :mod:`ror_annotate.formats` (``<think>`` tags and variants, Harmony, Mistral, Seed,
 Kimi, OpenAI-compatible response objects, chat transcripts; auto-detected or forced), refuse a
 known control token or thinking marker left in the result, give each trace a stable id, and
-validate. Stored texts always have LF line endings (see :func:`ror_annotate.formats.normalize_newlines`). Bad rows raise :class:`~ror_annotate.errors.InputError` naming the file
-and line, or are counted and reported with ``skip_invalid=True``. Nothing is written anywhere here;
+validate. Stored texts always have LF line endings (see :func:`ror_annotate.formats.normalize_newlines`).
+Bad rows raise :class:`~ror_annotate.errors.InputError` naming the file and line, or are counted
+and reported with ``skip_invalid=True``. Nothing is written anywhere here;
 ingestion into the store happens only after the whole input has been read and validated.
 """
 
@@ -25,7 +26,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from .errors import ConfigError, InputError
-from .formats import AUTO, FORMATS, StructuredFormat, detect_structured, extract, extract_text, find_marker, line_col, markers_in, normalize_newlines
+from .formats import AUTO, FORMATS, MARKER_HINTS, StructuredFormat, detect_structured, extract, extract_text, find_marker, line_col, markers_in, normalize_newlines
 from .records import Trace, sha256_text
 
 # Default candidate column names, tried in order when no mapping is given.
@@ -446,10 +447,12 @@ def records_to_traces(
             name, (marker, index) = left[0]
             if not allow_markers:
                 text = got.reasoning if name == "reasoning" else answer
+                hint = MARKER_HINTS.get(marker.lower()) or (
+                    f"an unrecognised reasoning transcript? Force the right one with --format ({', '.join(FORMATS)})"
+                )
                 raise InputError(
                     f"{where}: the {name} still holds {marker!r} at {line_col(text or '', index)} after reading the record as "
-                    f"{got.format!r}: an unrecognised reasoning transcript? Force the right one with --format "
-                    f"({', '.join(FORMATS)}), or store it as is with --allow-markers"
+                    f"{got.format!r}: {hint}; or store it as is with --allow-markers"
                 )
             meta["markers_left"] = sorted({m for text in (got.reasoning, answer) for m in markers_in(text, mapping.think_tags or ())})
             notes[NOTE_MARKERS] += 1

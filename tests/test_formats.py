@@ -255,9 +255,31 @@ def test_unrecognised_transcript_is_refused_or_counted_under_the_flag(tmp_path: 
     with pytest.raises(InputError, match=r"u\.jsonl:2: the reasoning still holds '<\|im_start\|>' at line 1, column 1 .*--allow-markers"):
         load_traces(path)
     result = load_traces(path, allow_markers=True)
-    assert [t.text for t in result.traces] == ["fine", chatml]
+    assert [t.text for t in result.traces] == ["fine", "<|im_start|>assistant\nLet me think about it.\nSo 5."]
     assert result.notes[NOTE_MARKERS] == 1
-    assert result.traces[1].meta["markers_left"] == ["<|im_end|>", "<|im_start|>"]
+    assert result.traces[1].meta["markers_left"] == ["<|im_start|>"]
+    assert result.traces[1].meta["eos_token"] == "<|im_end|>"
+
+
+@pytest.mark.parametrize(
+    "eos, refused_mid_text",
+    [("<|im_end|>", True), ("<|endoftext|>", True), ("<｜end▁of▁sentence｜>", True), ("<|eot_id|>", True), ("</s>", False)],
+)
+def test_one_trailing_end_of_sequence_token_is_removed_and_recorded(eos: str, refused_mid_text: bool, tmp_path: Path) -> None:
+    t = _load_one({"trace": f"<think>r.</think>The answer is 3.{eos}\n"}, tmp_path)
+    assert (t.text, t.answer, t.meta["eos_token"]) == ("r.", "The answer is 3.", eos)
+    mid_text = {"trace": f"<think>r.</think>The answer{eos} is 3."}
+    if refused_mid_text:  # anywhere but the end, a known token is a leftover
+        with pytest.raises(InputError, match="the answer still holds"):
+            _load_one(mid_text, tmp_path)
+    else:  # </s> is also HTML: only removed at the very end
+        assert _load_one(mid_text, tmp_path).answer == "The answer</s> is 3."
+
+
+def test_harmony_decoded_without_special_tokens_is_refused_with_the_reason(tmp_path: Path) -> None:
+    text = "analysisWe need 3*4. That is 12.assistantfinalThe answer is 12."
+    with pytest.raises(InputError, match=r"holds 'assistantfinal'.*skip_special_tokens=True.*reasoning_content"):
+        _load_one({"trace": text}, tmp_path)
 
 
 def test_marker_of_a_second_format_is_refused(tmp_path: Path) -> None:

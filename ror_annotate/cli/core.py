@@ -137,6 +137,7 @@ def do_ingest(
         err_console.print(f"[yellow]... and {len(result.skipped) - 20} more skipped records[/]")
     for note, n in result.notes.items():
         err_console.print(f"[yellow]note[/] {n} traces: {note}", highlight=False)
+    err_console.print("formats: " + ", ".join(f"{name} {n}" for name, n in result.formats.most_common()), highlight=False)
     counts = store.upsert_traces(result.traces, run_id=run_id)
     counts["skipped"] = len(result.skipped)
     counts["formats"] = dict(result.formats)
