@@ -467,7 +467,7 @@ def test_a_v1_store_migrates_and_keeps_its_traces(tmp_path: Path) -> None:
     con.execute("INSERT INTO traces (trace_id, text, text_sha256, meta, ingested_at) VALUES ('old', 'kept.', 'x', '{}', now())")
     con.close()
     with Store(db) as store:
-        assert store.schema_version("core") == 2
+        assert store.schema_version("core") == len(CORE_MIGRATIONS)
         old = store.get_trace("old")
     assert (old.text, old.source_format) == ("kept.", None)
 
@@ -538,3 +538,15 @@ def test_cli_format_option_is_passed_through(tmp_path: Path) -> None:
     with Store(tmp_path / "b.duckdb") as store:
         t = store.get_trace("a")
     assert (t.text, t.source_format, t.meta["markers_left"]) == ("<think>r.</think>a.", "plain", ["</think>", "<think>"])
+
+
+def test_pipeline_ingest_passes_format_and_reports_formats_and_notes(tmp_path: Path) -> None:
+    from ror_annotate import pipeline
+
+    src = _write_jsonl(tmp_path / "p.jsonl", [{"id": "a", "trace": "<think>A.</think>B.<think>C.</think>D."}, {"id": "b", "trace": "plain."}])
+    with Store(tmp_path / "p.duckdb") as store:
+        summary = pipeline.ingest(store, src)
+        assert (summary.formats, summary.notes) == ({"think": 1, "plain": 1}, {"text between reasoning blocks kept in meta.gaps": 1})
+        with pytest.raises(InputError, match=r"p\.jsonl:2: --format think was forced, but the text has none of its markers"):
+            pipeline.ingest(store, src, format="think")
+        assert store.runs()[-1].parameters["format"] == "think" and store.runs()[-1].status == "failed"
