@@ -592,10 +592,7 @@ def _transcript_of(record: Any) -> list[Any] | None:
 def _extract_chat(record: Any, where: str, text_format: str) -> list[Extraction]:
     messages = _transcript_of(record)
     assert messages is not None
-    roles = []
-    for n, m in enumerate(messages):
-        role = _SHAREGPT_ROLES.get(m.get("role") or m.get("from") or "", m.get("role") or m.get("from"))
-        roles.append(role)
+    roles = [_SHAREGPT_ROLES.get(m.get("role") or m.get("from") or "", m.get("role") or m.get("from")) for m in messages]
     last_user = max((n for n, r in enumerate(roles) if r == "user"), default=-1)
     turns = [(n, messages[n]) for n in range(last_user + 1, len(messages))]
     if not any(roles[n] == "assistant" for n, _ in turns):
