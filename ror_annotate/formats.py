@@ -429,19 +429,55 @@ class StructuredFormat:
     markers: tuple[str, ...] = ()
 
 
-def _content_text(content: Any, where: str) -> str | None:
-    """A message ``content``: a string, None, or a list of parts (``{"type": "text", "text": ...}``)."""
+#: Content-part types that hold reasoning: Mistral's API (``{"type": "thinking", "thinking": [text parts]}``),
+#: Anthropic-style blocks (``{"type": "thinking", "thinking": "..."}``), ``{"type": "reasoning", "text": ...}``.
+_REASONING_PARTS = ("thinking", "reasoning")
+#: Content-part types whose reasoning cannot be read.
+_HIDDEN_PARTS = ("redacted_thinking", "reasoning.encrypted")
+
+
+def _part_text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        return "".join(_part_text(v) for v in value)
+    if isinstance(value, dict):
+        return _part_text(value.get("text", ""))
+    return ""
+
+
+def _split_parts(content: Any, where: str) -> tuple[str | None, str | None]:
+    """``(reasoning, text)`` of a message ``content``: a string, None, or a list of typed parts.
+
+    Reasoning parts (:data:`_REASONING_PARTS`) are kept apart from text parts, so that a thinking
+    block returned inside ``content`` never becomes the answer or vanishes.
+
+    Raises
+    ------
+    InputError
+        Content of another type, or only hidden (redacted/encrypted) reasoning parts.
+    """
     if content is None or isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts = []
-        for part in content:
-            if isinstance(part, str):
-                parts.append(part)
-            elif isinstance(part, dict) and isinstance(part.get("text"), str):
-                parts.append(part["text"])
-        return "".join(parts)
-    raise InputError(f"{where}: message content must be a string or a list of text parts, got {type(content).__name__}")
+        return None, content
+    if not isinstance(content, list):
+        raise InputError(f"{where}: message content must be a string or a list of parts, got {type(content).__name__}")
+    reasoning, text, hidden = [], [], False
+    for part in content:
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind in _REASONING_PARTS:
+            reasoning.append(_part_text(part.get(kind) if part.get(kind) is not None else part.get("text")))
+        elif kind in _HIDDEN_PARTS:
+            hidden = True
+        elif isinstance(part, str) or kind in (None, "text", "output_text"):
+            text.append(_part_text(part))
+    if hidden and not any(r.strip() for r in reasoning):
+        raise InputError(f"{where}: the message's reasoning is redacted or encrypted; it cannot be annotated")
+    return ("\n\n".join(r for r in reasoning if r.strip()) or None), "".join(text)
+
+
+def _content_text(content: Any, where: str) -> str | None:
+    """The text of a message ``content`` (a string, None, or a list of parts; reasoning parts left out)."""
+    return _split_parts(content, where)[1]
 
 
 def _message_reasoning(message: dict[str, Any], where: str) -> str | None:
@@ -463,12 +499,12 @@ def _message_reasoning(message: dict[str, Any], where: str) -> str | None:
 
 def _from_message(message: dict[str, Any], where: str, text_format: str, hidden_reasoning_tokens: int = 0) -> Extraction:
     """Reasoning and answer of one assistant message (a reasoning field, or markers in the content)."""
-    content = _content_text(message.get("content"), where)
+    part_reasoning, content = _split_parts(message.get("content"), where)
     side: dict[str, list[str]] = {}
     calls = message.get("tool_calls") or ([message["function_call"]] if message.get("function_call") else [])
     if calls:
         side["tool_calls"] = [json.dumps(c, ensure_ascii=False, sort_keys=True) for c in calls]
-    reasoning = _message_reasoning(message, where)
+    reasoning = _message_reasoning(message, where) or part_reasoning
     if reasoning is not None:
         reasoning, newlines = normalize_newlines(reasoning)
         meta = {"line_endings": newlines} if newlines else {}

@@ -111,6 +111,12 @@ ADAPTER_CASES: list[tuple[str, dict, str, str | None, str, dict]] = [
         "R1.\nR2.", "A.", "openai-response/think", {},
     ),
     (
+        "openai-response-thinking-parts",  # Mistral's API: the thinking is a typed part of content
+        {"id": "cmpl-m", "model": "magistral-medium-2509", "choices": [{"message": {"role": "assistant", "content": [
+            {"type": "thinking", "thinking": [{"type": "text", "text": "p1.\np2."}]}, {"type": "text", "text": "P."}]}}]},
+        "p1.\np2.", "P.", "openai-response", {},
+    ),
+    (
         "openai-batch-line",
         {"id": "batch_req_1", "custom_id": "task-7", "error": None,
          "response": {"status_code": 200, "request_id": "r", "body": {"id": "chatcmpl-3", "model": "m", "choices": [
@@ -193,6 +199,10 @@ def test_hidden_or_encrypted_reasoning_is_refused(tmp_path: Path) -> None:
               "usage": {"completion_tokens": 900, "completion_tokens_details": {"reasoning_tokens": 850}}}
     with pytest.raises(InputError, match=r"in\.jsonl:1: the response used 850 reasoning tokens but carries no reasoning text"):
         _load_one(hidden, tmp_path)
+    redacted = {"messages": [{"role": "user", "content": "Q"}, {"role": "assistant", "content": [
+        {"type": "redacted_thinking", "data": "EmwKAhgB"}, {"type": "text", "text": "A."}]}]}
+    with pytest.raises(InputError, match=r"in\.jsonl:1 messages\[1\]: the message's reasoning is redacted or encrypted"):
+        _load_one(redacted, tmp_path)
     encrypted = {"id": "gen-e", "model": "m", "choices": [{"message": {"role": "assistant", "content": "42", "reasoning_details": [
         {"type": "reasoning.encrypted", "data": "gAAAA"}]}}]}
     with pytest.raises(InputError, match=r"in\.jsonl:1: the reasoning is encrypted"):
