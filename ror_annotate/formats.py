@@ -581,6 +581,8 @@ def _extract_response(record: dict[str, Any], where: str, text_format: str) -> l
             got = _from_message(choice["message"], here, text_format, hidden)
         elif isinstance(choice.get("text"), str):  # /v1/completions: the raw generated text
             got = extract_text(choice["text"], here, format=text_format)
+        elif isinstance(choice.get("delta"), dict):
+            raise InputError(f"{here}: this is one streamed chunk (choices[].delta); save the assembled response, not the stream")
         else:
             raise InputError(f"{here}: a choice needs a message object or a text string")
         meta = {**got.meta, **({"finish_reason": choice["finish_reason"]} if choice.get("finish_reason") else {})}

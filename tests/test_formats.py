@@ -117,6 +117,11 @@ ADAPTER_CASES: list[tuple[str, dict, str, str | None, str, dict]] = [
         "p1.\np2.", "P.", "openai-response", {},
     ),
     (
+        "openai-text-completion",  # /v1/completions: the raw generated text
+        {"id": "cmpl-t", "object": "text_completion", "model": "m", "choices": [{"index": 0, "text": "x1.\nx2.</think>\n\nX.", "finish_reason": "stop"}]},
+        "x1.\nx2.", "X.", "openai-response/think", {"finish_reason": "stop"},
+    ),
+    (
         "openai-batch-line",
         {"id": "batch_req_1", "custom_id": "task-7", "error": None,
          "response": {"status_code": 200, "request_id": "r", "body": {"id": "chatcmpl-3", "model": "m", "choices": [
@@ -192,6 +197,12 @@ def test_response_saved_as_a_json_string_in_a_text_column(tmp_path: Path) -> Non
     assert (t.trace_id, t.text, t.answer, t.source_format) == ("row-1", "s1.", "S", "openai-response")
     plain = _load_one({"trace": "{not json} so x = 2."}, tmp_path)
     assert (plain.text, plain.source_format) == ("{not json} so x = 2.", "plain")
+
+
+def test_a_streamed_chunk_is_refused_with_the_reason(tmp_path: Path) -> None:
+    chunk = {"id": "chatcmpl-c", "object": "chat.completion.chunk", "model": "m", "choices": [{"index": 0, "delta": {"reasoning_content": "R"}}]}
+    with pytest.raises(InputError, match=r"in\.jsonl:1: this is one streamed chunk"):
+        _load_one(chunk, tmp_path)
 
 
 def test_hidden_or_encrypted_reasoning_is_refused(tmp_path: Path) -> None:
