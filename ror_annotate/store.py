@@ -102,6 +102,8 @@ CORE_MIGRATIONS: tuple[str, ...] = (
         component VARCHAR NOT NULL
     );
     """,
+    # v3: the format adapter that read each trace (ror_annotate.formats); NULL for traces stored before
+    "ALTER TABLE traces ADD COLUMN source_format VARCHAR;",
 )
 
 #: Tables owned by this module; anything else with a ``trace_id`` column belongs to a stage.
@@ -598,6 +600,7 @@ class Store:
                     "model": [t.model for t in new],
                     "source": [t.source for t in new],
                     "dataset": [t.dataset for t in new],
+                    "source_format": pa.array([t.source_format for t in new], type=pa.string()),
                     "meta": [json.dumps(t.meta, ensure_ascii=False, default=str) for t in new],
                     "ingested_at": pa.array([now] * len(new), type=pa.timestamp("us")),
                     "run_id": pa.array([run_id] * len(new), type=pa.string()),
@@ -620,7 +623,7 @@ class Store:
 
     def iter_traces(self, trace_ids: Sequence[str] | None = None) -> Iterator[Trace]:
         """Yield stored traces (all, or those in ``trace_ids``), in ingestion order."""
-        cols = "trace_id, text, problem, answer, gold_answer, correct, model, source, dataset, meta"
+        cols = "trace_id, text, problem, answer, gold_answer, correct, model, source, dataset, meta, source_format"
         if trace_ids is None:
             rows = self.con.execute(f"SELECT {cols} FROM traces ORDER BY ingested_at, trace_id").fetchall()
         else:
@@ -630,7 +633,7 @@ class Store:
         for r in rows:
             yield Trace(
                 trace_id=r[0], text=r[1], problem=r[2], answer=r[3], gold_answer=r[4], correct=r[5],
-                model=r[6], source=r[7], dataset=r[8], meta=json.loads(r[9]) if r[9] else {},
+                model=r[6], source=r[7], dataset=r[8], meta=json.loads(r[9]) if r[9] else {}, source_format=r[10],
             )
 
     # ------------------------------------------------------------------ segments
