@@ -171,7 +171,7 @@ def pull(
         store.finish_run(run.run_id, counts={
             "labels_written": report.labels_written, "labels_unchanged": report.labels_unchanged,
             "labels_removed": report.labels_removed, "labels_replaced": len(report.replaced), "skips": report.skips,
-            "re_anchored": len(report.reanchored), "rejected": len(report.rejected)})
+            "superseded": len(report.superseded), "re_anchored": len(report.reanchored), "rejected": len(report.rejected)})
     _print_pull(report)
 
 
