@@ -12,7 +12,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from ror_annotate.records import BEHAVIORS
@@ -59,6 +59,11 @@ class World:
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(histories)
+# the owner annotates twice: the newer annotation replaces the label, named with the owner's pseudonym
+@example([("ann", "a1", "a1", 0, "planning", False), ("pull",), ("ann", "a1", "a1", 0, "fact", False)])
+# an outsider and the other annotator annotate the owner's task after the owner's label was pulled (the issue)
+@example([("ann", "a1", "a1", 0, "planning", False), ("pull",), ("ann", "out", "a1", 0, "fact", False),
+          ("ann", "a2", "a1", 0, "execution", False)])
 def test_no_annotation_by_another_user_changes_what_is_stored_for_the_owner(history):
     with tempfile.TemporaryDirectory() as tmp:
         everyone, owners = World(Path(tmp) / "x.duckdb", "iso"), World(Path(tmp) / "y.duckdb", "iso")
@@ -81,10 +86,10 @@ def test_no_annotation_by_another_user_changes_what_is_stored_for_the_owner(hist
                     else:
                         w.ls.delete(ann_id)
             elif op[0] == "pull":
-                reports = [pull_study(w.store, w.name, w.ls, run_id=None) for w in (everyone, owners)]
+                reports = [(w, pull_study(w.store, w.name, w.ls, run_id=None)) for w in (everyone, owners)]
                 assert everyone.stored() == owners.stored()
-                for rep in reports:  # every removed or replaced label is named, by annotator pseudonym
+                for w, rep in reports:  # every removed or replaced label is named, by the store's pseudonym
                     assert len(rep.removed) == rep.labels_removed
-                    assert all(line.split(" ")[0] in everyone.pseud.values() for line in rep.removed + rep.replaced)
+                    assert all(line.split(" ")[0] in w.pseud.values() for line in rep.removed + rep.replaced)
         everyone.store.close()
         owners.store.close()
