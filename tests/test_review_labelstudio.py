@@ -499,3 +499,28 @@ def test_copied_task_is_rejected_and_a_deleted_annotation_removes_its_label(admi
     assert push_study(store, name, admin).tasks_created == 0
     again = pull_study(store, name, admin)
     assert again.rejected == rep.rejected and again.labels_written == 0
+
+
+def test_cli_missing_accounts_never_reach_the_runs_table(admin, people, tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from ror_annotate.cli import app
+
+    F.make_store(tmp_path / "acc.duckdb").close()
+    monkeypatch.setenv("LABEL_STUDIO_URL", URL)
+    monkeypatch.setenv("LABEL_STUDIO_API_KEY", KEY)
+    monkeypatch.setenv("LABEL_STUDIO_PUBLIC_URL", "https://review.lab.example")
+    db = str(tmp_path / "acc.duckdb")
+    missing = [f"late{i}-{uuid.uuid4().hex[:6]}@example.org" for i in range(2)]
+    runner = CliRunner()
+    r = runner.invoke(app, ["review", "create", "acc", "-a", people["ann1"][0], "-a", missing[0], "-a", missing[1], "--n", "3",
+                            "--overlap", "1", "--db", db])
+    assert r.exit_code == 0, r.output
+    r = runner.invoke(app, ["review", "push", "acc", "--db", db])
+    assert r.exit_code != 0
+    flat = " ".join(r.output.split())
+    assert "2 people have no Label Studio account" in flat and all(e in flat for e in missing), r.output
+    assert "https://review.lab.example/user/signup/?token=" in flat.replace(" ", "")  # rich may wrap the long link
+    with Store(db) as st:
+        assert "@" not in str(st.execute("SELECT * FROM runs").fetchall())
+        assert st.execute("SELECT count(*) FROM review_projects").fetchone()[0] == 0

@@ -11,7 +11,7 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.table import Table
@@ -46,23 +46,21 @@ def _client(url: str | None, public: str | None = None):
     return LabelStudioClient(url, public=public)
 
 
+def _pull_counts(report) -> dict[str, int]:
+    return {"labels_written": report.labels_written, "labels_unchanged": report.labels_unchanged,
+            "labels_removed": report.labels_removed, "labels_replaced": len(report.replaced), "skips": report.skips,
+            "superseded": len(report.superseded), "re_anchored": len(report.reanchored), "rejected": len(report.rejected)}
+
+
 def _print_pull(report) -> None:
     """Counts on one line, then every removed / replaced label, re-anchored region and rejection by name."""
-    counts = {"labels_written": report.labels_written, "labels_unchanged": report.labels_unchanged,
-              "labels_removed": report.labels_removed, "labels_replaced": len(report.replaced), "skips": report.skips,
-              "superseded": len(report.superseded), "re_anchored": len(report.reanchored), "rejected": len(report.rejected)}
+    counts = _pull_counts(report)
     console.print(", ".join(f"{k.replace('_', ' ')} {v}" for k, v in counts.items()))
     # never truncated: a lab must be able to see every label a pull took away or changed
     for kind, lines in (("removed", report.removed), ("replaced", report.replaced), ("re-anchored", report.reanchored),
                         ("superseded", report.superseded), ("rejected", report.rejected)):
         for line in lines:
             err_console.print(f"[yellow]{kind}[/]: {line}", highlight=False, soft_wrap=True)
-
-
-def _tracked(store, command: str, parameters: dict[str, Any]):
-    from ..store import scrub_secrets
-
-    return store.start_run(command, scrub_secrets(parameters))
 
 
 @review_app.command("create")
@@ -124,17 +122,14 @@ def push(
 ) -> None:
     """Create or reuse each annotator's Label Studio project and import missing tasks (never duplicates)."""
     from ..review.studies import person_email
-    from ..review.sync import push_study
+    from ..review.sync import push_study, require_accounts
 
     client = _client(url, public_url)
     with open_store(db, lock_timeout) as store:
-        run = _tracked(store, "review push", {"study": name, "url": client.url, "public_url": client.public_url})
-        try:
+        require_accounts(store, name, client)  # before the run: its message names people by e-mail
+        with store.run("review push", {"study": name, "url": client.url, "public_url": client.public_url}) as run:
             report = push_study(store, name, client, restore_config=restore_config)
-        except BaseException:
-            store.finish_run(run.run_id, status="failed")
-            raise
-        store.finish_run(run.run_id, counts={"tasks_created": report.tasks_created, "tasks_total": report.tasks_total})
+            run.counts.update(tasks_created=report.tasks_created, tasks_total=report.tasks_total)
         table = Table(title=f"study {name} on {client.public_url}")
         for col in ("annotator", "e-mail (private)", "project", "new tasks", "tasks"):
             table.add_column(col, no_wrap=col == "annotator")
@@ -158,20 +153,14 @@ def pull(
     lock_timeout: LockTimeoutOption = 10.0,
 ) -> None:
     """Import annotations (idempotent): human labels, skips, adjudications; names every label removed or replaced."""
-    from ..review.sync import pull_study
+    from ..review.sync import pull_study, require_accounts
 
     client = _client(url, public_url)
     with open_store(db, lock_timeout) as store:
-        run = _tracked(store, "review pull", {"study": name, "url": client.url, "strict_offsets": strict_offsets})
-        try:
+        require_accounts(store, name, client)  # before the run: its message names people by e-mail
+        with store.run("review pull", {"study": name, "url": client.url, "strict_offsets": strict_offsets}) as run:
             report = pull_study(store, name, client, run_id=run.run_id, strict_offsets=strict_offsets)
-        except BaseException:
-            store.finish_run(run.run_id, status="failed")
-            raise
-        store.finish_run(run.run_id, counts={
-            "labels_written": report.labels_written, "labels_unchanged": report.labels_unchanged,
-            "labels_removed": report.labels_removed, "labels_replaced": len(report.replaced), "skips": report.skips,
-            "superseded": len(report.superseded), "re_anchored": len(report.reanchored), "rejected": len(report.rejected)})
+            run.counts.update(_pull_counts(report))
     _print_pull(report)
 
 
@@ -227,17 +216,16 @@ def adjudicate(
 ) -> None:
     """Send disagreements to the adjudication project and pull the adjudicator's choices."""
     from ..review.adjudicate import adjudicate_study
+    from ..review.sync import require_accounts
 
     client = _client(url, public_url)
     with open_store(db, lock_timeout) as store:
-        run = _tracked(store, "review adjudicate", {"study": name, "url": client.url, "show_judge": show_judge})
-        try:
+        require_accounts(store, name, client, adjudicator=adjudicator, adjudicating=True)  # before the run: its message names people by e-mail
+        with store.run("review adjudicate", {"study": name, "url": client.url, "show_judge": show_judge}) as run:
             report = adjudicate_study(store, name, client, adjudicator=adjudicator, show_judge=show_judge, run_id=run.run_id,
                                       strict_offsets=strict_offsets)
-        except BaseException:
-            store.finish_run(run.run_id, status="failed")
-            raise
-        store.finish_run(run.run_id, counts={"disagreements": report.disagreements, "tasks_created": report.tasks_created})
+            run.counts.update(disagreements=report.disagreements, tasks_created=report.tasks_created,
+                              show_judge=report.show_judge, **_pull_counts(report.pull))
     for w in report.warnings:
         err_console.print(f"[yellow]warning[/]: {w}", highlight=False, soft_wrap=True)
     console.print(f"{report.disagreements} disagreements, {report.tasks_created} new adjudication tasks "

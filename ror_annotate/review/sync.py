@@ -150,16 +150,51 @@ def user_ids(store: "Store", client: LabelStudioClient, pseudonyms: Sequence[str
     emails = {p: person_email(store, p) for p in dict.fromkeys(pseudonyms)}
     missing = [f"{p} ({e})" for p, e in emails.items() if e not in users]
     if missing:
-        raise ReviewError(
-            f"{len(missing)} {'person has' if len(missing) == 1 else 'people have'} no Label Studio account at {client.public_url}: "
-            f"{', '.join(missing)}. Send them the invite link {client.invite_url()} to sign up with exactly these e-mails, "
-            "then run the command again"
-        )
+        raise _no_accounts(client, missing)
     out = {}
     for p, e in emails.items():
         out[p] = users[e]
         store.execute("UPDATE review_people SET ls_user_id = ?, server_url = ? WHERE pseudonym = ?", [users[e], client.url, p])
     return out
+
+
+def require_accounts(
+    store: "Store", name: str, client: LabelStudioClient, *, adjudicator: str | None = None, adjudicating: bool = False
+) -> None:
+    """Check, before a command starts its run, that everybody it needs has an account on the server.
+
+    Push needs every annotator; pull also the adjudicator once an adjudication project exists;
+    ``adjudicating`` adds the study's adjudicator, and ``adjudicator`` (an e-mail) a new one. Done before :meth:`Store.run` so that the error,
+    which names people by e-mail for the person running ror, never reaches the ``runs`` table.
+
+    Raises
+    ------
+    ReviewError
+        As :func:`user_ids`: all people without an account, at once, with the invite link.
+    """
+    from .studies import pseudonym_for
+
+    ensure_tables(store)
+    study = load_study(store, name)
+    people = list(study_people(store, name))
+    if study.adjudicator and (adjudicating or _project_refs(store, name, ADJUDICATION_ROLE)):
+        people.append(study.adjudicator)
+    pairs = {p: person_email(store, p) for p in people}
+    if adjudicator:  # possibly not registered in this store yet: computed, not written
+        email = adjudicator.strip().lower()
+        pairs.setdefault(pseudonym_for(store, email), email)
+    users = client.users_by_email()
+    missing = [f"{p} ({e})" for p, e in pairs.items() if e not in users]
+    if missing:
+        raise _no_accounts(client, missing)
+
+
+def _no_accounts(client: LabelStudioClient, missing: list[str]) -> ReviewError:
+    return ReviewError(
+        f"{len(missing)} {'person has' if len(missing) == 1 else 'people have'} no Label Studio account at {client.public_url}: "
+        f"{', '.join(missing)}. Send them the invite link {client.invite_url()} to sign up with exactly these e-mails, "
+        "then run the command again"
+    )
 
 
 def _user_id(store: "Store", client: LabelStudioClient, pseudonym: str, users: dict[str, int] | None = None) -> int:
@@ -709,5 +744,5 @@ def _span_skipped_segments(store: "Store", ref: ProjectRef) -> int:
 
 __all__: Sequence[str] = (
     "ADJUDICATION_ROLE", "ANNOTATOR_ROLE", "AnnotatorProgress", "ProjectRef", "PullReport", "PushReport",
-    "judge_labels_for", "pull_study", "push_study", "study_config", "study_status",
+    "judge_labels_for", "pull_study", "push_study", "require_accounts", "study_config", "study_status", "user_ids",
 )
