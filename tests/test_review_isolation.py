@@ -93,3 +93,23 @@ def test_no_annotation_by_another_user_changes_what_is_stored_for_the_owner(hist
                     assert all(line.split(" ")[0] in w.pseud.values() for line in rep.removed + rep.replaced)
         everyone.store.close()
         owners.store.close()
+
+
+def test_an_edit_by_another_account_keeps_what_is_stored_for_the_task(tmp_path):
+    w = World(tmp_path / "e.duckdb", "edit")
+    task = w.task_ids["a1"][0]
+    w.ls.annotate(task, 7001, UIDS["a1"], _choice("planning"), when="2026-01-01T00:00:01Z")
+    assert pull_study(w.store, w.name, w.ls).labels_written == 1
+    # a1 makes a newer annotation, which an outsider edits before the next pull: its content is not a1's
+    w.ls.annotate(task, 7002, UIDS["a1"], _choice("fact"), when="2026-01-01T00:00:02Z")
+    w.ls.update(7002, UIDS["out"], _choice("execution"), when="2026-01-01T00:00:03Z")
+    rep = pull_study(w.store, w.name, w.ls)
+    assert (rep.labels_written, rep.labels_removed, rep.removed, rep.replaced) == (0, 0, [], [])
+    assert any("annotation 7002 " in r and f"Label Studio user {UIDS['out']}" in r for r in rep.rejected)
+    assert [v for v in w.stored()["a1"].values()] == [("planning", 7001)]
+    # a1 saves it again: now it is theirs, and the replacement is named
+    w.ls.update(7002, UIDS["a1"], _choice("reflection"), when="2026-01-01T00:00:04Z")
+    rep = pull_study(w.store, w.name, w.ls)
+    assert rep.labels_written == 1 and len(rep.replaced) == 1 and "planning (annotation 7001) -> reflection (annotation 7002" in rep.replaced[0]
+    assert [v for v in w.stored()["a1"].values()] == [("reflection", 7002)]
+    w.store.close()

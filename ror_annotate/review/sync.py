@@ -375,8 +375,8 @@ def push_study(store: "Store", name: str, client: LabelStudioClient, *, restore_
 class _Parsed:
     """One annotation's outcome before anything is written.
 
-    ``keep_stored``: the annotation is the owner's but another user saved it last, so its new
-    content is rejected and the label stored from it earlier (if any) stays as it was.
+    ``keep_stored``: the annotation is the owner's newest on its task but another user saved it
+    last, so its content is rejected and what is stored for that task stays as it was.
     """
 
     ls_annotation_id: int
@@ -426,7 +426,7 @@ def _classify(ann: dict, p: _Parsed, *, owner: str, user_id: int, newest_own: in
     elif editor is not None and editor != user_id:
         p.status, p.keep_stored = "rejected", True
         p.reason = (f"{where}: {owner}'s annotation was last saved by Label Studio user {editor}, not by {owner}; its content "
-                    f"is not {owner}'s, so it is not imported and the label stored from it before (if any) is kept as it was")
+                    f"is not {owner}'s, so it is not imported and what is stored for this task is kept as it was")
     elif ann.get("was_cancelled"):
         p.status = "skip"
 
@@ -655,9 +655,11 @@ def _write_project(store: "Store", study: Study, ref: ProjectRef, items: list[_P
                 report.replaced.append(
                     f"{annotator} {lab.trace_id}#{lab.segment_index}: {old.label} (annotation {old.extra.get('ls_annotation_id')}) "
                     f"-> {lab.label} (annotation {p.ls_annotation_id}, updated {p.updated_at})")
-    frozen = {p.ls_annotation_id for p in items if p.keep_stored}
-    for lid, old in current.items():  # another user's edit never takes away what the owner gave
-        if lid not in keep and old.extra.get("ls_annotation_id") in frozen:
+    # Another account saved the owner's newest annotation of a task last: its content is unknown, so
+    # whatever is stored for that task stays exactly as it was (an edit never takes away what the owner gave).
+    frozen = {p.ls_task_id for p in items if p.keep_stored}
+    for lid, old in current.items():
+        if lid not in keep and old.extra.get("ls_task_id") in frozen:
             keep.add(lid)
     stale = [lid for lid in current if lid not in keep]
     for lid in stale:
