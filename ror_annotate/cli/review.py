@@ -55,7 +55,7 @@ def _pull_counts(report) -> dict[str, int]:
 def _print_pull(report) -> None:
     """Counts on one line, then every removed / replaced label, re-anchored region and rejection by name."""
     counts = _pull_counts(report)
-    console.print(", ".join(f"{k.replace('_', ' ')} {v}" for k, v in counts.items()))
+    console.print(", ".join(f"{k.replace('re_', 're-').replace('_', ' ')} {v}" for k, v in counts.items()))
     # never truncated: a lab must be able to see every label a pull took away or changed
     for kind, lines in (("removed", report.removed), ("replaced", report.replaced), ("re-anchored", report.reanchored),
                         ("superseded", report.superseded), ("rejected", report.rejected)):
