@@ -521,11 +521,11 @@ class Store:
     def _register(self, view: str, rows: pa.Table) -> None:
         # DuckDB 2 refuses register()/unregister() while an earlier execute() has rows left
         # unfetched (e.g. after fetchone()); abort() drops that pending result and nothing else.
-        self.con.abort()
+        _drop_pending_result(self.con)
         self.con.register(view, rows)
 
     def _unregister(self, view: str) -> None:
-        self.con.abort()
+        _drop_pending_result(self.con)
         self.con.unregister(view)
 
     def insert_arrow(self, table_name: str, rows: pa.Table, *, on_conflict: str = "") -> None:
@@ -1032,6 +1032,14 @@ class Store:
             t: int(self.con.execute(f"SELECT count(*) FROM {t}").fetchone()[0])
             for t in ("traces", "segments", "labels", "runs")
         }
+
+
+def _drop_pending_result(con: duckdb.DuckDBPyConnection) -> None:
+    # DuckDB 2 refuses register()/unregister() while an earlier execute() has rows left unfetched;
+    # abort() (absent before DuckDB 2, which did not refuse) drops that pending result only.
+    abort = getattr(con, "abort", None)
+    if abort is not None:
+        abort()
 
 
 def _split_sql(script: str) -> list[str]:
