@@ -95,7 +95,7 @@ def create(
     with open_store(db, lock_timeout) as store:
         study = create_study(
             store, name, annotators=annotator, strategy=strategy, n=n, n_traces=traces, seed=seed, overlap=overlap,
-            blind=blind, mode=mode, codebook=codebook, judge_annotator=judge_annotator, compare_annotators=compare,
+            blind=blind, mode=mode, codebook=codebook, judge_annotator=judge_annotator, compare_annotators=compare,  # type: ignore[arg-type]
             adjudicator=adjudicator, context_chars=context_chars, trace_ids=trace_id,
         )
         from ..review.studies import study_items, study_people

@@ -710,8 +710,8 @@ def study_status(store: "Store", name: str) -> list[AnnotatorProgress]:
         out.append(_progress(store, study, person, ANNOTATOR_ROLE, len(assignments(store, name, person)), refs.get((ANNOTATOR_ROLE, person))))
     for (role, person), ref in refs.items():
         if role == ADJUDICATION_ROLE:
-            n = store.execute("SELECT count(*) FROM review_tasks WHERE ls_project_id = ?", [ref.ls_project_id]).fetchone()[0]
-            out.append(_progress(store, study, person, role, int(n), ref))
+            n = _count(store, "SELECT count(*) FROM review_tasks WHERE ls_project_id = ?", [ref.ls_project_id])
+            out.append(_progress(store, study, person, role, n, ref))
     return out
 
 
@@ -739,9 +739,13 @@ def _span_skipped_segments(store: "Store", ref: ProjectRef) -> int:
         "SELECT t.trace_id FROM review_annotations a JOIN review_tasks t ON a.ls_project_id = t.ls_project_id "
         "AND a.ls_task_id = t.ls_task_id WHERE a.ls_project_id = ? AND a.status = 'skip'", [ref.ls_project_id]).fetchall()
     traces = {r[0] for r in rows}
-    return int(store.execute(
-        "SELECT count(*) FROM review_assignments WHERE study = ? AND pseudonym = ? AND list_contains(?, trace_id)",
-        [ref.study, ref.pseudonym, sorted(traces)]).fetchone()[0])
+    return _count(store, "SELECT count(*) FROM review_assignments WHERE study = ? AND pseudonym = ? AND list_contains(?, trace_id)",
+                  [ref.study, ref.pseudonym, sorted(traces)])
+
+
+def _count(store: "Store", sql: str, params: list[Any]) -> int:
+    row = store.execute(sql, params).fetchone()
+    return int(row[0]) if row else 0
 
 
 __all__: Sequence[str] = (
