@@ -65,12 +65,12 @@ def test_segments_export_layout_and_round_trips(tmp_path):
     store = make_store(tmp_path / "s.duckdb")
     out = tmp_path / "exports" / "demo"
     summary = export_dataset(store, out, split_fractions=(1 / 3, 1 / 3, 1 / 3))
-    assert summary.configs == ["segments"]
+    assert summary.configs == ["traces", "segments"]
     seg_count = {"tr-a": 4, "tr-b": 3, "tr-c": 3}  # sentences of TEXTS, counted by hand
     by_split = {s: sorted(set(d["trace_id"])) for s, d in load_export(out).items()}
     assert all(len(ids) == 1 for ids in by_split.values()) and len(by_split) == 3  # 3 traces at 1/3 each
     assert summary.n_rows["segments"] == {s: seg_count[ids[0]] for s, ids in by_split.items()}
-    assert sorted(p.name for p in out.iterdir()) == ["README.md", "analytics.json", "data", "ror_export.json", "segments"]
+    assert sorted(p.name for p in out.iterdir()) == ["README.md", "analytics.json", "data", "ror_export.json", "segments", "traces"]
 
     expected = {(s.trace_id, s.segment_index): s for s in store.segments()}
     disk = load_from_disk_rows(out)
@@ -111,7 +111,8 @@ def test_classlabel_survives_parquet_and_card(tmp_path):
     seg = datasets.Dataset.from_parquet(str(seg_file))
     tok = datasets.Dataset.from_parquet(str(tok_file))
     assert seg.features["label"] == datasets.ClassLabel(names=list(BEHAVIORS))
-    assert tok.features["labels"] == datasets.List(datasets.ClassLabel(names=list(BEHAVIORS)))
+    assert tok.features["labeled_classes"] == datasets.List(datasets.ClassLabel(names=list(BEHAVIORS)))
+    assert tok.features["labels"] == datasets.List(datasets.Value("int64"))
     assert tok.features == tokens_features()
     assert b"huggingface" in pq.read_schema(seg_file).metadata
     frame = pq.read_table(seg_file).to_pandas()
@@ -122,7 +123,8 @@ def test_classlabel_survives_parquet_and_card(tmp_path):
     infos = {c["config_name"]: c for c in card.data.dataset_info}
     label_feature = next(f for f in infos["segments"]["features"] if f["name"] == "label")
     assert label_feature["dtype"]["class_label"]["names"] == {str(i): b for i, b in enumerate(BEHAVIORS)}
-    assert [c["config_name"] for c in card.data.configs] == ["segments", "tokens"]
+    assert sorted(c["config_name"] for c in card.data.configs) == ["segments", "tokens", "traces"]
+    assert [c["config_name"] for c in card.data.configs if c.get("default")] == ["segments"]
     assert card.data.license == "other"
     for i, b in enumerate(BEHAVIORS):
         assert f"- {i}: `{b}`" in card.text
@@ -181,8 +183,8 @@ def test_human_labels_through_export(tmp_path):
     summary = export_dataset(store, tmp_path / "h", label_source="human", split_fractions=(1, 0, 0))
     rows = {(r["trace_id"], r["segment_index"]): r for r in load_from_disk_rows(tmp_path / "h")}
     assert rows[("tr-a", 0)]["label"] == BEHAVIORS.index("fact")
-    assert rows[("tr-a", 1)]["label"] == -1 and summary.n_ties == 1
-    assert rows[("tr-b", 0)]["label"] == -1 and rows[("tr-b", 0)]["label_source"] is None
+    assert rows[("tr-a", 1)]["label"] is None and summary.n_ties == 1
+    assert rows[("tr-b", 0)]["label"] is None and rows[("tr-b", 0)]["label_source"] is None
     assert summary.label_counts["unlabeled"] == 9 and summary.label_counts["fact"] == 1
 
 
@@ -230,7 +232,7 @@ def test_tokens_configuration_matches_segments(tmp_path, chat_template):
     store = make_store(tmp_path / "s.duckdb")
     tok = F.byte_level_bpe()
     summary = export_dataset(store, tmp_path / "t", tokenizer=tok, chat_template=chat_template, split_fractions=(1, 0, 0))
-    assert summary.configs == ["segments", "tokens"]
+    assert summary.configs == ["traces", "segments", "tokens"]
     tokens = {r["trace_id"]: r for r in load_export(tmp_path / "t", "tokens")["train"]}
     traces = {t.trace_id: t for t in store.iter_traces()}
     assert summary.n_tokens == sum(len(r["input_ids"]) for r in tokens.values())
@@ -254,8 +256,12 @@ def test_tokens_configuration_matches_segments(tmp_path, chat_template):
     for t in tokens.values():
         assert len(t["input_ids"]) == len(t["labels"]) == len(t["segment_ids"]) == len(t["offsets"])
         assert t["tokenizer"] == "tiny-byte-level-bpe"
-        # every labeled token carries its segment's id, every unlabeled one -1 (all segments are labeled here)
-        assert all((lab == -1) == (sid == -1) for lab, sid in zip(t["labels"], t["segment_ids"]))
+        # every labeled token carries its segment's id, every ignored one (-100) segment id -1 (all segments are labeled here)
+        assert all((lab == -100) == (sid == -1) for lab, sid in zip(t["labels"], t["segment_ids"]))
+        assert set(t["labels"]) <= set(range(len(BEHAVIORS))) | {-100}
+        # the typed pair lists exactly the labelled tokens
+        assert t["labeled_positions"] == [i for i, lab in enumerate(t["labels"]) if lab != -100]
+        assert t["labeled_classes"] == [t["labels"][i] for i in t["labeled_positions"]]
 
 
 def test_export_carries_no_local_path(tmp_path):
@@ -348,11 +354,12 @@ def test_publish_offline_fails_clearly_and_keeps_the_export(tmp_path, monkeypatc
     before = tree_digest(out)
     monkeypatch.delenv("HF_TOKEN", raising=False)
     with pytest.raises(ExportError, match="set HF_TOKEN"):
-        publish_export("demo", "org/demo", exports_dir=tmp_path / "exports")
+        publish_export("demo", "org/demo", exports_dir=tmp_path / "exports", allow_unknown_license=True)
     secret = "hf_SECRETtoken0123456789"
     monkeypatch.setenv("HF_TOKEN", secret)
     with pytest.raises(ExportError) as err:
-        publish_export("demo", "org/demo", exports_dir=tmp_path / "exports", endpoint=f"http://127.0.0.1:{_closed_port()}")
+        publish_export("demo", "org/demo", exports_dir=tmp_path / "exports", endpoint=f"http://127.0.0.1:{_closed_port()}",
+                       allow_unknown_license=True)
     assert "local export" in str(err.value) and "unchanged" in str(err.value)
     assert secret not in str(err.value)
     assert tree_digest(out) == before
@@ -374,6 +381,9 @@ def test_cli_export_and_publish(tmp_path):
     before = tree_digest(tmp_path / "exports/demo")
 
     res = subprocess.run([*cli, "publish", "demo", "--repo-id", "org/demo"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 2 and res.stderr.startswith("error [E812]")  # the traces' licence is unknown
+    res = subprocess.run([*cli, "publish", "demo", "--repo-id", "org/demo", "--allow-unknown-license"], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=300)
     assert res.returncode == 2
     assert res.stderr.startswith("error [E810]") and "Traceback" not in res.stderr
     assert "hf_SECRETcli987654321" not in res.stderr + res.stdout
