@@ -125,10 +125,10 @@ def _load_local(spec: str) -> "PreTrainedTokenizerBase":
         try:
             return PreTrainedTokenizerFast(tokenizer_file=str(path))
         except Exception as exc:  # the Rust loader raises a bare Exception on a malformed file
-            raise ConfigError(f"cannot load the tokenizer file {spec!r}: {exc}; give a Hugging Face tokenizer.json") from None
+            raise ConfigError(f"cannot load tokenizer file {spec!r}: {exc}; give a Hugging Face tokenizer.json") from None
     if not path.is_dir():
         raise ConfigError(
-            f"cannot load the tokenizer {spec!r}: no such file or directory; give a tokenizer.json file, a directory "
+            f"cannot load tokenizer {spec!r}: no such file or directory; give a tokenizer.json file, a directory "
             "written by save_pretrained, or a model name that is in your local Hugging Face cache"
         )
     from transformers import AutoTokenizer
@@ -138,7 +138,7 @@ def _load_local(spec: str) -> "PreTrainedTokenizerBase":
     except (OSError, ValueError, KeyError) as exc:
         if (path / "tokenizer.json").is_file():
             return _load_local(str(path / "tokenizer.json"))
-        raise ConfigError(f"cannot load the tokenizer {spec!r}: {str(exc).splitlines()[0]}") from None
+        raise ConfigError(f"cannot load tokenizer {spec!r}: {str(exc).splitlines()[0]}") from None
     return _require_fast(tok, spec)
 
 
@@ -152,16 +152,16 @@ def _load_named(spec: str) -> "PreTrainedTokenizerBase":
     hint = ("give a local tokenizer.json or a directory written by save_pretrained, or fetch the tokenizer once "
             "while online (it is then read from the cache)")
     if _offline():
-        raise ConfigError(f"cannot load the tokenizer {spec!r}: it is not in the local Hugging Face cache and "
+        raise ConfigError(f"cannot load tokenizer {spec!r}: it is not in the local Hugging Face cache and "
                           f"HF_HUB_OFFLINE is set; {hint}")
     reachable, endpoint = _hub_reachable()
     if not reachable:
-        raise ConfigError(f"cannot load the tokenizer {spec!r}: it is not in the local Hugging Face cache and the hub "
+        raise ConfigError(f"cannot load tokenizer {spec!r}: it is not in the local Hugging Face cache and the hub "
                           f"({endpoint}) is unreachable; {hint}, or set HF_HUB_OFFLINE=1 to skip the hub")
     try:
         tok = AutoTokenizer.from_pretrained(spec)
     except (OSError, ValueError, KeyError) as exc:
-        raise ConfigError(f"cannot load the tokenizer {spec!r}: {str(exc).splitlines()[0]}; {hint}") from None
+        raise ConfigError(f"cannot load tokenizer {spec!r}: {str(exc).splitlines()[0]}; {hint}") from None
     return _require_fast(tok, spec)
 
 

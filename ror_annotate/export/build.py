@@ -367,8 +367,9 @@ def export_dataset(
             segment_length=stats.length_profile(counter),
             token_counter={
                 "name": counter,
-                "kind": "subject tokenizer" if aligner or not all(c.startswith(APPROX_PREFIX) for c in stats.counters)
-                else "approximation",
+                "kind": "subject tokenizer" if aligner else (
+                    "approximation" if stats.counters and all(c.startswith(APPROX_PREFIX) for c in stats.counters)
+                    else "tokenizer recorded at segmentation"),
                 "segments": {k: v for k, v in stats.counters.most_common()} if not aligner else {counter: stats.n_segments},
             },
             trace_sources={
