@@ -117,6 +117,15 @@ class ExportSummary:
         return rows
 
 
+def _build_time() -> str:
+    """UTC time of the export, or ``SOURCE_DATE_EPOCH`` when set (the reproducible-builds convention),
+    so two builds of the same store can be byte-identical."""
+    import os
+
+    epoch = os.environ.get("SOURCE_DATE_EPOCH")
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(int(epoch) if epoch else None))
+
+
 def percentile_from_counts(counts: np.ndarray, q: float) -> float:
     """``numpy.percentile(values, q)`` (linear interpolation) from a histogram of non-negative integers.
 
@@ -399,7 +408,7 @@ def export_dataset(
         write_json(tmp / "analytics.json", {"overall": summary.analytics, "per_trace": [a.to_dict() for a in per_trace]}, indent=1)
         manifest = summary.to_dict()
         manifest.pop("seconds")  # not known until the files are written
-        manifest["created_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        manifest["created_at"] = _build_time()
         write_json(tmp / MANIFEST, manifest)
         swap_in(tmp, out_dir)
     except BaseException:
