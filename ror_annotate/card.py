@@ -306,9 +306,12 @@ def _body(s: "ExportSummary", data_files: Mapping[str, Mapping[str, list[str]]],
     lines.append("")
     lp = s.segment_length
     if lp:
+        from .segment import METHOD_LENGTH_PROFILE as ref
+
         lines += [
             f"In {lp.get('unit')}: median {_fmt(lp.get('median'))}, 5th percentile {_fmt(lp.get('p5'))}, 95th percentile "
-            f"{_fmt(lp.get('p95'))}, max {lp.get('max')} (the Routes-of-Reasoning corpus: median 16, p5 3, p95 47, cap 125).",
+            f"{_fmt(lp.get('p95'))}, max {lp.get('max')} (the Routes-of-Reasoning corpus: median {ref['median']:g}, "
+            f"p5 {ref['p5']:g}, p95 {ref['p95']:g}, cap {ref['max']:g}).",
             "",
         ]
 

@@ -664,3 +664,48 @@ def test_percentile_from_counts_matches_numpy():
         counts = np.bincount(values)
         for q in (0, 5, 50, 95, 100):
             assert percentile_from_counts(counts, q) == pytest.approx(float(np.percentile(values, q)), abs=1e-9), (n, q)
+
+
+def test_build_card_is_pure(tmp_path, monkeypatch):
+    """build_card reads nothing and writes nothing: the same inputs give the same card, and no file appears."""
+    from ror_annotate.card import build_card
+    from ror_annotate.export.features import features_of
+
+    store = make_store(tmp_path / "s.duckdb")
+    summary = export_dataset(store, tmp_path / "o", split_fractions=(1, 0, 0))
+    store.close()
+    work = tmp_path / "empty"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    data_files = {c: {"train": [f"data/{c}/train-*.parquet"]} for c in ("traces", "segments")}
+    infos = {c: (features_of(c), {"train": (n, 1)}) for c, n in (("traces", 3), ("segments", 10))}
+    a = build_card(summary, data_files=data_files, infos=infos, agreement="no study", reports={"humans": "agreement/h/agreement.md"})
+    b = build_card(summary, data_files=data_files, infos=infos, agreement="no study", reports={"humans": "agreement/h/agreement.md"})
+    assert str(a) == str(b) and list(work.iterdir()) == []
+    assert "[agreement/h/agreement.md](agreement/h/agreement.md)" in a.text and "no study" in a.text
+    assert "(the Routes-of-Reasoning corpus: median 16, p5 3, p95 47, cap 125)" in a.text
+
+
+def test_agreement_stage_bugs_are_not_turned_into_card_notes(tmp_path, monkeypatch):
+    import ror_annotate.agreement as agreement
+
+    store = make_store(tmp_path / "s.duckdb")
+    store.upsert_labels([Label(trace_id="tr-a", segment_index=i, label="fact", source="human", annotator=a, codebook_version="cb",
+                               study="s1") for a in ("h-1", "h-2") for i in range(2)])
+
+    def buggy(*args, **kwargs):
+        raise TypeError("a bug in the agreement stage")
+
+    monkeypatch.setattr(agreement, "agreement_summary", buggy)
+    with pytest.raises(TypeError, match="a bug"):
+        export_dataset(store, tmp_path / "o")
+    assert not (tmp_path / "o").exists()
+
+    def refuses(*args, **kwargs):
+        from ror_annotate.errors import AgreementError
+
+        raise AgreementError("needs at least two annotators")
+
+    monkeypatch.setattr(agreement, "agreement_summary", refuses)
+    export_dataset(store, tmp_path / "o")
+    assert "- humans: no figures (needs at least two annotators)" in (tmp_path / "o" / "README.md").read_text(encoding="utf-8")
