@@ -154,7 +154,7 @@ class _Stats:
         self.judges: Counter[str] = Counter()
         self.prompts: Counter[str] = Counter()
         self.counters: Counter[str] = Counter()
-        self.length_hist = np.zeros(0, dtype=np.int64)
+        self.length_hist: np.ndarray = np.zeros(0, dtype=np.int64)
         self.n_segments = 0
         self.n_ties = 0
         self.n_tokens = 0
@@ -421,7 +421,59 @@ def export_dataset(
     return summary
 
 
-def _write_rows(store, writer, keys, split_of, label_source, aligner, tv, source_licenses, batch_size, max_batch_segments):
+class _Rows:
+    """Rows of one batch per configuration and split, as columns in the features' order."""
+
+    def __init__(self) -> None:
+        from .features import COLUMN_DOCS
+
+        self._names = {c: list(COLUMN_DOCS[c]) for c in CONFIGS}
+        self.cols: dict[tuple[str, str], dict[str, list[Any]]] = {}
+
+    def add(self, config: str, split: str, row: dict[str, Any]) -> None:
+        cols = self.cols.setdefault((config, split), {k: [] for k in self._names[config]})
+        for k, v in row.items():
+            cols[k].append(v)
+
+    def write(self, writer: ExportWriter) -> None:
+        for (config, split), cols in self.cols.items():
+            table = _tokens_table(cols) if config == "tokens" else pa.table({k: pa.array(v) for k, v in cols.items()})
+            writer.write(config, split, table)
+
+
+def _segment_row(s: Any, c: ChosenLabel, t: Any, al: Any, i: int, n_tokens: int, tv: str) -> dict[str, Any]:
+    has_tokens = al is not None and al.token_start[i] >= 0
+    return {
+        "trace_id": s.trace_id, "segment_index": s.segment_index, "text": s.text, "char_start": s.char_start,
+        "char_end": s.char_end, "token_start": int(al.token_start[i]) if has_tokens else None,
+        "token_end": int(al.token_end[i]) if has_tokens else None, "n_tokens": n_tokens,
+        "label": BEHAVIOR_ID[c.label] if c.label else None, "label_source": c.source, "annotator": c.annotator,
+        "n_votes": c.n_votes, "vote_share": c.vote_share, "codebook_version": c.codebook_version,
+        "judge_model": c.judge_model, "prompt_template_hash": c.prompt_template_hash, "tool_version": tv,
+        "dataset": t.dataset, "model": t.model,
+    }
+
+
+def _token_row(t: Any, chosen: Sequence[ChosenLabel], al: Any, aligner: Any, label_source: str, tv: str) -> dict[str, Any]:
+    from ..align import IGNORE_INDEX
+
+    labels = np.asarray(al.labels, dtype=np.int64)
+    positions = np.flatnonzero(labels != IGNORE_INDEX).astype(np.int32)
+    return {
+        "trace_id": t.trace_id, "dataset": t.dataset, "model": t.model, "input_ids": al.input_ids, "labels": labels,
+        "labeled_positions": positions, "labeled_classes": labels[positions], "segment_ids": al.segment_ids,
+        "offsets": al.offsets, "text": al.rendered.text, "text_offset": al.rendered.text_offset,
+        "rendering": al.rendered.rendering, "tokenizer": aligner.name, "tokenizer_vocab_sha256": aligner.vocab_sha256,
+        "label_source": label_source, "codebook_version": joined([c.codebook_version for c in chosen]),
+        "judge_model": joined([c.judge_model for c in chosen]),
+        "prompt_template_hash": joined([c.prompt_template_hash for c in chosen]), "tool_version": tv,
+    }
+
+
+def _write_rows(
+    store: Store, writer: ExportWriter, keys: Sequence[read.TraceKey], split_of: Mapping[str, str], label_source: str,
+    aligner: Any, tv: str, source_licenses: Mapping[str, str], batch_size: int, max_batch_segments: int,
+) -> tuple[_Stats, list[Any], list[dict[str, Any]]]:
     """Stream every batch of traces into ``writer``; return the running stats, per-trace analytics and sources."""
     from ..align import IGNORE_INDEX
     from ..analytics import SegmentView, analyze_trace
@@ -443,14 +495,12 @@ def _write_rows(store, writer, keys, split_of, label_source, aligner, tv, source
             aligner.align(
                 batch.traces,
                 [batch.segments[t.trace_id] for t in batch.traces],
-                [[BEHAVIOR_ID.get(c.label, IGNORE_INDEX) for c in ch] for ch in chosen_batch],
+                [[BEHAVIOR_ID[c.label] if c.label else IGNORE_INDEX for c in ch] for ch in chosen_batch],
             )
             if aligner
             else [None] * len(batch.traces)
         )
-        seg_cols: dict[str, dict[str, list[Any]]] = {}
-        tok_cols: dict[str, dict[str, list[Any]]] = {}
-        tr_cols: dict[str, dict[str, list[Any]]] = {}
+        rows = _Rows()
         for t, chosen, al in zip(batch.traces, chosen_batch, aligned):
             split = split_of[t.trace_id]
             segs = batch.segments[t.trace_id]
@@ -463,45 +513,20 @@ def _write_rows(store, writer, keys, split_of, label_source, aligner, tv, source
             stats.n_segments += len(segs)
             lic = _license_of(t, source_licenses)
             by_source[(t.source, lic)] += 1
-            tc = tr_cols.setdefault(split, {k: [] for k in ("trace_id", "problem", "text", "answer", "gold_answer", "correct",
-                                                           "model", "dataset", "source", "source_format", "license", "n_segments")})
-            for k, v in (("trace_id", t.trace_id), ("problem", t.problem), ("text", t.text), ("answer", t.answer),
-                         ("gold_answer", t.gold_answer), ("correct", t.correct), ("model", t.model), ("dataset", t.dataset),
-                         ("source", t.source), ("source_format", batch.source_format.get(t.trace_id)), ("license", lic),
-                         ("n_segments", len(segs))):
-                tc[k].append(v)
-            sc = seg_cols.setdefault(split, {k: [] for k in (
-                "trace_id", "segment_index", "text", "char_start", "char_end", "token_start", "token_end", "n_tokens", "label",
-                "label_source", "annotator", "n_votes", "vote_share", "codebook_version", "judge_model", "prompt_template_hash",
-                "tool_version", "dataset", "model")})
+            rows.add("traces", split, {
+                "trace_id": t.trace_id, "problem": t.problem, "text": t.text, "answer": t.answer,
+                "gold_answer": t.gold_answer, "correct": t.correct, "model": t.model, "dataset": t.dataset,
+                "source": t.source, "source_format": batch.source_format.get(t.trace_id), "license": lic,
+                "n_segments": len(segs),
+            })
             for i, (s, c) in enumerate(zip(segs, chosen)):
-                sc["trace_id"].append(s.trace_id)
-                sc["segment_index"].append(s.segment_index)
-                sc["text"].append(s.text)
-                sc["char_start"].append(s.char_start)
-                sc["char_end"].append(s.char_end)
-                sc["token_start"].append(int(al.token_start[i]) if al is not None and al.token_start[i] >= 0 else None)
-                sc["token_end"].append(int(al.token_end[i]) if al is not None and al.token_end[i] >= 0 else None)
-                sc["n_tokens"].append(int(n_tok[i]))
-                sc["label"].append(BEHAVIOR_ID.get(c.label) if c.label else None)
-                sc["label_source"].append(c.source)
-                sc["annotator"].append(c.annotator)
-                sc["n_votes"].append(c.n_votes)
-                sc["vote_share"].append(c.vote_share)
-                sc["codebook_version"].append(c.codebook_version)
-                sc["judge_model"].append(c.judge_model)
-                sc["prompt_template_hash"].append(c.prompt_template_hash)
-                sc["tool_version"].append(tv)
-                sc["dataset"].append(t.dataset)
-                sc["model"].append(t.model)
+                rows.add("segments", split, _segment_row(s, c, t, al, i, int(n_tok[i]), tv))
                 stats.labels[c.label or "unlabeled"] += 1
                 stats.sources[c.source or "none"] += 1
-                if c.codebook_version:
-                    stats.codebooks[c.codebook_version] += 1
-                if c.judge_model:
-                    stats.judges[c.judge_model] += 1
-                if c.prompt_template_hash:
-                    stats.prompts[c.prompt_template_hash] += 1
+                for counter, value in ((stats.codebooks, c.codebook_version), (stats.judges, c.judge_model),
+                                       (stats.prompts, c.prompt_template_hash)):
+                    if value:
+                        counter[value] += 1
             per_trace.append(
                 analyze_trace(
                     t.trace_id,
@@ -509,31 +534,11 @@ def _write_rows(store, writer, keys, split_of, label_source, aligner, tv, source
                     answer=t.answer, gold_answer=t.gold_answer, correct=t.correct,
                 )
             )
-            if al is None:
-                continue
-            stats.n_straddling += al.n_straddling
-            stats.n_tokens += len(al.input_ids)
-            labels = np.asarray(al.labels, dtype=np.int64)
-            positions = np.flatnonzero(labels != IGNORE_INDEX).astype(np.int32)
-            kc = tok_cols.setdefault(split, {k: [] for k in (
-                "trace_id", "dataset", "model", "input_ids", "labels", "labeled_positions", "labeled_classes", "segment_ids",
-                "offsets", "text", "text_offset", "rendering", "tokenizer", "tokenizer_vocab_sha256", "label_source",
-                "codebook_version", "judge_model", "prompt_template_hash", "tool_version")})
-            for k, v in (("trace_id", t.trace_id), ("dataset", t.dataset), ("model", t.model), ("input_ids", al.input_ids),
-                         ("labels", labels), ("labeled_positions", positions), ("labeled_classes", labels[positions]),
-                         ("segment_ids", al.segment_ids), ("offsets", al.offsets), ("text", al.rendered.text),
-                         ("text_offset", al.rendered.text_offset), ("rendering", al.rendered.rendering),
-                         ("tokenizer", aligner.name), ("tokenizer_vocab_sha256", aligner.vocab_sha256),
-                         ("label_source", label_source), ("codebook_version", joined([c.codebook_version for c in chosen])),
-                         ("judge_model", joined([c.judge_model for c in chosen])),
-                         ("prompt_template_hash", joined([c.prompt_template_hash for c in chosen])), ("tool_version", tv)):
-                kc[k].append(v)
-        for split, cols in tr_cols.items():
-            writer.write("traces", split, pa.table(cols))
-        for split, cols in seg_cols.items():
-            writer.write("segments", split, pa.table({k: pa.array(v) for k, v in cols.items()}))
-        for split, cols in tok_cols.items():
-            writer.write("tokens", split, _tokens_table(cols))
+            if al is not None:
+                stats.n_straddling += al.n_straddling
+                stats.n_tokens += len(al.input_ids)
+                rows.add("tokens", split, _token_row(t, chosen, al, aligner, label_source, tv))
+        rows.write(writer)
     sources = [
         {"source": src, "license": lic, "publishable": license_allows_publishing(lic), "n_traces": n}
         for (src, lic), n in sorted(by_source.items(), key=lambda kv: (-kv[1], str(kv[0][0]), str(kv[0][1])))

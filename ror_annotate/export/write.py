@@ -44,7 +44,7 @@ UNKNOWN_LICENSE = "E812"
 
 def license_allows_publishing(license: str | None) -> bool:
     """Whether a source's licence identifier, as given, permits publishing its text (unknown: no)."""
-    return bool(license) and license.strip().lower() not in UNPUBLISHABLE_LICENSES
+    return license is not None and license.strip().lower() not in UNPUBLISHABLE_LICENSES
 
 
 class _ShardedWriter:
@@ -108,7 +108,7 @@ class _ShardedWriter:
         split_dict = SplitDict()
         split_dict.add(SplitInfo(name=self.split, num_bytes=self.n_bytes, num_examples=self.n_rows))
         info = DatasetInfo(features=self.features.copy(), config_name=self.config, splits=split_dict, dataset_size=self.n_bytes)
-        state = {
+        state: dict[str, Any] = {
             "_data_files": [{"filename": f"data-{i:05d}-of-{n:05d}.arrow"} for i in range(n)],
             "_fingerprint": hashlib.sha256(f"{fingerprint_seed}/{self.config}/{self.split}/{self.n_rows}/{self.n_bytes}".encode()).hexdigest()[:16],
             "_format_columns": None,
