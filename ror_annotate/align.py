@@ -216,8 +216,8 @@ def align_spans(
     a = nxt[s]
     b = prv[np.maximum(e - 1, 0)]
     nonempty = a < e
-    tok_start = np.full(len(sp), -1, dtype=np.int64)
-    tok_end = np.full(len(sp), -1, dtype=np.int64)
+    tok_start: np.ndarray = np.full(len(sp), -1, dtype=np.int64)
+    tok_end: np.ndarray = np.full(len(sp), -1, dtype=np.int64)
     if len(sp):
         fi = np.searchsorted(vte, a, side="right")
         li = np.searchsorted(vts, b, side="right") - 1
@@ -313,12 +313,12 @@ def verify_alignment(
             )
     labeled = np.flatnonzero(alignment.token_spans >= 0)
     if len(labeled):
-        k = alignment.token_spans[labeled]
+        span_of = alignment.token_spans[labeled]
         first = ts[labeled]
         # first non-space char of each labeled token must lie inside the span that labels it
         nxt, _ = _next_prev_nonspace(ns)
         f = nxt[first]
-        bad = (f < sp[k, 0]) | (f >= sp[k, 1])
+        bad = (f < sp[span_of, 0]) | (f >= sp[span_of, 1])
         if bad.any():
             t = int(labeled[np.flatnonzero(bad)[0]])
             raise AlignmentError(f"{where}: token {t} is labeled by span {int(alignment.token_spans[t])} but starts outside it")
