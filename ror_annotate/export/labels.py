@@ -1,8 +1,9 @@
 """Label choice: which of a segment's stored labels the export publishes (``label_source``).
 
-* ``adjudicated`` -- the study reference (:func:`adjudicated_reference`): the latest adjudicated
-  label, else the humans' label when every human annotator gave it (adjudication only sees
-  disagreements, so adjudicated rows alone would drop every agreed segment);
+* ``adjudicated`` -- the study reference (:func:`adjudicated_reference`, the rule of
+  :mod:`ror_annotate.reference`): the latest adjudicated label, else the humans' label when every
+  human annotator's latest label agrees (adjudication only sees disagreements, so adjudicated rows
+  alone would drop every agreed segment);
 * ``human`` / ``judge`` / ``baseline`` -- plurality vote over that source's annotators (one vote
   per annotator, their latest label); a tie leaves the segment unlabeled;
 * ``majority`` -- plurality over every human and judge annotator; a tie leaves it unlabeled;
@@ -100,31 +101,36 @@ def _plurality(labels: Sequence[Label], source_name: str) -> ChosenLabel | None:
     )
 
 
-def adjudicated_reference(labels: Sequence[Label]) -> ChosenLabel | None:
-    """The study reference of one segment: the latest adjudicated label, else the humans' unanimous label.
+def adjudicated_reference(labels: Sequence[Label], *, or_unanimous: bool = True) -> ChosenLabel | None:
+    """The study reference of one segment, by the project's one rule (:mod:`ror_annotate.reference`).
 
-    This is the one place the export decides the ``adjudicated`` reference; it is meant to become a
-    call of the project-wide rule (``ror_annotate.reference``) so that the published dataset and
-    ``ror agree --reference adjudicated`` describe the same reference.
+    The latest adjudicated label, else (with ``or_unanimous``) the humans' label when every human
+    annotator's latest label agrees; the same reference ``ror agree --reference adjudicated`` and
+    review use, so the published dataset and the agreement figures describe one reference.
 
     Parameters
     ----------
     labels : sequence of Label
-        Every stored label of the segment (other sources are ignored).
+        Every stored label of the segment (judge and baseline labels are ignored).
+    or_unanimous : bool, default True
+        Fall back to the humans' unanimous (or single) label when nobody adjudicated.
 
     Returns
     -------
     ChosenLabel or None
-        None when there is no adjudication and the humans (latest label each) disagree or are absent.
+        None when the segment has no reference under these rules.
     """
-    adjudicated = [lab for lab in labels if lab.source == "adjudicated"]
-    if adjudicated:
-        lab = max(adjudicated, key=lambda x: x.created_at)
-        return ChosenLabel(lab.label, "adjudicated", lab.annotator, 1, 1.0, lab.codebook_version, None, None)
-    humans = _latest_per_annotator([lab for lab in labels if lab.source == "human"])
-    if humans and len({h.label for h in humans}) == 1:
-        return _plurality(humans, "human")
-    return None
+    if not any(lab.source == "adjudicated" for lab in labels) and not (or_unanimous and any(lab.source == "human" for lab in labels)):
+        return None  # most segments: judge and baseline labels only
+    from ..reference import reference_label
+
+    ref = reference_label(labels)
+    if ref is None or (ref.basis != "adjudicated" and not or_unanimous):
+        return None
+    if ref.basis != "adjudicated":
+        return _plurality(ref.labels, "human")
+    lab = ref.labels[0]
+    return ChosenLabel(lab.label, "adjudicated", lab.annotator, 1, 1.0, lab.codebook_version, None, None)
 
 
 def choose_label(labels: Sequence[Label], label_source: str) -> tuple[ChosenLabel, bool]:
@@ -172,8 +178,7 @@ def choose_label(labels: Sequence[Label], label_source: str) -> tuple[ChosenLabe
     elif label_source == "majority":
         chosen = vote(["human", "judge"], "majority")
     elif label_source == "auto":
-        adjudicated = by_source.get("adjudicated")
-        chosen = adjudicated_reference(adjudicated) if adjudicated else None
+        chosen = adjudicated_reference(labels, or_unanimous=False)
         for src in ("human", "judge", "baseline"):
             if chosen is not None:
                 break

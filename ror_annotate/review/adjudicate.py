@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 from ..errors import ConfigError, ReviewError
-from ..records import Label
+from ..reference import ReferenceLabel, reference_labels_from
 from .labelstudio import LabelStudioClient
 from .studies import ensure_tables, load_study, register_person, study_items, update_study
 from .sync import (
@@ -141,41 +141,20 @@ def _study_exists(store: "Store", name: str) -> bool:
     return True
 
 
-@dataclass(frozen=True)
-class ReferenceLabel:
-    """The reference behavior of one reviewed segment and what it rests on."""
-
-    trace_id: str
-    segment_index: int
-    label: str
-    basis: Literal["adjudicated", "unanimous", "single"]
-    n_annotators: int
-
-
 def reference_labels(store: "Store", name: str | None = None) -> list[ReferenceLabel]:
     """The reference label of every reviewed segment of study ``name`` (or of every study if None).
 
-    Rule: an adjudicated label wins; else the human label if every human who labeled the segment
-    gave it (``basis="unanimous"`` for two or more, ``"single"`` for one). Segments whose humans
-    disagree and that are not adjudicated yet, or that nobody labeled, are left out. Adjudication
-    only ever sees disagreements, so reading ``source="adjudicated"`` alone would drop every
-    segment the annotators agreed on: exports and ``ror agree`` use this function instead.
+    Rule (:func:`ror_annotate.reference.reference_labels_from`, shared with exports and ``ror
+    agree``): the latest adjudicated label wins; else each human's latest label, when they all
+    agree (``basis="unanimous"`` for two or more, ``"single"`` for one). Segments whose humans
+    disagree and that are not adjudicated yet, or that nobody labeled, are left out. With
+    ``name=None`` the labels of every study are pooled. Sorted by ``(trace_id, segment_index)``.
     """
     ensure_tables(store)
-    humans: dict[SegmentKey, list[Label]] = defaultdict(list)
-    for lab in store.labels(source="human", study=name):
-        humans[(lab.trace_id, lab.segment_index)].append(lab)
-    adjudicated = {(lab.trace_id, lab.segment_index): lab for lab in store.labels(source="adjudicated", study=name)}
+    refs = reference_labels_from(store.labels(source=("human", "adjudicated"), study=name), study=name)
     # Labels may carry a study name without a study record (imported from elsewhere): then the
     # labeled segments are the study's items.
-    keys = set(humans) | set(adjudicated)
     if name is not None and _study_exists(store, name):
-        keys = set(study_items(store, name))
-    out = []
-    for key in sorted(keys):
-        labs = humans.get(key, [])
-        if key in adjudicated:
-            out.append(ReferenceLabel(key[0], key[1], adjudicated[key].label, "adjudicated", len(labs)))
-        elif labs and len({lab.label for lab in labs}) == 1:
-            out.append(ReferenceLabel(key[0], key[1], labs[0].label, "unanimous" if len(labs) > 1 else "single", len(labs)))
-    return out
+        items = set(study_items(store, name))
+        return [r for key, r in refs.items() if key in items]
+    return list(refs.values())
