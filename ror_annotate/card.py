@@ -111,25 +111,13 @@ def _fmt(v: Any) -> str:
     return "" if v is None else str(v)
 
 
-def _source_formats(store: "Store", s: "ExportSummary") -> tuple[dict[str, int], str]:
-    """Traces per ``source_format`` and the table's title.
-
-    From the export summary when it carries ``trace_sources["source_formats"]``; else counted in
-    the store over its segmented traces (exactly the exported ones when the totals agree, and said
-    so in the title when they do not).
-    """
-    given = s.trace_sources.get("source_formats")
-    if given:
-        return dict(given), "source format"
-    rows = store.execute(
-        "SELECT coalesce(source_format, '(unknown)'), count(*) FROM traces "
-        "WHERE trace_id IN (SELECT trace_id FROM segmentations) GROUP BY 1 ORDER BY 2 DESC, 1"
-    ).fetchall()
-    counts = {str(f): int(n) for f, n in rows}
-    if set(counts) <= {"(unknown)"}:  # a store written before formats were recorded: nothing to say
+def _source_formats(s: "ExportSummary") -> tuple[dict[str, int], str]:
+    """Traces per ``source_format`` (from the export summary) and the table's title; empty when no
+    trace recorded one (a store written before formats were recorded: nothing to say)."""
+    counts = dict(s.trace_sources.get("source_formats") or {})
+    if set(counts) <= {"(unknown)"}:
         return {}, ""
-    exact = sum(counts.values()) == s.n_traces
-    return counts, "source format" if exact else "source format (all segmented traces in the store)"
+    return counts, "source format"
 
 
 def _counts_table(title: str, counts: Mapping[str, int], total: int | None = None) -> list[str]:
@@ -293,7 +281,7 @@ def _body(s: "ExportSummary", data_files: Mapping[str, Mapping[str, list[str]]],
         counts = s.trace_sources.get(key) or {}
         if counts and set(counts) != {"(unknown)"}:
             lines += _counts_table(key[:-1], dict(list(counts.items())[:30]), s.n_traces) + [""]
-    formats, title = _source_formats(store, s)
+    formats, title = _source_formats(s)
     if formats:
         lines += _counts_table(title, formats, sum(formats.values())) + [
             "",

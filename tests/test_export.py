@@ -709,3 +709,20 @@ def test_agreement_stage_bugs_are_not_turned_into_card_notes(tmp_path, monkeypat
     monkeypatch.setattr(agreement, "agreement_summary", refuses)
     export_dataset(store, tmp_path / "o")
     assert "- humans: no figures (needs at least two annotators)" in (tmp_path / "o" / "README.md").read_text(encoding="utf-8")
+
+
+def test_traces_configuration_records_the_source_format(tmp_path):
+    from ror_annotate import pipeline
+
+    src = tmp_path / "in.jsonl"
+    rows = [{"id": "think-1", "response": "<think>\nFirst I add 2 and 2. So it is 4.\n</think>\n\nThe answer is 4.", "problem": "2+2?"},
+            {"id": "plain-1", "response": "First I add 3 and 3. So the answer is 6.", "problem": "3+3?"}]
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    with Store(tmp_path / "s.duckdb") as store:
+        summary = pipeline.run(store, str(src), out=tmp_path / "o")
+        stored = {t.trace_id: t.source_format for t in store.iter_traces()}
+    assert summary.export.configs == ["traces", "segments"]
+    exported = {r["trace_id"]: r for r in _all_rows(tmp_path / "o", "traces")}
+    assert {t: r["source_format"] for t, r in exported.items()} == stored
+    assert stored["think-1"] != stored["plain-1"] and all(stored.values())  # <think> tags vs a plain response
+    assert exported["think-1"]["text"] == "First I add 2 and 2. So it is 4." and exported["think-1"]["answer"] == "The answer is 4."

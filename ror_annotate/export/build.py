@@ -154,6 +154,7 @@ class _Stats:
         self.judges: Counter[str] = Counter()
         self.prompts: Counter[str] = Counter()
         self.counters: Counter[str] = Counter()
+        self.formats: Counter[str] = Counter()
         self.length_hist: np.ndarray = np.zeros(0, dtype=np.int64)
         self.n_segments = 0
         self.n_ties = 0
@@ -382,8 +383,9 @@ def export_dataset(
                 "segments": {k: v for k, v in stats.counters.most_common()} if not aligner else {counter: stats.n_segments},
             },
             trace_sources={
-                key: dict(Counter(getattr(k, attr) or "(unknown)" for k in keys).most_common())
-                for key, attr in (("models", "model"), ("datasets", "dataset"), ("sources", "source"))
+                **{key: dict(Counter(getattr(k, attr) or "(unknown)" for k in keys).most_common())
+                   for key, attr in (("models", "model"), ("datasets", "dataset"), ("sources", "source"))},
+                "source_formats": dict(sorted(stats.formats.items(), key=lambda kv: (-kv[1], kv[0]))),
             },
             sources=sources,
             provenance={
@@ -513,6 +515,7 @@ def _write_rows(
             stats.n_segments += len(segs)
             lic = _license_of(t, source_licenses)
             by_source[(t.source, lic)] += 1
+            stats.formats[batch.source_format.get(t.trace_id) or "(unknown)"] += 1
             rows.add("traces", split, {
                 "trace_id": t.trace_id, "problem": t.problem, "text": t.text, "answer": t.answer,
                 "gold_answer": t.gold_answer, "correct": t.correct, "model": t.model, "dataset": t.dataset,

@@ -32,7 +32,7 @@ COLUMN_DOCS: dict[str, dict[str, str]] = {
         "model": "the model that wrote the trace",
         "dataset": "benchmark or source dataset of the problem",
         "source": "where the trace came from (repository, dataset name or file name)",
-        "source_format": "the input format the trace was read from (jsonl, json, parquet, hf dataset ...), null when not recorded",
+        "source_format": "the format adapter that read the trace (think, harmony, openai-response, chat/think, plain ...), null when not recorded",
         "license": "licence of the trace's source as given at export time (null: unknown; see the card before redistributing)",
         "n_segments": "number of segments of the trace in `segments`",
     },

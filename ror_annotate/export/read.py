@@ -118,9 +118,9 @@ def _read_batch(store: "Store", ids: list[str], with_format: bool) -> Batch:
     for r in store.execute(f"SELECT {cols} FROM traces WHERE {_ids_filter('trace_id')}", [ids]).fetchall():
         by_id[r[0]] = Trace.model_construct(
             trace_id=r[0], text=r[1], problem=r[2], answer=r[3], gold_answer=r[4], correct=r[5], model=r[6],
-            source=r[7], dataset=r[8], meta=json.loads(r[9]) if r[9] else {},
+            source=r[7], dataset=r[8], meta=json.loads(r[9]) if r[9] else {}, source_format=r[10] if with_format else None,
         )
-        formats[r[0]] = r[10] if with_format else (by_id[r[0]].meta.get("source_format") if by_id[r[0]].meta else None)
+        formats[r[0]] = r[10] if with_format else None  # stores written before the column existed have none
     traces = [by_id[i] for i in ids]
     segments: dict[str, list[Segment]] = defaultdict(list)
     rows = store.execute(
