@@ -37,8 +37,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "data" / "traces.jsonl"
-if not SHARED.exists():  # a git worktree sits one level deeper than the main checkout
-    SHARED = Path("/work/shared/data/traces.jsonl") if Path("/work/shared/data/traces.jsonl").exists() else SHARED
 SMOKE_SEGMENTS = 3_000
 
 
@@ -50,12 +48,12 @@ def segments_per_trace(rows: list[dict]) -> list[int]:
     return [len(segmenter.segment(r["trace"], r["trace_id"])) for r in rows]
 
 
-def build_corpus(path: Path, target_segments: int) -> tuple[int, int]:
+def build_corpus(path: Path, target_segments: int, traces: Path = SHARED) -> tuple[int, int]:
     """Write renumbered copies of the real traces to ``path`` (JSONL) until ``target_segments``.
 
     Returns ``(n_traces, n_segments)`` of the corpus (segments as the segmenter will cut them).
     """
-    rows = [json.loads(line) for line in SHARED.open(encoding="utf-8")]
+    rows = [json.loads(line) for line in traces.open(encoding="utf-8")]
     counts = segments_per_trace(rows)
     n_traces = n_segments = 0
     with path.open("w", encoding="utf-8") as f:
@@ -125,15 +123,16 @@ def main() -> None:
     ap.add_argument("--workdir", type=Path, default=None)
     ap.add_argument("--keep", action="store_true", help="keep the work directory (corpus, stores, exports)")
     ap.add_argument("--json", type=Path, default=None, help="also write the figures as JSON here")
+    ap.add_argument("--traces", type=Path, default=SHARED, help="the real traces the corpus copies (shared/data/traces.jsonl)")
     args = ap.parse_args()
-    if not SHARED.exists():
-        raise SystemExit(f"{SHARED}: the shared real traces are needed to build the corpus")
+    if not args.traces.exists():
+        raise SystemExit(f"{args.traces}: the shared real traces are needed to build the corpus (give --traces PATH)")
     target = SMOKE_SEGMENTS if args.smoke else args.segments
     work = Path(tempfile.mkdtemp(prefix="ror-scale-", dir=args.workdir))
     try:
         corpus = work / "corpus.jsonl"
         t0 = time.perf_counter()
-        n_traces, n_segments = build_corpus(corpus, target)
+        n_traces, n_segments = build_corpus(corpus, target, args.traces)
         print(f"corpus: {n_traces} traces, {n_segments} segments, {corpus.stat().st_size / 2**20:.1f} MiB JSONL "
               f"(built in {time.perf_counter() - t0:.1f} s); {os.cpu_count()} CPUs")
         results = bench(work, corpus, n_segments, args.mode)
