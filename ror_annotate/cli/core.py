@@ -14,12 +14,14 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColum
 from rich.table import Table
 from rich.text import Text
 
-from ..errors import InputError
+from ..errors import InputError, JudgeOutcomeError
 from .app import DEFAULT_DB_PATH, DbOption, LockTimeoutOption, app, console, err_console, open_store, parse_fractions
 from .judge_options import (
     JudgeBaseUrlOption,
     JudgeBatchIdOption,
     JudgeBatchOption,
+    JudgeBatchPollOption,
+    JudgeBatchRequeueOption,
     JudgeChunkSizeOption,
     JudgeCodebookOption,
     JudgeConcurrencyOption,
@@ -28,10 +30,12 @@ from .judge_options import (
     JudgeMaxTokensOption,
     JudgeModeOption,
     JudgePricesOption,
+    JudgeRetryFailedOption,
     JudgeSamplesOption,
     JudgeSeedOption,
     JudgeTemperatureOption,
     JUDGE_OPTION_NAMES,
+    MaxFailedOption,
     judge_options,
 )
 
@@ -289,12 +293,17 @@ def label(
     max_attempts: JudgeMaxAttemptsOption = None,
     codebook: JudgeCodebookOption = None,
     context_tokens: JudgeContextTokensOption = None,
+    retry_failed: JudgeRetryFailedOption = None,
+    batch_poll: JudgeBatchPollOption = None,
+    batch_requeue: JudgeBatchRequeueOption = None,
+    max_failed: MaxFailedOption = "10%",
     db: DbOption = DEFAULT_DB_PATH,
     lock_timeout: LockTimeoutOption = 10.0,
 ) -> None:
     """Label every stored segment with a judge (the offline baseline by default)."""
     options = _judge_options_of(locals())
     the_judge = make_judge_checked(judge, options)
+    _max_failed(max_failed)
     with open_store(db, lock_timeout, must_exist=True) as store:
         ids = trace or [t for t in store.trace_ids() if store.segmentation_of(t) is not None]
         if trace:
@@ -303,8 +312,10 @@ def label(
                 raise InputError(f"--trace: no trace {', '.join(map(repr, unknown[:5]))}{' ...' if len(unknown) > 5 else ''} in {store.path}; see `ror status`")
         if not ids:
             raise InputError(f"no segmented traces in {store.path}; run `ror ingest FILE` and `ror segment` first")
-        with _tracked_run(store, "label", {"judge": judge, **options}) as (run, counts), _progress() as progress:
-            counts.update(do_label(store, ids, judge=the_judge, run=run, progress=progress))
+        with _tracked_run(store, "label", {"judge": judge, **options, "max_failed": max_failed}) as (run, counts):
+            with _progress() as progress:
+                counts.update(do_label(store, ids, judge=the_judge, run=run, progress=progress))
+            _check_label_outcome(counts, max_failed)
         console.print(_label_table(store, ids))
         _print_judge_counts(counts)
 
@@ -340,6 +351,10 @@ def run(
     max_attempts: JudgeMaxAttemptsOption = None,
     codebook: JudgeCodebookOption = None,
     context_tokens: JudgeContextTokensOption = None,
+    retry_failed: JudgeRetryFailedOption = None,
+    batch_poll: JudgeBatchPollOption = None,
+    batch_requeue: JudgeBatchRequeueOption = None,
+    max_failed: MaxFailedOption = "10%",
     out: Annotated[Path | None, typer.Option("--out", help="Dataset folder (save_to_disk layout + parquet + card); default exports/<input name>.")] = None,
     labels: Annotated[str, typer.Option("--labels", help="Which labels to export: auto, judge, baseline, human, adjudicated, majority.")] = "auto",
     split_seed: Annotated[int, typer.Option("--split-seed", help="Seed of the by-trace train/validation/test split.")] = 0,
@@ -357,8 +372,10 @@ def run(
     columns = _columns(text_field, id_field, problem_field, answer_field, gold_field, model_field, dataset_field)
     options = _judge_options_of(locals())
     the_judge = make_judge_checked(judge, options)
+    _max_failed(max_failed)
     out = out or Path("exports") / _dataset_name(source, preset)
-    params = {"source": source, "preset": preset, "split": split, **columns, "tokenizer": tokenizer, "judge": judge, **options, "out": str(out), "labels": labels}
+    params = {"source": source, "preset": preset, "split": split, **columns, "tokenizer": tokenizer, "judge": judge, **options,
+              "max_failed": max_failed, "out": str(out), "labels": labels}
     with open_store(db, lock_timeout) as store:
         with _tracked_run(store, "run", params) as (run_rec, counts):
             ingested, ids = do_ingest(store, source, preset=preset, split=split, columns=columns, skip_invalid=skip_invalid, limit=limit, run_id=run_rec.run_id)
@@ -366,6 +383,7 @@ def run(
             with _progress() as progress:
                 counts["segment"] = do_segment(store, ids, tokenizer=tokenizer, max_tokens=max_segment_tokens, force=False, run_id=run_rec.run_id, progress=progress)
                 counts["label"] = do_label(store, ids, judge=the_judge, run=run_rec, progress=progress)
+            _check_label_outcome(counts["label"], max_failed)  # before export: never an all-unlabelled dataset
             with err_console.status(f"exporting to {out} ..."):
                 summary = export_dataset(
                     store, out, label_source=labels, tokenizer=tokenizer, chat_template=chat_template, seed=split_seed,
@@ -416,14 +434,38 @@ def _print_summary(store, ids: Sequence[str], ingested: dict[str, int], summary)
     console.print(table)
 
 
+def _max_failed(value: str):
+    """``--max-failed`` parsed before any work (a ConfigError for a bad value)."""
+    from ..judge import MaxFailed
+
+    return MaxFailed.parse(value)
+
+
+def _check_label_outcome(counts: dict[str, Any], max_failed: str) -> None:
+    """Exit status 3 (E506) when the judge labelled nothing or too little; the counts are shown first."""
+    from ..judge import check_label_outcome
+
+    try:
+        check_label_outcome(counts, max_failed=max_failed)
+    except JudgeOutcomeError:
+        _print_judge_counts(counts)
+        raise
+
+
 def _print_judge_counts(counts: dict[str, Any]) -> None:
-    shown = {k: v for k, v in counts.items() if v not in (0, 0.0, None, {}, [])}
+    shown = {k: v for k, v in counts.items() if v not in (0, 0.0, None, {}, []) and k != "failure_example"}
     if shown:
         console.print("judge: " + ", ".join(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}" for k, v in shown.items()), highlight=False)
     if counts.get("failed"):
         err_console.print(
-            f"[yellow]warning[/]: {counts['failed']} segments are stored as judge-failed (no label, reason kept in the "
-            "judge_failures table); re-run the same command to retry them (raise --max-attempts for refusals)",
+            f"[yellow]warning[/]: {counts['failed']} segments are stored as judge-failed (no label; the reason of each is in the "
+            "judge_failures table). Running the same command again asks the judge for them again, with up to --max-attempts "
+            "new tries each (never replaying the failed answers); --no-retry-failed leaves them failed",
+            highlight=False,
+        )
+    if counts.get("failed_kept"):
+        err_console.print(
+            f"[yellow]warning[/]: {counts['failed_kept']} segments stay judge-failed from earlier runs (--no-retry-failed)",
             highlight=False,
         )
 

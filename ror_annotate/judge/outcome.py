@@ -13,8 +13,9 @@ many only warns while a judge that fails a tenth of its segments stops the job.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError, JudgeOutcomeError
 
@@ -76,7 +77,8 @@ class MaxFailed:
 DEFAULT_MAX_FAILED = MaxFailed(fraction=0.1)
 
 
-def check_label_outcome(report: "JudgeReport", *, max_failed: "str | float | int | MaxFailed" = DEFAULT_MAX_FAILED) -> None:
+def check_label_outcome(report: "JudgeReport | Mapping[str, Any]", *,
+                        max_failed: "str | float | int | MaxFailed" = DEFAULT_MAX_FAILED) -> None:
     """Raise when a labeling pass labelled nothing, or left too many segments judge-failed.
 
     Counts (segments): ``failed`` = newly judge-failed + kept failed (``extra["failed_kept"]``, with
@@ -84,8 +86,8 @@ def check_label_outcome(report: "JudgeReport", *, max_failed: "str | float | int
 
     Parameters
     ----------
-    report : JudgeReport
-        What :meth:`Judge.label` returned.
+    report : JudgeReport or mapping
+        What :meth:`Judge.label` returned, or its :meth:`~JudgeReport.as_counts` (as stored with a run).
     max_failed : MaxFailed, str, float or int
         See :meth:`MaxFailed.parse`; default 10% of ``total``.
 
@@ -97,12 +99,13 @@ def check_label_outcome(report: "JudgeReport", *, max_failed: "str | float | int
         ``max_failed`` cannot be parsed.
     """
     limit = MaxFailed.parse(max_failed)
-    failed = report.failed + int(report.extra.get("failed_kept", 0))
-    labelled = report.labeled + report.skipped
+    counts: Mapping[str, Any] = report if isinstance(report, Mapping) else report.as_counts()
+    failed = int(counts.get("failed", 0)) + int(counts.get("failed_kept", 0))
+    labelled = int(counts.get("labeled", 0)) + int(counts.get("skipped", 0))
     total = labelled + failed
     if failed == 0:
         return
-    example = report.extra.get("failure_example")
+    example = counts.get("failure_example")
     why = f" First reason: {example}." if example else ""
     after = ("The labels written are kept; run the same command again to retry the failed segments "
              "(the reason of each is in the judge_failures table).")
