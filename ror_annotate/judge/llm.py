@@ -417,10 +417,13 @@ class LLMJudge:
                     "AND list_contains(?, segment_index)",
                     [trace.trace_id, annotator, self.codebook_version, sorted(result.good)],
                 )
-            for sid, reason in sorted(failures.items()):
+            if failures:
+                # One statement for all rows (unnest zips the two lists): a long trace that fails as a
+                # whole has hundreds of segments, and one INSERT each took ~10 ms.
+                ids = sorted(failures)
                 store.execute(
-                    "INSERT OR REPLACE INTO judge_failures VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    [trace.trace_id, sid, annotator, self.codebook_version, reason[:2000], attempts, run_id, now],
+                    "INSERT OR REPLACE INTO judge_failures SELECT ?, unnest(?::INTEGER[]), ?, ?, unnest(?::VARCHAR[]), ?, ?, ?",
+                    [trace.trace_id, ids, annotator, self.codebook_version, [failures[i][:2000] for i in ids], attempts, run_id, now],
                 )
 
     # ------------------------------------------------------------------ interactive labeling
