@@ -146,9 +146,10 @@ def make_judge(spec: str, **options: Any) -> Judge:
     return factory(model or None, **options)
 
 
+from .config import JudgeConfig  # noqa: E402
 from .outcome import DEFAULT_MAX_FAILED, MaxFailed, check_label_outcome  # noqa: E402  (needs JudgeReport above)
 
 __all__ = [
-    "DEFAULT_MAX_FAILED", "Judge", "JudgeReport", "MaxFailed", "available_judges", "check_label_outcome", "make_judge",
+    "DEFAULT_MAX_FAILED", "Judge", "JudgeConfig", "JudgeReport", "MaxFailed", "available_judges", "check_label_outcome", "make_judge",
     "register_judge",
 ]

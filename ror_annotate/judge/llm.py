@@ -487,8 +487,12 @@ class LLMJudge:
             row = store.execute(
                 "SELECT count(*) FROM segments s WHERE list_contains(?, s.trace_id) AND NOT EXISTS ("
                 "SELECT 1 FROM labels l WHERE l.trace_id = s.trace_id AND l.segment_index = s.segment_index "
-                "AND l.annotator = ? AND l.codebook_version = ? AND l.source = 'judge')",
-                [list(trace_ids), self.annotator_for(k), self.codebook_version],
+                "AND l.annotator = ? AND l.codebook_version = ? AND l.source = 'judge')"
+                + ("" if self.retry_failed else
+                   " AND NOT EXISTS (SELECT 1 FROM judge_failures f WHERE f.trace_id = s.trace_id "
+                   "AND f.segment_index = s.segment_index AND f.annotator = ? AND f.codebook_version = ?)"),
+                [list(trace_ids), self.annotator_for(k), self.codebook_version]
+                + ([] if self.retry_failed else [self.annotator_for(k), self.codebook_version]),
             ).fetchone()
             total += int(row[0])
         return total
@@ -561,8 +565,9 @@ class LLMJudge:
                         # A rejected key, model, URL or request shape is wrong for every request.
                         raise JudgeError(f"{exc.message}. Check --judge, --base-url and OPENAI_API_KEY", code=exc.code) from exc
                     local_failure = job.too_long = (
-                        f"trace too long for the judge model's context: {exc.message}. Give --context-tokens "
-                        f"(the model's window, now {self.context_tokens}) to show a window of the trace instead"
+                        f"trace too long for the judge model's context: {exc.message}. Set --context-tokens to the "
+                        f"model's context window (now {self.context_tokens}; a smaller value leaves more room) to label "
+                        "it through windows of segments"
                     )
                     break
                 except RetriesExhaustedError as exc:
