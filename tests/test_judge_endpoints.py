@@ -423,3 +423,20 @@ def test_client_timeouts_are_retried_and_fail_only_their_request(tmp_path):
     assert report.extra["retries"]["transport"] == 1 and report.failed == 3
     assert [r[1] for r in failures(store)] == [0, 1, 2] and all("APITimeoutError" in r[2] for r in failures(store))
     assert labels_of(store, "a") == list(enumerate(LABELS_A))[3:]
+
+
+def test_batch_the_provider_no_longer_knows_is_closed_and_its_requests_requeued(tmp_path):
+    store = build_store(tmp_path / "s.duckdb", TRACES_3)
+
+    async def interrupt(seconds: float) -> None:
+        raise KeyboardInterrupt
+
+    with FakeOpenAI(batch_polls=5) as first:
+        with pytest.raises(KeyboardInterrupt):
+            judge_for(first, batch=True, chunk_size=4, sleep=interrupt).label(store, ["a", "u"])
+    with FakeOpenAI() as other:  # e.g. another --base-url or account: it answers 404 for that batch
+        report = judge_for(other, batch=True, chunk_size=4).label(store, ["a", "u"])
+        assert len(other.chat_requests()) == 3 and other.batches == {}
+    (row,) = _batch_rows(store)
+    assert row[1:3] == ("missing", True) and report.extra["batches"] == {row[0]: "missing"}
+    assert labels_of(store, "a") == list(enumerate(LABELS_A)) and labels_of(store, "u") == list(enumerate(LABELS_U))

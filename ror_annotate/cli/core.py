@@ -453,7 +453,8 @@ def _check_label_outcome(counts: dict[str, Any], max_failed: str) -> None:
 
 
 def _print_judge_counts(counts: dict[str, Any]) -> None:
-    shown = {k: v for k, v in counts.items() if v not in (0, 0.0, None, {}, []) and k != "failure_example"}
+    shown = {k: ({c: n for c, n in v.items() if n} if isinstance(v, dict) else v) for k, v in counts.items() if k != "failure_example"}
+    shown = {k: v for k, v in shown.items() if v not in (0, 0.0, None, {}, [])}
     if shown:
         console.print("judge: " + ", ".join(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}" for k, v in shown.items()), highlight=False)
     if counts.get("failed"):

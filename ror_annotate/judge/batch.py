@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError, JudgeError
 from . import JudgeReport
-from .client import ChatClient, completion_from_dict
+from .client import ChatClient, RequestRejectedError, completion_from_dict
 from .llm import UsageMeter, naive_utc_now
 from .pricing import BATCH_DISCOUNT
 from .prompt import build_messages, trace_block
@@ -237,7 +237,18 @@ async def _settle(judge: "LLMJudge", store: "Store", client: ChatClient, batch_i
     task = progress.add_task(f"{len(pending)} batch(es)", total=None) if progress is not None and pending else None
     while pending:
         for batch_id in list(pending):
-            batch = await client.with_retries(lambda: api.batches.retrieve(batch_id), what=f"batch {batch_id} status")
+            try:
+                batch = await client.with_retries(lambda: api.batches.retrieve(batch_id), what=f"batch {batch_id} status")
+            except RequestRejectedError as exc:
+                if exc.status != 404:
+                    raise
+                # The provider no longer knows it (deleted, another account or --base-url): close it, so
+                # no later run polls it again; its requests are re-queued like those of an expired batch.
+                _close(store, batch_id, status="missing", output_file_id=None, error_file_id=None,
+                       outcome={"status": "missing", "messages": [exc.message]})
+                usage.report.extra["batches"][batch_id] = "missing"
+                pending.remove(batch_id)
+                continue
             store.execute("UPDATE judge_batches SET status = ? WHERE batch_id = ?", [batch.status, batch_id])
             if progress is not None and task is not None:
                 counts = batch.request_counts
@@ -250,11 +261,27 @@ async def _settle(judge: "LLMJudge", store: "Store", client: ChatClient, batch_i
             await sleep(judge.batch_poll_s)
 
 
-async def _read_file(client: ChatClient, file_id: str, what: str) -> list[dict[str, Any]]:
+async def _read_file(client: ChatClient, file_id: str, what: str, messages: list[str]) -> list[dict[str, Any]]:
+    """The JSONL lines of a batch output or error file; ``[]`` (and a message) when the provider lost it (404)."""
     api = client.openai
-    content = await client.with_retries(lambda: api.files.content(file_id), what=what)
+    try:
+        content = await client.with_retries(lambda: api.files.content(file_id), what=what)
+    except RequestRejectedError as exc:
+        if exc.status != 404:
+            raise
+        messages.append(f"{what} ({file_id}) is gone: {exc.message}")
+        return []
     text = content.text if hasattr(content, "text") else content.read().decode("utf-8")
     return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def _close(store: "Store", batch_id: str, *, status: str, output_file_id: str | None, error_file_id: str | None,
+           outcome: dict[str, Any]) -> None:
+    """Close a batch's bookkeeping row: no run polls or ingests it again."""
+    store.execute(
+        "UPDATE judge_batches SET status = ?, output_file_id = ?, error_file_id = ?, outcome = ?, ingested_at = ? WHERE batch_id = ?",
+        [status, output_file_id, error_file_id, json.dumps(outcome), naive_utc_now(), batch_id],
+    )
 
 
 async def _ingest_batch(judge: "LLMJudge", store: "Store", client: ChatClient, batch: Any, usage: UsageMeter,
@@ -264,18 +291,18 @@ async def _ingest_batch(judge: "LLMJudge", store: "Store", client: ChatClient, b
     row = store.execute("SELECT requests FROM judge_batches WHERE batch_id = ?", [batch.id]).fetchone()
     mapping: dict[str, Any] = json.loads(row[0])
     errors: Counter[str] = Counter()
+    messages: list[str] = []
     ingested = 0
     if batch.output_file_id:
-        for line in await _read_file(client, batch.output_file_id, f"batch {batch.id} output"):
+        for line in await _read_file(client, batch.output_file_id, f"batch {batch.id} output", messages):
             status, code = _line_status(line)
             if status == 200 and _ingest_line(judge, store, line, mapping, usage, run_id):
                 ingested += 1
             elif status != 200:
                 errors[code] += 1
     if batch.error_file_id:
-        for line in await _read_file(client, batch.error_file_id, f"batch {batch.id} errors"):
+        for line in await _read_file(client, batch.error_file_id, f"batch {batch.id} errors", messages):
             errors[_line_status(line)[1]] += 1
-    messages = []
     batch_errors = getattr(batch, "errors", None)
     for err in (getattr(batch_errors, "data", None) or []):  # validation failures of the whole input file
         errors[err.code or "batch_failed"] += 1
@@ -285,10 +312,8 @@ async def _ingest_batch(judge: "LLMJudge", store: "Store", client: ChatClient, b
     report.extra["batches"][batch.id] = batch.status
     outcome = {"status": batch.status, "requests": len(mapping), "ingested_now": ingested, "errors": dict(errors),
                "messages": messages[:5]}
-    store.execute(
-        "UPDATE judge_batches SET status = ?, output_file_id = ?, error_file_id = ?, outcome = ?, ingested_at = ? WHERE batch_id = ?",
-        [batch.status, batch.output_file_id, batch.error_file_id, json.dumps(outcome), naive_utc_now(), batch.id],
-    )
+    _close(store, batch.id, status=batch.status, output_file_id=batch.output_file_id, error_file_id=batch.error_file_id,
+           outcome=outcome)
 
 
 def _line_status(line: dict[str, Any]) -> tuple[int | None, str]:
