@@ -140,9 +140,12 @@ def test_rerun_retries_failed_segments_from_the_stored_attempt_count(tmp_path):
         first = judge_for(srv, chunk_size=3, max_attempts=2).label(store, ["a"])
         assert len(srv.chat_requests()) == 4  # 2 chunks x 2 paid attempts
         assert (first.labeled, first.failed) == (0, 6) and {r[3] for r in failures(store)} == {2}
+        assert {r[0] for r in store.execute("SELECT cause FROM judge_failures").fetchall()} == {"parse"}
         srv.style = None  # the endpoint is fixed
         second = judge_for(srv, chunk_size=3, max_attempts=2).label(store, ["a"])
         assert len(srv.chat_requests()) == 6  # new requests, not the cached failures replayed
+        # ... and they are the requests the first run would have sent next: with the retry instruction.
+        assert all(RETRY_MARK in b["messages"][1]["content"] for b in srv.chat_requests()[4:])
     assert second.cached_responses == 0 and (second.labeled, second.failed) == (6, 0)
     assert labels_of(store, "a") == list(enumerate(LABELS_A)) and failures(store) == []
     assert {lab.extra["attempt"] for lab in store.labels(trace_id="a")} == {3}
@@ -158,6 +161,18 @@ def test_rerun_after_a_still_failing_judge_pays_new_attempts_only(tmp_path):
     assert {r[3] for r in failures(store)} == {4}
     keys = store.execute("SELECT attempt FROM judge_cache ORDER BY attempt").fetchall()
     assert [k[0] for k in keys] == [1, 2, 3, 4]
+
+
+def test_rerun_after_a_cut_off_answer_asks_with_the_doubled_output_limit(tmp_path):
+    store = build_store(tmp_path / "s.duckdb", {"a": ("Add 17 and 25.", TRACE_A)})
+    with FakeOpenAI() as srv:
+        srv.push({"kind": "truncate"})
+        judge_for(srv, chunk_size=6, max_attempts=1).label(store, ["a"])
+        assert store.execute("SELECT DISTINCT cause, attempts FROM judge_failures").fetchall() == [("truncated", 1)]
+        judge_for(srv, chunk_size=6, max_attempts=1).label(store, ["a"])
+        first, second = srv.chat_requests()
+    assert first["max_tokens"] == 96 + 64 * 6 and second["max_tokens"] == 2 * first["max_tokens"]
+    assert labels_of(store, "a") == list(enumerate(LABELS_A)) and failures(store) == []
 
 
 def test_no_retry_failed_leaves_failures_alone(tmp_path):

@@ -122,17 +122,21 @@ JUDGE_MIGRATIONS: tuple[str, ...] = (
         run_id VARCHAR
     );
     """,
-    # v2: the judge's reasoning text kept with its response; what a closed batch left behind.
+    # v2: the judge's reasoning text kept with its response; what a closed batch left behind; why a
+    # segment failed (a RETRY_CAUSES name or "context_length"), so a re-run changes its request.
     """
     ALTER TABLE judge_cache ADD COLUMN reasoning VARCHAR;
     ALTER TABLE judge_batches ADD COLUMN output_file_id VARCHAR;
     ALTER TABLE judge_batches ADD COLUMN error_file_id VARCHAR;
     ALTER TABLE judge_batches ADD COLUMN outcome VARCHAR;
+    ALTER TABLE judge_failures ADD COLUMN cause VARCHAR;
     """,
 )
 
 #: Why a request was asked again (``JudgeReport.extra["retries"]`` counts each).
 RETRY_CAUSES = ("transport", "truncated", "parse", "refusal", "invalid_ids")
+#: What the retry instruction (prompt.RETRY_TEMPLATE) says was wrong, per cause with a fixed text.
+_RETRY_PROBLEMS = {"parse": "it was not a JSON object", "refusal": "it was a refusal; the task is only to classify text"}
 
 
 def naive_utc_now():
@@ -363,13 +367,14 @@ class LLMJudge:
         ).fetchall()
         return {int(r[0]) for r in rows}
 
-    def failed_segments(self, store: "Store", trace_id: str, annotator: str) -> dict[int, int]:
-        """Segment index -> stored attempts, for segments of ``trace_id`` this annotator left judge-failed."""
+    def failed_segments(self, store: "Store", trace_id: str, annotator: str) -> dict[int, tuple[int, str | None, str]]:
+        """Segment index -> ``(attempts, cause, reason)`` for segments of ``trace_id`` this annotator left judge-failed."""
         rows = store.execute(
-            "SELECT segment_index, attempts FROM judge_failures WHERE trace_id = ? AND annotator = ? AND codebook_version = ?",
+            "SELECT segment_index, attempts, cause, reason FROM judge_failures WHERE trace_id = ? AND annotator = ? "
+            "AND codebook_version = ?",
             [trace_id, annotator, self.codebook_version],
         ).fetchall()
-        return {int(r[0]): int(r[1]) for r in rows}
+        return {int(r[0]): (int(r[1]), r[2], r[3]) for r in rows}
 
     def cached_response(self, store: "Store", key: str) -> dict[str, Any] | None:
         """The stored response for a request cache key, or None (a cached response is never paid for again)."""
@@ -388,8 +393,9 @@ class LLMJudge:
         failures: dict[int, str],
         attempts: int,
         extra: dict[str, Any],
+        cause: str | None = None,
     ) -> None:
-        """Write one response's cache row, its labels and any final failures in one transaction."""
+        """Write one response's cache row, its labels and any final failures (with their ``cause``) in one transaction."""
         annotator = self.annotator_for(sample)
         labels = [
             Label(trace_id=trace.trace_id, segment_index=sid, label=lab, source="judge", annotator=annotator,
@@ -422,8 +428,10 @@ class LLMJudge:
                 # whole has hundreds of segments, and one INSERT each took ~10 ms.
                 ids = sorted(failures)
                 store.execute(
-                    "INSERT OR REPLACE INTO judge_failures SELECT ?, unnest(?::INTEGER[]), ?, ?, unnest(?::VARCHAR[]), ?, ?, ?",
-                    [trace.trace_id, ids, annotator, self.codebook_version, [failures[i][:2000] for i in ids], attempts, run_id, now],
+                    "INSERT OR REPLACE INTO judge_failures (trace_id, segment_index, annotator, codebook_version, reason, attempts, "
+                    "run_id, created_at, cause) SELECT ?, unnest(?::INTEGER[]), ?, ?, unnest(?::VARCHAR[]), ?, ?, ?, ?",
+                    [trace.trace_id, ids, annotator, self.codebook_version, [failures[i][:2000] for i in ids], attempts, run_id,
+                     now, cause],
                 )
 
     # ------------------------------------------------------------------ interactive labeling
@@ -533,14 +541,26 @@ class LLMJudge:
         """
         remaining = list(ids)
         max_tokens = self.default_max_tokens(len(ids))
-        stored = [job.failed.get(i) for i in remaining]
-        attempt = min(stored) if stored and all(a is not None for a in stored) else 0  # type: ignore[type-var]
-        limit = attempt + self.max_attempts
         local_failure: str | None = None
+        local_cause: str | None = None
         retry_problem: str | None = None
+        attempt = 0
+        prior = [job.failed.get(i) for i in remaining]
+        if prior and all(p is not None for p in prior):
+            # Continue where the earlier run stopped, with the request it would have sent next.
+            attempt = min(p[0] for p in prior if p is not None)
+            _, cause, reason = job.failed[remaining[0]]
+            if cause == "truncated":
+                max_tokens = min(max_tokens * 2**attempt, MAX_TOKENS_CAP)
+            elif cause in ("parse", "refusal"):
+                retry_problem = _RETRY_PROBLEMS[cause]
+            elif cause == "invalid_ids":
+                retry_problem = f"segment id {remaining[0]}: {reason[:200]}"
+        limit = attempt + self.max_attempts
         while remaining and attempt < limit:
             if job.too_long is not None:
-                local_failure = job.too_long  # the trace's first request already hit the context limit
+                # The trace's first request already hit the context limit.
+                local_failure, local_cause = job.too_long, "context_length"
                 break
             attempt += 1
             params = self.params(job.sample, max_tokens)
@@ -564,6 +584,7 @@ class LLMJudge:
                     if not is_context_length_error(exc):
                         # A rejected key, model, URL or request shape is wrong for every request.
                         raise JudgeError(f"{exc.message}. Check --judge, --base-url and OPENAI_API_KEY", code=exc.code) from exc
+                    local_cause = "context_length"
                     local_failure = job.too_long = (
                         f"trace too long for the judge model's context: {exc.message}. Set --context-tokens to the "
                         f"model's context window (now {self.context_tokens}; a smaller value leaves more room) to label "
@@ -580,7 +601,7 @@ class LLMJudge:
                             "labels stored so far are kept and the run resumes where it stopped",
                             code=exc.code,
                         ) from exc
-                    local_failure = str(exc)
+                    local_failure, local_cause = str(exc), "transport"
                     break
                 cost = ctx.usage.add(completion)
                 if windowed:
@@ -599,7 +620,7 @@ class LLMJudge:
                      "params": params, "mode": self.mode, "chunk_size": self.chunk_size,
                      "attempt": attempt, "cache_key": key, "windowed": windowed}
             self.commit_response(ctx.store, trace=job.trace, sample=job.sample, run_id=ctx.run_id, cache_row=cache_row, result=result,
-                                 failures=result.bad if final else {}, attempts=attempt, extra=extra)
+                                 failures=result.bad if final else {}, attempts=attempt, extra=extra, cause=cause)
             ctx.usage.report.labeled += len(result.good)
             if final:
                 ctx.usage.report.failed += len(result.bad)
@@ -613,7 +634,7 @@ class LLMJudge:
             # No answer to store: the failure rows are written alone.
             failures = {i: local_failure for i in remaining}
             self.commit_response(ctx.store, trace=job.trace, sample=job.sample, run_id=ctx.run_id, cache_row=None,
-                                 result=ChunkResult(), failures=failures, attempts=attempt, extra={})
+                                 result=ChunkResult(), failures=failures, attempts=attempt, extra={}, cause=local_cause)
             ctx.usage.report.failed += len(failures)
             ctx.usage.report.extra.setdefault("failure_example", local_failure[:300])
             ctx.advance(len(failures))
@@ -629,9 +650,9 @@ class LLMJudge:
         except TruncatedOutputError as exc:
             return ChunkResult(bad={i: str(exc) for i in ids}), "truncated", None
         except RefusalError as exc:
-            return ChunkResult(bad={i: str(exc) for i in ids}), "refusal", "it was a refusal; the task is only to classify text"
+            return ChunkResult(bad={i: str(exc) for i in ids}), "refusal", _RETRY_PROBLEMS["refusal"]
         except ResponseParseError as exc:
-            return ChunkResult(bad={i: str(exc) for i in ids}), "parse", "it was not a JSON object"
+            return ChunkResult(bad={i: str(exc) for i in ids}), "parse", _RETRY_PROBLEMS["parse"]
         if not result.bad:
             return result, None, None
         first = min(result.bad)
@@ -644,8 +665,8 @@ class _TraceJob:
     segments: list[Segment]
     sample: int
     block: str
-    #: Segment index -> attempts, for segments an earlier run left judge-failed.
-    failed: dict[int, int] = field(default_factory=dict)
+    #: Segment index -> (attempts, cause, reason), for segments an earlier run left judge-failed.
+    failed: dict[int, tuple[int, str | None, str]] = field(default_factory=dict)
     #: Set when a request of this trace was refused as longer than the model's context.
     too_long: str | None = None
 
