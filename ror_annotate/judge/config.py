@@ -78,17 +78,15 @@ class JudgeConfig(BaseModel):
             name = str(err["loc"][0]) if err["loc"] else "options"
             flag = f"--{name.replace('_', '-')}"
             value = given.get(name)
-            raise ConfigError(f"{flag} must be {_expected(err)}, got {value!r}") from exc
+            raise ConfigError(f"{flag} {_expected(err)}, got {value!r}") from exc
 
 
-def _expected(err: dict[str, Any]) -> str:
+def _expected(err: Any) -> str:
     ctx = err.get("ctx") or {}
-    if err["type"] == "greater_than_equal":
-        return f">= {ctx['ge']}"
-    if err["type"] == "greater_than":
-        return f"> {ctx['gt']}"
-    if err["type"] == "less_than_equal":
-        return f"<= {ctx['le']}"
+    bounds = {"greater_than_equal": ">=", "greater_than": ">", "less_than_equal": "<=", "less_than": "<"}
+    if err["type"] in bounds:
+        limit = next(iter(ctx.values()), "?")
+        return f"must be {bounds[err['type']]} {limit}"
     if err["type"] == "literal_error":
-        return str(ctx.get("expected", "one of the allowed values")).replace(" or ", " or ")
-    return err["msg"].lower()
+        return f"must be {ctx.get('expected', 'one of the allowed values')}"
+    return f"is invalid: {err['msg'][0].lower()}{err['msg'][1:]}"

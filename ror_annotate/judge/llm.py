@@ -625,7 +625,7 @@ class LLMJudge:
             if final:
                 ctx.usage.report.failed += len(result.bad)
                 if result.bad:
-                    ctx.usage.report.extra.setdefault("failure_example", next(iter(result.bad.values()))[:300])
+                    ctx.usage.report.extra.setdefault("failure_example", _shorten(next(iter(result.bad.values()))))
             elif result.bad and cause is not None:
                 ctx.count_retry(cause)
             ctx.advance(len(result.good) + (len(result.bad) if final else 0))
@@ -636,7 +636,7 @@ class LLMJudge:
             self.commit_response(ctx.store, trace=job.trace, sample=job.sample, run_id=ctx.run_id, cache_row=None,
                                  result=ChunkResult(), failures=failures, attempts=attempt, extra={}, cause=local_cause)
             ctx.usage.report.failed += len(failures)
-            ctx.usage.report.extra.setdefault("failure_example", local_failure[:300])
+            ctx.usage.report.extra.setdefault("failure_example", _shorten(local_failure))
             ctx.advance(len(failures))
 
     def judge_answer(self, completion: Completion, ids: list[int]) -> tuple[ChunkResult, str | None, str | None]:
@@ -704,6 +704,10 @@ class _RunContext:
         self._since_publish = 0
         if self.run_id is not None:
             self.store.update_run_counts(self.run_id, self.usage.report.as_counts())
+
+
+def _shorten(text: str, limit: int = 400) -> str:
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
 
 
 @register_judge("openai")
