@@ -72,6 +72,12 @@ class SchemaVersionError(StoreError):
     code = "E202"
 
 
+class StoreReadOnlyError(StoreError):
+    """A write was attempted on a store opened read-only (``Store(..., read_only=True)``)."""
+
+    code = "E203"
+
+
 class SegmentationError(RorError, ValueError):
     """The segmenter produced, or was given, segments that break the offset invariants."""
 
@@ -146,6 +152,11 @@ class JudgeOutcomeError(JudgeError):
 
     code = "E506"
     exit_status = 3
+
+    def __init__(self, message: str, *, counts: dict | None = None) -> None:
+        super().__init__(message)
+        #: The judge's counters of the pass (``JudgeReport.as_counts()``), for display.
+        self.counts = dict(counts or {})
 
 
 class ReviewError(RorError, RuntimeError):

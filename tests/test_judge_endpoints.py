@@ -255,6 +255,23 @@ def test_ror_run_with_a_dead_judge_exports_nothing_and_exits_3(tmp_path):
     assert "[E506]" in result.stderr and not out.exists()
     with Store(db) as store:
         assert [r.status for r in store.runs()] == ["failed"]
+        assert store.runs()[0].counts["label"]["failed"] == 2 * len(LABELS_A)
+
+
+def test_pipeline_run_raises_before_exporting_and_label_records_a_failed_run(tmp_path):
+    from ror_annotate import pipeline
+
+    with FakeOpenAI(style="prose") as srv, Store(tmp_path / "s.duckdb") as store:
+        judge = judge_for(srv, max_attempts=1)
+        with pytest.raises(JudgeOutcomeError) as info:
+            pipeline.run(store, _input_file(tmp_path), judge=judge, out=tmp_path / "export")
+        assert info.value.counts["failed"] == 2 * len(LABELS_A) and not (tmp_path / "export").exists()
+        with pytest.raises(JudgeOutcomeError):
+            pipeline.label(store, judge=judge)
+        # max_failed=None: the caller decides (nothing raised, the failures are in the summary)
+        summary = pipeline.label(store, judge=judge, max_failed=None)
+        assert summary.failed == 2 * len(LABELS_A) and summary.labeled == 0
+        assert [r.status for r in store.runs()] == ["failed", "failed", "ok"]
 
 
 def test_max_failed_decides_the_exit_status_of_a_partly_failed_run(tmp_path):

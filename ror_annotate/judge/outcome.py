@@ -110,9 +110,11 @@ def check_label_outcome(report: "JudgeReport | Mapping[str, Any]", *,
     after = ("The labels written are kept; run the same command again to retry the failed segments "
              "(the reason of each is in the judge_failures table).")
     if labelled == 0:
-        raise JudgeOutcomeError(f"the judge labelled none of the {total} segments: all are judge-failed.{why} {after}")
+        raise JudgeOutcomeError(f"the judge labelled none of the {total} segments: all are judge-failed.{why} {after}",
+                                counts=dict(counts))
     if failed > limit.allowed(total):
         raise JudgeOutcomeError(
             f"{failed} of {total} segments ({failed / total:.1%}) are judge-failed, more than --max-failed {limit} allows.{why} "
-            f"{after} Pass --max-failed to accept more."
+            f"{after} Pass --max-failed to accept more.",
+            counts=dict(counts),
         )
