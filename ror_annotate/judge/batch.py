@@ -31,6 +31,7 @@ import asyncio
 import json
 from collections import Counter
 from collections.abc import Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError, JudgeError
@@ -145,7 +146,8 @@ def _requests(judge: "LLMJudge", store: "Store", trace_ids: Sequence[str],
     """
     asked = _asked(judge, store)
     requeue = judge.config.batch_requeue == "batch"
-    lines, mapping = [], {}
+    lines: list[dict[str, Any]] = []
+    mapping: dict[str, Any] = {}
     for trace_id in trace_ids:
         segments = store.segments(trace_id)
         if not segments:
@@ -210,11 +212,11 @@ async def _submit(judge: "LLMJudge", store: "Store", client: ChatClient, lines: 
     for group in split_batches(encoded, max_requests=judge.config.batch_max_requests, max_bytes=judge.config.batch_max_bytes):
         data = b"".join(encoded[i] for i in group)
         part = {lines[i]["custom_id"]: mapping[lines[i]["custom_id"]] for i in group}
-        uploaded = await client.with_retries(lambda: api.files.create(file=("ror-judge-batch.jsonl", data), purpose="batch"),
+        uploaded = await client.with_retries(partial(api.files.create, file=("ror-judge-batch.jsonl", data), purpose="batch"),
                                              what="batch input upload")
         batch = await client.with_retries(
-            lambda: api.batches.create(input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h",
-                                       metadata={"tool": "ror_annotate", "codebook": judge.book.versioned_name}),
+            partial(api.batches.create, input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h",
+                    metadata={"tool": "ror_annotate", "codebook": judge.book.versioned_name}),
             what="batch create",
         )
         with store.transaction():
@@ -238,7 +240,8 @@ async def _settle(judge: "LLMJudge", store: "Store", client: ChatClient, batch_i
     while pending:
         for batch_id in list(pending):
             try:
-                batch = await client.with_retries(lambda: api.batches.retrieve(batch_id), what=f"batch {batch_id} status")
+                batch = await client.with_retries(partial(api.batches.retrieve, batch_id),
+                                                  what=f"batch {batch_id} status")
             except RequestRejectedError as exc:
                 if exc.status != 404:
                     raise
@@ -289,7 +292,7 @@ async def _ingest_batch(judge: "LLMJudge", store: "Store", client: ChatClient, b
     """Ingest what a terminal batch answered, count what it did not, and close its bookkeeping row."""
     report = usage.report
     row = store.execute("SELECT requests FROM judge_batches WHERE batch_id = ?", [batch.id]).fetchone()
-    mapping: dict[str, Any] = json.loads(row[0])
+    mapping: dict[str, Any] = json.loads(row[0]) if row else {}
     errors: Counter[str] = Counter()
     messages: list[str] = []
     ingested = 0
@@ -334,7 +337,7 @@ def _line_status(line: dict[str, Any]) -> tuple[int | None, str]:
 def _ingest_line(judge: "LLMJudge", store: "Store", line: dict[str, Any], mapping: dict[str, Any], usage: UsageMeter,
                  run_id: str | None) -> bool:
     """Store one answered batch request (cache row, labels); ``False`` when unknown or already stored."""
-    req = mapping.get(line.get("custom_id"))
+    req = mapping.get(str(line.get("custom_id")))
     if req is None:
         return False
     if judge.cached_response(store, req["cache_key"]) is not None:

@@ -42,7 +42,7 @@ from urllib.parse import urlparse
 
 from ..errors import (  # re-exported: these names were defined here before errors.py held them
     ConfigError,
-    JudgeError,
+    JudgeError,  # noqa: F401  (kept importable from here)
     RefusalError,
     RequestRejectedError,
     ResponseParseError,

@@ -202,7 +202,7 @@ def validate_answer(data: dict[str, Any], requested: Sequence[int], labels: Sequ
             result.notes.append(f"id {sid}: confidence {conf!r} outside [0, 1] dropped")
             conf = None
         rationale = item.get("rationale")
-        result.good[sid] = (label, None if conf is None else float(conf), rationale if isinstance(rationale, str) else None)
+        result.good[sid] = (str(label), None if conf is None else float(conf), rationale if isinstance(rationale, str) else None)
     return result
 
 
@@ -510,7 +510,7 @@ class LLMJudge:
                 [list(trace_ids), self.annotator_for(k), self.codebook_version]
                 + ([] if self.retry_failed else [self.annotator_for(k), self.codebook_version]),
             ).fetchone()
-            total += int(row[0])
+            total += int(row[0]) if row else 0
         return total
 
     async def _judge_trace(self, ctx: "_RunContext", trace_id: str, sample: int) -> None:
