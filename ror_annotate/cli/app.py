@@ -1,7 +1,8 @@
 """The Typer application behind ``ror`` and what every command shares.
 
 A user mistake (any :class:`~ror_annotate.errors.RorError`) prints one line
-``error [CODE]: message`` on stderr and exits with status 2; a traceback means a bug in ror_annotate.
+``error [CODE]: message`` on stderr and exits with the error's ``exit_status``: 2, or 3 when the
+judge labelled nothing or too little (E506); a traceback means a bug in ror_annotate.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ class RorGroup(TyperGroup):
             # One line, whatever the message holds (library errors quoted inside often span several).
             message = " ".join(exc.message.split())
             err_console.print(f"[bold red]error[/] [{exc.code}]: {escape(message)}", highlight=False, soft_wrap=True)
-            raise typer.Exit(2) from None  # typer vendors click: click.exceptions.Exit is not caught
+            raise typer.Exit(exc.exit_status) from None  # typer vendors click: click.exceptions.Exit is not caught
         except BaseException as exc:
             if not _is_interrupt(exc):
                 raise

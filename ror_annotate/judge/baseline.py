@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..errors import ConfigError
 from ..records import Label, Segment
 from . import JudgeReport, register_judge
 
@@ -224,6 +225,17 @@ class BaselineJudge:
 
 
 @register_judge("baseline")
-def make_baseline(model: str | None = None, **_options: Any) -> BaselineJudge:
-    """Factory for ``--judge baseline``; judge options meant for LLM judges are ignored."""
+def make_baseline(model: str | None = None, **options: Any) -> BaselineJudge:
+    """Factory for ``--judge baseline``.
+
+    Raises
+    ------
+    ConfigError
+        Options were given (``--base-url``, ``--chunk-size``, ...): they belong to LLM judges, and the
+        baseline would silently run without them.
+    """
+    given = sorted(name for name, value in options.items() if value is not None and value is not False)
+    if given:
+        flags = ", ".join("--" + name.replace("_", "-") for name in given)
+        raise ConfigError(f"--judge baseline takes no judge options, got {flags}: they apply to --judge openai:MODEL")
     return BaselineJudge()
