@@ -202,6 +202,34 @@ def _is_lock_error(exc: BaseException) -> bool:
     return "lock" in text.lower() and ("Could not set lock" in text or "Conflicting lock" in text)
 
 
+@contextmanager
+def _signals_held() -> Iterator[None]:
+    """Ignore SIGINT/SIGTERM inside the block (main thread only): a few milliseconds of bookkeeping
+    that must complete once begun."""
+    import signal
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    for sig in saved:
+        signal.signal(sig, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+
+
+def is_interrupt(exc: BaseException) -> bool:
+    """Whether ``exc`` is Ctrl-C (or SIGTERM, which the CLI turns into Ctrl-C) in any of its disguises:
+    :class:`KeyboardInterrupt`, DuckDB's ``InterruptException``, or the plain ``RuntimeError("Query
+    interrupted")`` DuckDB raises when the signal lands while a result is being fetched."""
+    if isinstance(exc, (KeyboardInterrupt, duckdb.InterruptException)):
+        return True
+    return isinstance(exc, RuntimeError) and "query interrupted" in str(exc).lower()
+
+
 def translate_duckdb_error(exc: BaseException, path: str, what: str = "") -> BaseException:
     """The project's view of a DuckDB exception: an interrupted query (Ctrl-C inside DuckDB) becomes
     :class:`KeyboardInterrupt`, a write to a read-only store :class:`StoreReadOnlyError`, anything else a
@@ -1028,24 +1056,25 @@ class Store:
         except KeyboardInterrupt:
             status = "interrupted"
             raise
-        except duckdb.InterruptException as exc:  # Ctrl-C while DuckDB ran a query
-            status = "interrupted"
-            raise KeyboardInterrupt() from exc
         except SystemExit as exc:
             status = "ok" if exc.code in (0, None) else "failed"
             raise
         except BaseException as exc:
+            if is_interrupt(exc):  # Ctrl-C while DuckDB ran or fetched a query
+                status = "interrupted"
+                raise KeyboardInterrupt() from exc
             run.counts["error"] = scrub_url(f"{type(exc).__name__}: {' '.join(str(exc).split())}")[:500]
             raise
         finally:
             self._progress = outer
-            if status != "ok" and outside_transaction:
-                self._abandon_transaction()
-            try:
-                self.finish_run(run.run_id, status=status, counts=run.counts)
-            finally:
-                if progress is not None:
-                    progress.finish(run, status)
+            with _signals_held():  # a second Ctrl-C must not leave the run recorded as "running"
+                if status != "ok" and outside_transaction:
+                    self._abandon_transaction()
+                try:
+                    self.finish_run(run.run_id, status=status, counts=run.counts)
+                finally:
+                    if progress is not None:
+                        progress.finish(run, status)
 
     def report_progress(self, stage: str, *, done: int, total: int | None, info: str = "") -> None:
         """Note a running stage's progress in the progress file (no-op outside :meth:`run`)."""

@@ -36,10 +36,11 @@ def _sigterm_as_interrupt() -> None:
 
 
 def _is_interrupt(exc: BaseException) -> bool:
-    # DuckDB turns Ctrl-C during a query into its own InterruptException ("Query interrupted").
     if isinstance(exc, KeyboardInterrupt):
         return True
-    return type(exc).__name__ == "InterruptException" and "duckdb" in type(exc).__module__
+    from ..store import is_interrupt  # DuckDB's disguises of Ctrl-C ("Query interrupted")
+
+    return is_interrupt(exc)
 
 
 class RorGroup(TyperGroup):
