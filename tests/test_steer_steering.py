@@ -186,10 +186,10 @@ def test_after_first_answer_schedule_with_cache():
     schedule = AfterFirstAnswer(tok, r"\\boxed\{[^{}]*\}")
     with torch.no_grad(), steer_routing(model, edit, schedule=schedule, record=True) as handle:
         out = model(input_ids=prompt, use_cache=True)
-        cache = out.past_key_values
+        cache = out.cache  # transformers 5.x: `cache`, not the deprecated `past_key_values`
         for token in answer:
-            out = model(input_ids=torch.tensor([[token]]), past_key_values=cache, use_cache=True)
-            cache = out.past_key_values
+            out = model(input_ids=torch.tensor([[token]]), cache=cache, use_cache=True)
+            cache = out.cache
     active = [bool(sel["active"][0]) for sel in handle.selections]
     # forward i+1 processes answer[i]; the row turns active once answer[:i+1] holds the closed \boxed{}
     assert active[0] is False
