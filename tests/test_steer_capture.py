@@ -214,3 +214,36 @@ def test_cli_capture_resumes_whatever_the_model_path_spelling(tokens, tmp_path, 
     assert second.exit_code == 0, second.output
     assert "captured 5 traces" in second.output and "skipped 3 already captured" in second.output
     assert json.loads((tmp_path / "cap" / "meta.json").read_text())["model"] == str((tmp_path / "m").resolve())
+
+
+def test_background_writer_writes_the_same_bytes_and_surfaces_errors(model, tokens, tmp_path, monkeypatch):
+    from ror_annotate.steer import capture as capture_mod
+
+    sync_dir, thread_dir = tmp_path / "sync", tmp_path / "thread"
+    capture_router_logits(model, tokens, sync_dir, model_name="m", batch_size=2, background_writer=False)
+    capture_router_logits(model, tokens, thread_dir, model_name="m", batch_size=2, background_writer=True)
+    for name in ("logits.bin", "selected.bin", "index.jsonl", "meta.json"):
+        assert (sync_dir / name).read_bytes() == (thread_dir / name).read_bytes(), name
+
+    calls = {"n": 0}
+    original = capture_mod._Writer.append
+
+    def failing_append(self, rows):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise OSError("disk full")
+        return original(self, rows)
+
+    monkeypatch.setattr(capture_mod._Writer, "append", failing_append)
+    broken = tmp_path / "broken"
+    with pytest.raises(OSError, match="disk full"):
+        capture_router_logits(model, tokens, broken, model_name="m", batch_size=2, background_writer=True)
+    monkeypatch.setattr(capture_mod._Writer, "append", original)
+    # what the index covers is intact; resuming completes it to the same bytes as one run
+    first = Capture(broken)
+    assert 0 < len(first.index) < 8
+    capture_router_logits(model, tokens, broken, model_name="m", batch_size=2, background_writer=True)
+    full, resumed = Capture(sync_dir), Capture(broken)
+    for row in full.index:
+        a, b = full.trace(row["trace_id"]), resumed.trace(row["trace_id"])
+        assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])

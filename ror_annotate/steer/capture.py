@@ -308,6 +308,54 @@ def _batches(lengths: Sequence[int], batch_size: int, max_batch_tokens: int | No
         yield batch
 
 
+def _padded_batch(sequences: Sequence[Sequence[int]], padding_side: str, pad_token_id: int, device: Any) -> dict:
+    """Model inputs for one padded batch (``position_ids`` from the mask when left-padded)."""
+    torch = require_torch()
+    if padding_side not in ("left", "right"):
+        raise SteerError(f"padding_side must be 'left' or 'right', got {padding_side!r}")
+    longest = max(len(s) for s in sequences)
+    ids = torch.full((len(sequences), longest), pad_token_id, dtype=torch.long)
+    mask = torch.zeros((len(sequences), longest), dtype=torch.long)
+    for row, seq in enumerate(sequences):
+        sl = slice(0, len(seq)) if padding_side == "right" else slice(longest - len(seq), longest)
+        ids[row, sl] = torch.as_tensor(list(seq), dtype=torch.long)
+        mask[row, sl] = 1
+    kwargs: dict[str, Any] = {"input_ids": ids.to(device), "attention_mask": mask.to(device), "use_cache": False}
+    if padding_side == "left":
+        kwargs["position_ids"] = (mask.cumsum(-1) - 1).clamp(min=0).to(device)
+    return kwargs
+
+
+class _BatchRecorder:
+    """Router hook target: writes each router's logits and selections into one device buffer per batch.
+
+    One preallocated ``[batch, seq, n_layers, n_experts]`` buffer in the storage dtype per forward:
+    each router's output is converted and copied into its slot on the device (one kernel per layer,
+    no host synchronisation), and the whole batch later crosses to the host in one copy, at half
+    the bytes of float32 when stored as float16.
+    """
+
+    def __init__(self, sites: Sequence[RouterSite], logits_dtype: Any) -> None:
+        self.slot = {s.position: i for i, s in enumerate(sites)}
+        self.n_experts, self.top_k = sites[0].n_experts, sites[0].top_k
+        self.logits_dtype = logits_dtype
+        self.logits = self.selected = None
+        self.shape: tuple[int, int] | None = None
+
+    def start(self, batch: int, seq: int, device: Any) -> None:
+        torch = require_torch()
+        n = len(self.slot)
+        self.shape = (batch, seq)
+        self.logits = torch.empty((batch, seq, n, self.n_experts), dtype=self.logits_dtype, device=device)
+        self.selected = torch.empty((batch, seq, n, self.top_k), dtype=torch.int16, device=device)
+
+    def on_route(self, site: RouterSite, logits: Any, output: tuple) -> None:
+        i = self.slot.get(site.position)
+        if i is not None and self.shape is not None:
+            self.logits[:, :, i].copy_(logits.detach().view(*self.shape, -1))
+            self.selected[:, :, i].copy_(output[2].detach().view(*self.shape, -1))
+
+
 def forward_router_logits(model: Any, sequences: Sequence[Sequence[int]], *, sites: list[RouterSite] | None = None,
                           padding_side: str = "right", pad_token_id: int = 0):
     """Run one padded batch and return router logits and selections of the real tokens.
@@ -331,36 +379,99 @@ def forward_router_logits(model: Any, sequences: Sequence[Sequence[int]], *, sit
     """
     torch = require_torch()
     sites = sites if sites is not None else find_router_sites(model)
-    if padding_side not in ("left", "right"):
-        raise SteerError(f"padding_side must be 'left' or 'right', got {padding_side!r}")
     device = next(model.parameters()).device
-    longest = max(len(s) for s in sequences)
-    ids = torch.full((len(sequences), longest), pad_token_id, dtype=torch.long)
-    mask = torch.zeros((len(sequences), longest), dtype=torch.long)
-    for row, seq in enumerate(sequences):
-        sl = slice(0, len(seq)) if padding_side == "right" else slice(longest - len(seq), longest)
-        ids[row, sl] = torch.as_tensor(list(seq), dtype=torch.long)
-        mask[row, sl] = 1
-    kwargs: dict[str, Any] = {"input_ids": ids.to(device), "attention_mask": mask.to(device), "use_cache": False}
-    if padding_side == "left":
-        kwargs["position_ids"] = (mask.cumsum(-1) - 1).clamp(min=0).to(device)
-    got: dict[int, tuple[Any, Any]] = {}
-
-    def on_route(site, logits, output):
-        got[site.position] = (logits.detach(), output[2].detach())
-        return None
-
-    with torch.inference_mode(), RouterHooks(model, on_route, sites=sites):
+    kwargs = _padded_batch(sequences, padding_side, pad_token_id, device)
+    recorder = _BatchRecorder(sites, torch.float32)
+    recorder.start(*kwargs["input_ids"].shape, device)
+    with torch.inference_mode(), RouterHooks(model, recorder.on_route, sites=sites):
         model(**kwargs)
-    b, s = ids.shape
-    # accumulate on the device, copy once (a per-layer .cpu() forces a sync per layer)
-    logits = torch.stack([got[site.position][0].reshape(b, s, -1).float() for site in sites], dim=2).cpu()
-    selected = torch.stack([got[site.position][1].reshape(b, s, -1) for site in sites], dim=2).cpu()
-    out = []
-    for row in range(b):
-        keep = mask[row].bool()
-        out.append((logits[row, keep], selected[row, keep].long()))
-    return out
+    logits, selected = recorder.logits.cpu(), recorder.selected.cpu()
+    return [(logits[row, sl], selected[row, sl].long())
+            for row, sl in enumerate(_real_slices([len(s) for s in sequences], logits.shape[1], padding_side))]
+
+
+def _real_slices(lengths: Sequence[int], longest: int, padding_side: str) -> list[slice]:
+    """Positions of the real tokens of each row of a padded batch."""
+    if padding_side == "right":
+        return [slice(0, n) for n in lengths]
+    return [slice(longest - n, longest) for n in lengths]
+
+
+class _HostCopy:
+    """A device batch on its way to the host: pinned buffers and a CUDA event on a GPU, the tensors on CPU."""
+
+    def __init__(self, logits: Any, selected: Any) -> None:
+        torch = require_torch()
+        self.event = None
+        if logits.device.type == "cuda":
+            self.logits = torch.empty(logits.shape, dtype=logits.dtype, pin_memory=True)
+            self.selected = torch.empty(selected.shape, dtype=selected.dtype, pin_memory=True)
+            self.logits.copy_(logits, non_blocking=True)
+            self.selected.copy_(selected, non_blocking=True)
+            self.event = torch.cuda.Event()
+            self.event.record()
+        else:
+            self.logits, self.selected = logits.cpu(), selected.cpu()
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """Wait for the copy (GPU) and return numpy views."""
+        if self.event is not None:
+            self.event.synchronize()
+        return self.logits.numpy(), self.selected.numpy()
+
+
+class _BackgroundWriter:
+    """Writes batches in a thread so the device runs the next forward meanwhile (GPU only).
+
+    Batches are written in submission order by one thread, so the index stays append-only and a
+    crash still leaves a resumable capture. At most ``depth`` batches wait (bounded pinned memory).
+    An error in the thread is raised in the caller at the next ``submit`` or at ``close``.
+    """
+
+    def __init__(self, writer: "_Writer", *, threaded: bool, depth: int = 2) -> None:
+        import queue
+        import threading
+
+        self.writer = writer
+        self.error: BaseException | None = None
+        self.queue: Any = queue.Queue(maxsize=depth) if threaded else None
+        self.thread = threading.Thread(target=self._run, name="ror-capture-writer", daemon=True) if threaded else None
+        if self.thread is not None:
+            self.thread.start()
+
+    def _write(self, job: tuple) -> None:
+        infos, copy, slices = job
+        logits, selected = copy.arrays()
+        self.writer.append([(info, logits[row, sl], selected[row, sl])
+                            for row, (info, sl) in enumerate(zip(infos, slices))])
+
+    def _run(self) -> None:
+        while True:
+            job = self.queue.get()
+            if job is None:
+                return
+            if self.error is None:
+                try:
+                    self._write(job)
+                except BaseException as exc:  # surfaced in the caller's thread
+                    self.error = exc
+
+    def _raise(self) -> None:
+        if self.error is not None:
+            raise self.error
+
+    def submit(self, infos: list[dict], copy: _HostCopy, slices: list[slice]) -> None:
+        self._raise()
+        if self.queue is None:
+            self._write((infos, copy, slices))
+        else:
+            self.queue.put((infos, copy, slices))
+
+    def close(self) -> None:
+        if self.thread is not None:
+            self.queue.put(None)
+            self.thread.join()
+        self._raise()
 
 
 def _embedding_rows(model: Any) -> int | None:
@@ -390,7 +501,8 @@ def capture_router_logits(model: Any, tokens: Any, out_dir: str | Path, *, model
                           splits: Sequence[str] | None = None, layers: Sequence[int] | None = None,
                           batch_size: int = 8, max_batch_tokens: int | None = 16384, padding_side: str = "right",
                           pad_token_id: int | None = None, logits_dtype: str = "float16", overwrite: bool = False,
-                          limit: int | None = None, progress: Callable[[int], None] | None = None) -> CaptureReport:
+                          limit: int | None = None, progress: Callable[[int], None] | None = None,
+                          background_writer: bool | None = None) -> CaptureReport:
     """Capture router logits of every trace of the ``tokens`` dataset into ``out_dir``.
 
     Parameters
@@ -422,6 +534,10 @@ def capture_router_logits(model: Any, tokens: Any, out_dir: str | Path, *, model
         Capture at most this many new traces (smoke runs).
     progress : callable, optional
         Called with the number of traces finished after each batch.
+    background_writer : bool, optional
+        Write to disk in a background thread while the next batch runs (default: on CUDA, where the
+        device->host copy goes to pinned buffers asynchronously; on CPU the forward and the write
+        share the same cores, so it is off).
 
     Returns
     -------
@@ -434,7 +550,7 @@ def capture_router_logits(model: Any, tokens: Any, out_dir: str | Path, *, model
     """
     import time
 
-    require_torch()
+    torch = require_torch()
     if logits_dtype not in STORE_DTYPES:
         raise SteerError(f"logits_dtype must be one of {sorted(STORE_DTYPES)}, got {logits_dtype!r}")
     sites = find_router_sites(model)
@@ -457,35 +573,46 @@ def capture_router_logits(model: Any, tokens: Any, out_dir: str | Path, *, model
     if unknown_splits:
         raise SteerError(f"splits {unknown_splits} not in the tokens dataset; it has {list(tokens.keys())}")
     writer = _Writer(Path(out_dir), meta, overwrite=overwrite)
+    device = next(model.parameters()).device
+    recorder = _BatchRecorder(sites, getattr(torch, logits_dtype))
+    threaded = device.type == "cuda" if background_writer is None else background_writer
+    background = _BackgroundWriter(writer, threaded=threaded)
     report = CaptureReport(out_dir=str(out_dir))
     start = time.perf_counter()
     try:
-        for split in splits:
-            columns = [c for c in ("trace_id", "dataset", "input_ids", "tokenizer") if c in tokens[split].column_names]
-            ds = tokens[split].select_columns(columns)
-            todo = [i for i, tid in enumerate(ds["trace_id"]) if tid not in writer.done]
-            report.skipped += len(ds) - len(todo)
-            if limit is not None:
-                todo = todo[: max(0, limit - report.captured)]
-            lengths = [len(ds[i]["input_ids"]) for i in todo]
-            for group in _batches(lengths, batch_size, max_batch_tokens):
-                rows = [ds[todo[j]] for j in group]
-                empty = [r["trace_id"] for r in rows if not r["input_ids"]]
-                if empty:
-                    raise SteerError(f"{split}: trace(s) {empty[:3]} have no input_ids; re-export them")
-                _check_vocab(rows, vocab_rows, split)
-                results = forward_router_logits(model, [r["input_ids"] for r in rows], sites=sites,
-                                                 padding_side=padding_side, pad_token_id=pad_token_id)
-                store = STORE_DTYPES[logits_dtype]
-                writer.append([({"trace_id": r["trace_id"], "split": split, "dataset": r["dataset"]},
-                                lg.numpy().astype(store), sel.numpy().astype(SELECTED_DTYPE))
-                               for r, (lg, sel) in zip(rows, results)])
-                report.captured += len(rows)
-                report.tokens += sum(len(r["input_ids"]) for r in rows)
-                report.splits[split] = report.splits.get(split, 0) + len(rows)
-                if progress is not None:
-                    progress(len(rows))
+        with torch.inference_mode(), RouterHooks(model, recorder.on_route, sites=sites):
+            for split in splits:
+                columns = [c for c in ("trace_id", "dataset", "input_ids", "tokenizer") if c in tokens[split].column_names]
+                ds = tokens[split].select_columns(columns)
+                todo = [i for i, tid in enumerate(ds["trace_id"]) if tid not in writer.done]
+                report.skipped += len(ds) - len(todo)
+                if limit is not None:
+                    todo = todo[: max(0, limit - report.captured)]
+                lengths = [len(ds[i]["input_ids"]) for i in todo]
+                for group in _batches(lengths, batch_size, max_batch_tokens):
+                    rows = [ds[todo[j]] for j in group]
+                    empty = [r["trace_id"] for r in rows if not r["input_ids"]]
+                    if empty:
+                        raise SteerError(f"{split}: trace(s) {empty[:3]} have no input_ids; re-export them")
+                    _check_vocab(rows, vocab_rows, split)
+                    seqs = [r["input_ids"] for r in rows]
+                    kwargs = _padded_batch(seqs, padding_side, pad_token_id, device)
+                    recorder.start(*kwargs["input_ids"].shape, device)
+                    model(**kwargs)
+                    copy = _HostCopy(recorder.logits, recorder.selected)
+                    slices = _real_slices([len(q) for q in seqs], recorder.shape[1], padding_side)
+                    background.submit([{"trace_id": r["trace_id"], "split": split, "dataset": r["dataset"]}
+                                       for r in rows], copy, slices)
+                    report.captured += len(rows)
+                    report.tokens += sum(len(q) for q in seqs)
+                    report.splits[split] = report.splits.get(split, 0) + len(rows)
+                    if progress is not None:
+                        progress(len(rows))
+        background.close()
     finally:
+        if background.thread is not None and background.thread.is_alive():
+            background.queue.put(None)
+            background.thread.join()
         writer.close()
     report.seconds = time.perf_counter() - start
     return report
