@@ -176,11 +176,12 @@ def test_capture_resumes_and_a_rerun_changes_nothing(run):
 
 def _majority_macro_f1(train: list[int], test: list[int]) -> float:
     """By hand: predict train's majority class m everywhere; F1(m) = 2p/(1+p) with p = share of m
-    in test (recall 1), every other class F1 0; averaged over classes seen in train or test."""
+    in test (recall 1), every other class F1 0; averaged over the classes present in test (the
+    reference), as scikit-learn's ``labels=`` makes explicit."""
     m = int(np.bincount(train).argmax())
     p = test.count(m) / len(test)
     f1_m = 2 * p / (1 + p) if p else 0.0
-    return f1_m / len(set(train) | set(test))
+    return f1_m / len(set(test))
 
 
 def test_probe_table_has_layers_windows_f1_and_baseline(run, tokens):
@@ -199,6 +200,9 @@ def test_probe_table_has_layers_windows_f1_and_baseline(run, tokens):
             labels[t["split"]] += [y for y in t["labels"] if y >= 0]
     expected = _majority_macro_f1(labels["train"], labels["test"])
     assert all(float(r["baseline_f1"]) == pytest.approx(expected, abs=1e-9) for r in rows)
+    absent = [b for i, b in enumerate(BEHAVIORS) if i not in set(labels["test"])]
+    assert all(r["absent_in_test"] == ",".join(absent) for r in rows)
+    assert ("absent from it: " + ", ".join(absent)) in " ".join(text.split()) if absent else "(all six)" in text
     curves = json.loads((run["work"] / "probe" / "probe_dev_curves.json").read_text())
     assert set(curves) == {"window=1", "window=2"} and set(curves["window=1"]) == {"0", "1"}
 

@@ -267,3 +267,34 @@ def test_unknown_split_is_a_clear_error(synthetic):
     cap = Capture(synthetic / "capture")
     with pytest.raises(SteerError, match=r"splits \['trian'\] not in the tokens dataset; it has \['train', "):
         labeled_tokens(cap, load_tokens(synthetic / "export"), ["trian"])
+
+
+def test_macro_f1_averages_over_behaviors_present_in_the_reference():
+    """A perfect probe scores 1.0 even when behaviors are absent from the test split (scikit-learn labels=)."""
+    from sklearn.metrics import f1_score
+
+    rng = np.random.default_rng(3)
+    # four classes in train and dev, only classes 0 and 2 in test; features reveal the class exactly
+    y_train, y_dev, y_test = rng.integers(0, 4, 400), rng.integers(0, 4, 200), rng.choice([0, 2], 100)
+    onehot = lambda y: np.eye(4, dtype=np.float32)[y] * 5 + rng.normal(scale=0.01, size=(len(y), 4))  # noqa: E731
+    fit = fit_probe(onehot(y_train), y_train, onehot(y_dev), y_dev, onehot(y_test), y_test)
+    assert fit.test_f1 == pytest.approx(1.0) and fit.dev_f1 == pytest.approx(1.0)
+    assert fit.absent_test == [1, 3]
+    # the majority baseline over the two present classes, by hand: one class has F1 2p/(1+p), the other 0
+    majority = np.bincount(y_train).argmax()
+    p = np.mean(y_test == majority)
+    expected = (2 * p / (1 + p)) / 2 if majority in (0, 2) else 0.0
+    assert fit.baseline_f1 == pytest.approx(expected)
+    assert fit.baseline_f1 == pytest.approx(f1_score(y_test, np.full_like(y_test, majority), labels=[0, 2],
+                                                     average="macro", zero_division=0))
+
+
+def test_run_probes_lists_behaviors_absent_from_test(synthetic):
+    cap = Capture(synthetic / "capture")
+    table = labeled_tokens(cap, load_tokens(synthetic / "export"))
+    keep = ~((table.split == "test") & np.isin(table.labels, [1, 3]))
+    rows, _ = run_probes(cap, table.subset(keep), windows=[1], controls=["position"])
+    present = set(np.unique(table.labels[keep & (table.split == "test")]).tolist())
+    expected = ",".join(b for c, b in enumerate(BEHAVIORS) if c not in present)
+    assert "execution" in expected and "fact" in expected
+    assert all(r.absent_in_test == expected for r in rows)

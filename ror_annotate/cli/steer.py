@@ -133,6 +133,9 @@ def probe_cmd(
     for r in format_table(rows):
         shown.add_row(*r)
     console.print(shown)
+    absent = rows[0].absent_in_test if rows else ""
+    console.print("test macro-F1 averages over the behaviors present in the test split"
+                  + (f"; absent from it: {absent.replace(',', ', ')}" if absent else " (all six)"))
     if out is not None:
         import csv
 
