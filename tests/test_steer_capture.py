@@ -247,3 +247,51 @@ def test_background_writer_writes_the_same_bytes_and_surfaces_errors(model, toke
     for row in full.index:
         a, b = full.trace(row["trace_id"]), resumed.trace(row["trace_id"])
         assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
+
+
+def test_export_tokenizer_provenance_old_and_new_fields(tmp_path):
+    """Old exports record the tokenizer's folder name only; new ones also `tokenizer_vocab_sha256`."""
+    import hashlib
+
+    from ror_annotate.steer.tokens import check_model_tokenizer, tokenizer_provenance, vocab_sha256
+
+    from .tokenizers_fixtures import byte_level_bpe
+
+    tok = byte_level_bpe()
+    # independent hash: the JSON of [token, id] pairs sorted by id
+    pairs = [[t, i] for t, i in sorted(tok.get_vocab().items(), key=lambda kv: (kv[1], kv[0]))]
+    expected = hashlib.sha256(json.dumps(pairs, ensure_ascii=False, separators=(",", ":")).encode()).hexdigest()
+    assert vocab_sha256(tok) == expected
+
+    old = make_tokens({"train": [5, 6]})
+    assert tokenizer_provenance(old).name == "tiny" and tokenizer_provenance(old).vocab_sha256 is None
+    assert check_model_tokenizer(old, tok).vocab_sha256 is None  # nothing to compare: the id range check remains
+
+    def with_hash(value):
+        return datasets.DatasetDict({s: ds.add_column("tokenizer_vocab_sha256", [value] * len(ds)).map(
+            lambda r: {"tokenizer": "models/Qwen3-30B-A3B"}) for s, ds in old.items()})
+
+    assert check_model_tokenizer(with_hash(expected), tok).vocab_sha256 == expected
+    with pytest.raises(SteerError, match=r"tokenized with 'models/Qwen3-30B-A3B' \(vocabulary sha256 0000000000"
+                                         r"00\.\.\.\), but the model's tokenizer has vocabulary sha256 "
+                                         + expected[:12]) as err:
+        check_model_tokenizer(with_hash("0" * 64), tok)
+    assert err.value.code == "E902"
+
+
+def test_missing_model_folder_is_our_error_not_the_hubs(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from ror_annotate.cli import app
+    from ror_annotate.steer.capture import load_model
+
+    monkeypatch.chdir(tmp_path)
+    make_tokens({"train": [5]}).save_to_disk(str(tmp_path / "export" / "tokens"))
+    for missing in ("models/not/here", "./nothere", str(tmp_path / "absent")):
+        with pytest.raises(SteerError, match=r"model folder .* does not exist") as err:
+            load_model(missing)
+        assert err.value.code == "E901" and "Repo id" not in str(err.value)
+        res = CliRunner().invoke(app, ["capture", "export", "--model", missing, "--out", "cap"])
+        assert res.exit_code != 0 and "does not exist" in res.output and "Repo id" not in res.output
+    with pytest.raises(SteerError, match="has no config.json"):
+        load_model(str(tmp_path))

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
@@ -255,6 +256,44 @@ class _Writer:
             fh.close()
 
 
+_REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)?$")
+
+
+def check_model_source(path: str | Path) -> tuple[str, bool]:
+    """Say what ``--model`` names before transformers sees it, so a typo gets our error, not the hub's.
+
+    Parameters
+    ----------
+    path : str or Path
+        A local checkpoint directory, or a ``name`` / ``org/name`` already in the local cache.
+
+    Returns
+    -------
+    (str, bool)
+        The string to pass to ``from_pretrained`` and whether it is a local folder (``False``: a
+        cached name, to be loaded with ``local_files_only=True``: models are never downloaded).
+
+    Raises
+    ------
+    SteerError
+        If a local path does not exist, is not a folder, or has no ``config.json``; or if the
+        string is neither an existing folder nor shaped like a model name.
+    """
+    text = str(path)
+    local = Path(text).expanduser()
+    if local.exists():
+        if not local.is_dir():
+            raise SteerError(f"model {text!r} is a file; pass the checkpoint folder (the one with config.json)",
+                             code="E901")
+        if not (local / "config.json").exists():
+            raise SteerError(f"model folder {text!r} has no config.json; is it a transformers checkpoint folder?",
+                             code="E901")
+        return str(local), True
+    if text.startswith((".", "/", "~")) or text.endswith("/") or not _REPO_ID.match(text):
+        raise SteerError(f"model folder {text!r} does not exist (looked in {local.resolve()})", code="E901")
+    return text, False
+
+
 def load_model(path: str, *, device: str = "cpu", dtype: str = "auto") -> Any:
     """Load a causal MoE model for capture or steering, with hub kernels off.
 
@@ -275,22 +314,45 @@ def load_model(path: str, *, device: str = "cpu", dtype: str = "auto") -> Any:
     Raises
     ------
     SteerError
-        If the checkpoint cannot be loaded.
+        If the checkpoint cannot be loaded; code ``E901`` when ``path`` names no model folder
+        (:func:`check_model_source`).
     """
     torch = require_torch()
     import transformers
 
+    source, is_local = check_model_source(path)
     torch_dtype = "auto" if dtype == "auto" else getattr(torch, dtype)
     errors = []
     for auto in (transformers.AutoModelForCausalLM, transformers.AutoModelForImageTextToText):
         try:
-            model = auto.from_pretrained(path, dtype=torch_dtype)
+            model = auto.from_pretrained(source, dtype=torch_dtype, **({} if is_local else {"local_files_only": True}))
             return model.to(device).eval()
+        except OSError as exc:
+            if not is_local:
+                raise SteerError(f"no model folder {path!r} here and no cached copy of a model named {path!r} "
+                                 "(models are never downloaded: pass the checkpoint's local folder)",
+                                 code="E901") from None
+            raise SteerError(f"cannot load model {path!r}: {exc}") from None
         except (ValueError, KeyError) as exc:  # unknown architecture for this auto class: try the next
             errors.append(f"{auto.__name__}: {exc}")
-        except OSError as exc:
-            raise SteerError(f"cannot load model {path!r}: {exc}") from None
     raise SteerError(f"cannot load model {path!r} as a causal or image-text-to-text LM: {'; '.join(errors)}")
+
+
+def model_tokenizer(path: str) -> Any:
+    """The tokenizer saved with a local checkpoint, or ``None`` when the folder has none.
+
+    Used only to compare vocabularies with the export (:func:`~ror_annotate.steer.tokens.check_model_tokenizer`).
+    """
+    source, is_local = check_model_source(path)
+    if is_local and not any((Path(source) / f).exists() for f in ("tokenizer.json", "tokenizer_config.json")):
+        return None
+    require_torch()
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(source, **({} if is_local else {"local_files_only": True}))
+    except (OSError, ValueError):
+        return None
 
 
 def _batches(lengths: Sequence[int], batch_size: int, max_batch_tokens: int | None) -> Iterable[list[int]]:
@@ -484,6 +546,8 @@ def _embedding_rows(model: Any) -> int | None:
 
 def _check_vocab(rows: Sequence[dict], vocab_rows: int | None, split: str) -> None:
     """Refuse token ids the model cannot embed: the export was tokenized for another model."""
+    from .tokens import TokenizerProvenance
+
     if vocab_rows is None:
         return
     for r in rows:
@@ -491,9 +555,10 @@ def _check_vocab(rows: Sequence[dict], vocab_rows: int | None, split: str) -> No
         outside = ids[(ids < 0) | (ids >= vocab_rows)]
         if outside.size:
             bad = int(outside[0])
+            prov = TokenizerProvenance(r.get("tokenizer"), r.get("tokenizer_vocab_sha256"))
             raise SteerError(
                 f"{split}: trace {r['trace_id']!r} has token id {bad} but the model embeds ids 0..{vocab_rows - 1}; "
-                f"the export was tokenized with {r.get('tokenizer') or 'another tokenizer'!r}, not this model's. "
+                f"the export was tokenized with {prov.describe()}, not this model's tokenizer. "
                 "Re-export with --tokenizer set to this model's directory, or capture with the matching model")
 
 
@@ -582,7 +647,8 @@ def capture_router_logits(model: Any, tokens: Any, out_dir: str | Path, *, model
     try:
         with torch.inference_mode(), RouterHooks(model, recorder.on_route, sites=sites):
             for split in splits:
-                columns = [c for c in ("trace_id", "dataset", "input_ids", "tokenizer") if c in tokens[split].column_names]
+                columns = [c for c in ("trace_id", "dataset", "input_ids", "tokenizer", "tokenizer_vocab_sha256")
+                           if c in tokens[split].column_names]
                 ds = tokens[split].select_columns(columns)
                 todo = [i for i, tid in enumerate(ds["trace_id"]) if tid not in writer.done]
                 report.skipped += len(ds) - len(todo)
@@ -618,4 +684,4 @@ def capture_router_logits(model: Any, tokens: Any, out_dir: str | Path, *, model
     return report
 
 
-__all__ = ["Capture", "CaptureMeta", "CaptureReport", "capture_router_logits", "forward_router_logits", "load_model"]
+__all__ = ["check_model_source", "model_tokenizer", "Capture", "CaptureMeta", "CaptureReport", "capture_router_logits", "forward_router_logits", "load_model"]
