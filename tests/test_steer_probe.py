@@ -298,3 +298,31 @@ def test_run_probes_lists_behaviors_absent_from_test(synthetic):
     expected = ",".join(b for c, b in enumerate(BEHAVIORS) if c not in present)
     assert "execution" in expected and "fact" in expected
     assert all(r.absent_in_test == expected for r in rows)
+
+
+def test_experts_default_writes_the_spec_the_readme_steers_with_and_warns_on_large_top_k(synthetic, tmp_path):
+    from typer.testing import CliRunner
+
+    from ror_annotate.cli import app
+    from ror_annotate.errors import InputError
+    from ror_annotate.steer.experts import resolve_steer_size
+
+    runner = CliRunner()
+    res = runner.invoke(app, ["experts", str(synthetic / "export"), "--capture", str(synthetic / "capture"),
+                              "--out", str(tmp_path / "experts"), "--permutations", "2"])
+    assert res.exit_code == 0, res.output
+    # default --top-k 10 >= 8 experts: the Jaccard figures are 1 by construction, said out loud
+    assert "--top-k 10 >= 8 experts" in " ".join(res.output.split())
+    spec = json.loads((tmp_path / "experts" / "steer_suppress_planning.json").read_text())
+    # default steer size: min(--top-k 10, 8 experts - router top-2) = 6 per layer at most
+    assert spec["suppress"] and max(len(v) for v in spec["suppress"].values()) <= 6
+    assert 0 in spec["suppress"]["7"]
+    res = runner.invoke(app, ["experts", str(synthetic / "export"), "--capture", str(synthetic / "capture"),
+                              "--out", str(tmp_path / "e3"), "--top-k", "3", "--permutations", "2",
+                              "--steer-size", "0"])
+    assert res.exit_code == 0 and "--top-k" not in res.output
+    assert not list((tmp_path / "e3").glob("steer_suppress_*.json"))
+    assert resolve_steer_size(None, set_size=10, n_experts=128, router_top_k=8) == 10
+    assert resolve_steer_size(None, set_size=10, n_experts=8, router_top_k=2) == 6
+    with pytest.raises(InputError, match="leaves fewer than top-2"):
+        resolve_steer_size(7, set_size=3, n_experts=8, router_top_k=2)
