@@ -183,11 +183,14 @@ def count_ops(model, prompt, context_factory):
             self.host += name in ("lift_fresh", "lift_fresh_copy") or (name == "_to_copy" and "device" in kwargs)
             return func(*args, **kwargs)
 
+    import inspect
+
+    key = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
     with torch.inference_mode(), context_factory():
         out = model(input_ids=prompt, use_cache=True)
         step = out.logits[:, -1:].argmax(-1)
         with Log() as log:
-            model(input_ids=step, cache=out.cache, use_cache=True)
+            model(input_ids=step, use_cache=True, **{key: getattr(out, key)})
     return log.ops, log.syncs, log.host
 
 

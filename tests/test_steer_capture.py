@@ -295,3 +295,18 @@ def test_missing_model_folder_is_our_error_not_the_hubs(tmp_path, monkeypatch):
         assert res.exit_code != 0 and "does not exist" in res.output and "Repo id" not in res.output
     with pytest.raises(SteerError, match="has no config.json"):
         load_model(str(tmp_path))
+
+
+def test_capture_reads_shuffled_and_multi_chunk_splits_row_for_row(model, tmp_path):
+    """Rows are read column-wise from Arrow: an indices mapping (shuffle) and several chunks must not
+    move a trace's ids."""
+    base = make_tokens({"train": [5, 9, 3, 7, 4, 6]}, seed=5)["train"]
+    chunked = datasets.concatenate_datasets([base.select(range(3)), base.select(range(3, 6))])
+    dd = datasets.DatasetDict({"train": chunked.shuffle(seed=1)})
+    capture_router_logits(model, dd, tmp_path / "c", model_name="m", batch_size=2, logits_dtype="float32")
+    cap = Capture(tmp_path / "c")
+    for rec in base:
+        logits, selected = cap.trace(rec["trace_id"])
+        ref_logits, ref_sel = forward_router_logits(model, [rec["input_ids"]])[0]
+        np.testing.assert_allclose(logits, ref_logits.numpy(), rtol=1e-5, atol=1e-5)
+        assert np.array_equal(selected, ref_sel.numpy())

@@ -355,6 +355,37 @@ def model_tokenizer(path: str) -> Any:
         return None
 
 
+class _SplitRows:
+    """Rows of one split of the tokens dataset, read column-wise from Arrow once.
+
+    Reading ``ds[i]`` row by row decodes every feature of every row in Python (most of a capture's
+    host time on a small model); here the ids are one flat numpy array sliced per row.
+    """
+
+    COLUMNS = ("trace_id", "dataset", "tokenizer", "tokenizer_vocab_sha256")
+
+    def __init__(self, ds: Any) -> None:
+        import pyarrow.compute as pc
+
+        table = ds.select_columns([c for c in (*self.COLUMNS, "input_ids") if c in ds.column_names]) \
+            .with_format("arrow")[:]
+        ids = table.column("input_ids").combine_chunks()
+        self.lengths = pc.fill_null(pc.list_value_length(ids), 0).to_numpy(zero_copy_only=False).astype(np.int64)
+        self.starts = np.concatenate([[0], np.cumsum(self.lengths)])
+        self.flat = ids.flatten().to_numpy(zero_copy_only=False)
+        self.columns = {c: table.column(c).to_pylist() for c in self.COLUMNS if c in table.column_names}
+        self.trace_ids = self.columns["trace_id"]
+
+    def __len__(self) -> int:
+        return len(self.trace_ids)
+
+    def row(self, i: int) -> dict:
+        """``{trace_id, dataset, input_ids (int64 ndarray), tokenizer..}`` of row ``i``."""
+        out = {c: values[i] for c, values in self.columns.items()}
+        out["input_ids"] = self.flat[self.starts[i]:self.starts[i + 1]].astype(np.int64)
+        return out
+
+
 def _batches(lengths: Sequence[int], batch_size: int, max_batch_tokens: int | None) -> Iterable[list[int]]:
     """Group row indices sorted by length so padding is small; bounded by rows and padded tokens."""
     order = sorted(range(len(lengths)), key=lambda i: lengths[i])
@@ -380,7 +411,7 @@ def _padded_batch(sequences: Sequence[Sequence[int]], padding_side: str, pad_tok
     mask = torch.zeros((len(sequences), longest), dtype=torch.long)
     for row, seq in enumerate(sequences):
         sl = slice(0, len(seq)) if padding_side == "right" else slice(longest - len(seq), longest)
-        ids[row, sl] = torch.as_tensor(list(seq), dtype=torch.long)
+        ids[row, sl] = torch.as_tensor(np.asarray(seq, dtype=np.int64))
         mask[row, sl] = 1
     kwargs: dict[str, Any] = {"input_ids": ids.to(device), "attention_mask": mask.to(device), "use_cache": False}
     if padding_side == "left":
@@ -647,17 +678,15 @@ def capture_router_logits(model: Any, tokens: Any, out_dir: str | Path, *, model
     try:
         with torch.inference_mode(), RouterHooks(model, recorder.on_route, sites=sites):
             for split in splits:
-                columns = [c for c in ("trace_id", "dataset", "input_ids", "tokenizer", "tokenizer_vocab_sha256")
-                           if c in tokens[split].column_names]
-                ds = tokens[split].select_columns(columns)
-                todo = [i for i, tid in enumerate(ds["trace_id"]) if tid not in writer.done]
-                report.skipped += len(ds) - len(todo)
+                split_rows = _SplitRows(tokens[split])
+                todo = [i for i, tid in enumerate(split_rows.trace_ids) if tid not in writer.done]
+                report.skipped += len(split_rows) - len(todo)
                 if limit is not None:
                     todo = todo[: max(0, limit - report.captured)]
-                lengths = [len(ds[i]["input_ids"]) for i in todo]
+                lengths = [int(split_rows.lengths[i]) for i in todo]
                 for group in _batches(lengths, batch_size, max_batch_tokens):
-                    rows = [ds[todo[j]] for j in group]
-                    empty = [r["trace_id"] for r in rows if not r["input_ids"]]
+                    rows = [split_rows.row(todo[j]) for j in group]
+                    empty = [r["trace_id"] for r in rows if not len(r["input_ids"])]
                     if empty:
                         raise SteerError(f"{split}: trace(s) {empty[:3]} have no input_ids; re-export them")
                     _check_vocab(rows, vocab_rows, split)
