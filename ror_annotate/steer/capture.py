@@ -367,8 +367,8 @@ class _SplitRows:
     def __init__(self, ds: Any) -> None:
         import pyarrow.compute as pc
 
-        table = ds.select_columns([c for c in (*self.COLUMNS, "input_ids") if c in ds.column_names]) \
-            .with_format("arrow")[:]
+        # with_format, not select_columns: the latter deep-copies an in-memory table
+        table = ds.with_format("arrow", columns=[c for c in (*self.COLUMNS, "input_ids") if c in ds.column_names])[:]
         ids = table.column("input_ids").combine_chunks()
         self.lengths = pc.fill_null(pc.list_value_length(ids), 0).to_numpy(zero_copy_only=False).astype(np.int64)
         self.starts = np.concatenate([[0], np.cumsum(self.lengths)])
