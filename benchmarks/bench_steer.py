@@ -305,7 +305,7 @@ def main() -> None:
     for batch in [int(b) for b in args.batch_sizes.split(",") if b.strip()]:
         prompt = torch.randint(3, vocab - 1, (batch, args.prompt_len), generator=gen).to(args.device)
 
-        def generate() -> float:
+        def generate(prompt=prompt, batch=batch) -> float:
             start = _CLOCK()
             with torch.inference_mode():
                 out = model.generate(input_ids=prompt, attention_mask=torch.ones_like(prompt),

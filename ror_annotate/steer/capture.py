@@ -323,9 +323,11 @@ def load_model(path: str, *, device: str = "cpu", dtype: str = "auto") -> Any:
     source, is_local = check_model_source(path)
     torch_dtype = "auto" if dtype == "auto" else getattr(torch, dtype)
     errors = []
-    for auto in (transformers.AutoModelForCausalLM, transformers.AutoModelForImageTextToText):
+    options: dict[str, Any] = {"dtype": torch_dtype} if is_local else {"dtype": torch_dtype, "local_files_only": True}
+    autos: tuple[Any, ...] = (transformers.AutoModelForCausalLM, transformers.AutoModelForImageTextToText)
+    for auto in autos:
         try:
-            model = auto.from_pretrained(source, dtype=torch_dtype, **({} if is_local else {"local_files_only": True}))
+            model = auto.from_pretrained(source, **options)
             return model.to(device).eval()
         except OSError as exc:
             if not is_local:
@@ -432,19 +434,22 @@ class _BatchRecorder:
         self.slot = {s.position: i for i, s in enumerate(sites)}
         self.n_experts, self.top_k = sites[0].n_experts, sites[0].top_k
         self.logits_dtype = logits_dtype
-        self.logits = self.selected = None
-        self.shape: tuple[int, int] | None = None
+        self.logits: Any = None
+        self.selected: Any = None
+        self.shape: tuple[int, int] = (0, 0)
 
-    def start(self, batch: int, seq: int, device: Any) -> None:
+    def start(self, ids: Any, device: Any) -> None:
+        """New buffers for a forward over ``ids`` ``[batch, seq]``."""
         torch = require_torch()
         n = len(self.slot)
+        batch, seq = int(ids.shape[0]), int(ids.shape[1])
         self.shape = (batch, seq)
         self.logits = torch.empty((batch, seq, n, self.n_experts), dtype=self.logits_dtype, device=device)
         self.selected = torch.empty((batch, seq, n, self.top_k), dtype=torch.int16, device=device)
 
     def on_route(self, site: RouterSite, logits: Any, output: tuple) -> None:
         i = self.slot.get(site.position)
-        if i is not None and self.shape is not None:
+        if i is not None and self.logits is not None:
             self.logits[:, :, i].copy_(logits.detach().view(*self.shape, -1))
             self.selected[:, :, i].copy_(output[2].detach().view(*self.shape, -1))
 
@@ -475,7 +480,7 @@ def forward_router_logits(model: Any, sequences: Sequence[Sequence[int]], *, sit
     device = next(model.parameters()).device
     kwargs = _padded_batch(sequences, padding_side, pad_token_id, device)
     recorder = _BatchRecorder(sites, torch.float32)
-    recorder.start(*kwargs["input_ids"].shape, device)
+    recorder.start(kwargs["input_ids"], device)
     with torch.inference_mode(), RouterHooks(model, recorder.on_route, sites=sites):
         model(**kwargs)
     logits, selected = recorder.logits.cpu(), recorder.selected.cpu()
@@ -692,7 +697,7 @@ def capture_router_logits(model: Any, tokens: Any, out_dir: str | Path, *, model
                     _check_vocab(rows, vocab_rows, split)
                     seqs = [r["input_ids"] for r in rows]
                     kwargs = _padded_batch(seqs, padding_side, pad_token_id, device)
-                    recorder.start(*kwargs["input_ids"].shape, device)
+                    recorder.start(kwargs["input_ids"], device)
                     model(**kwargs)
                     copy = _HostCopy(recorder.logits, recorder.selected)
                     slices = _real_slices([len(q) for q in seqs], recorder.shape[1], padding_side)
