@@ -14,8 +14,6 @@ export has it, is compared with the model's own tokenizer before its ``input_ids
 
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -91,15 +89,11 @@ def check_tokens_features(dd: Any, *, where: str = "tokens dataset") -> None:
 
 
 def vocab_sha256(tokenizer: Any) -> str:
-    """sha256 (hex) of a tokenizer's vocabulary, as the export records it.
+    """sha256 (hex) of a tokenizer's vocabulary, as the export records it: the one definition in
+    :func:`ror_annotate.tokenizer.tokenizer_vocab_sha256`."""
+    from ..tokenizer import tokenizer_vocab_sha256
 
-    The UTF-8 JSON (``ensure_ascii=False``, separators ``","`` and ``":"``) of the ``[token, id]``
-    pairs of ``tokenizer.get_vocab()`` (added tokens included) sorted by ``(id, token)``; the same
-    definition as the export side's ``tokenizer_vocab_sha256`` column, so two tokenizers with the
-    same hash map every token string to the same id.
-    """
-    pairs = sorted(tokenizer.get_vocab().items(), key=lambda kv: (kv[1], kv[0]))
-    return hashlib.sha256(json.dumps(pairs, ensure_ascii=False, separators=(",", ":")).encode("utf-8")).hexdigest()
+    return tokenizer_vocab_sha256(tokenizer)
 
 
 @dataclass(frozen=True)
