@@ -9,6 +9,8 @@ Cost table, per mode (and chunk size):
   requests per trace; input tokens per labeled segment; input and *uncached* input tokens per
   trace as a ratio to the floor, where floor = each trace's tokens (problem + trace) plus the
   codebook (system message) once per trace.
+The row "K=24 reasoning" has every answer shaped as a reasoning model's (``<think>...</think>``
+then the JSON): it must need the same requests as the plain K=24 row (no parse-failure retries).
 Speed table: segments/s with ``--latency`` (50 ms) added per request at concurrency 1, 8, 32.
 The baseline for every ratio is measured in the same run.
 
@@ -58,11 +60,21 @@ def build(db: Path, traces: list[Trace]) -> Store:
     return store
 
 
-def run_mode(tmp: Path, traces: list[Trace], name: str, *, latency: float, **options) -> tuple[dict, float, int]:
+def default_data() -> Path:
+    """``shared/data/traces.jsonl`` next to the checkout (or next to the folder holding a worktree)."""
+    for parent in REPO.parents:
+        candidate = parent / "shared" / "data" / "traces.jsonl"
+        if candidate.exists():
+            return candidate
+    return REPO.parent / "shared" / "data" / "traces.jsonl"
+
+
+def run_mode(tmp: Path, traces: list[Trace], name: str, *, latency: float, style: str | None = None,
+             **options) -> tuple[dict, float, int]:
     db = tmp / f"{name}.duckdb"
     store = build(db, traces)
     n_segments = len(store.segments())
-    with FakeOpenAI(latency=latency, record_bodies=False) as srv:
+    with FakeOpenAI(latency=latency, record_bodies=False, style=style) as srv:
         judge = make_judge("openai:gpt-4.1-mini", base_url=srv.base_url, **options)
         t0 = time.perf_counter()
         report = judge.label(store, [t.trace_id for t in traces])
@@ -74,7 +86,7 @@ def run_mode(tmp: Path, traces: list[Trace], name: str, *, latency: float, **opt
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--data", type=Path, default=REPO.parent / "shared" / "data" / "traces.jsonl")
+    ap.add_argument("--data", type=Path, default=default_data())
     ap.add_argument("--traces", type=int, default=6, help="number of traces (0 = all)")
     ap.add_argument("--chunk-sizes", default="8,24,64")
     ap.add_argument("--latency", type=float, default=0.05, help="seconds added per request in the speed table")
@@ -88,27 +100,29 @@ def main() -> None:
     print(f"{len(traces)} traces; codebook/system message {system_tokens} tokens; floor {floor} tokens "
           f"({floor / len(traces):.0f}/trace); token counts: approx:bpe-regex-v1")
     print()
-    print(f"{'mode':<18}{'req/trace':>10}{'in tok/seg':>12}{'in/floor':>10}{'uncached/floor':>16}{'out tok/seg':>12}")
+    print(f"{'mode':<20}{'req/trace':>10}{'req/seg':>9}{'in tok/seg':>12}{'in/floor':>10}{'uncached/floor':>16}{'out tok/seg':>12}")
     with tempfile.TemporaryDirectory() as tmpdir:
         tmp = Path(tmpdir)
         modes = [("per-segment", {"mode": "per-segment"})]
         modes += [(f"chunked K={k}", {"chunk_size": int(k)}) for k in args.chunk_sizes.split(",")]
+        modes += [("K=24 reasoning", {"chunk_size": 24, "style": "think"})]
         for name, options in modes:
-            counts, _, n = run_mode(tmp, traces, name.replace(" ", "_"), latency=0.0, concurrency=8, **options)
+            counts, _, n = run_mode(tmp, traces, name.replace(" ", "_").replace("=", ""), latency=0.0, concurrency=8, **options)
             uncached = counts["input_tokens"] - counts["cached_input_tokens"]
-            print(f"{name:<18}{counts['requests'] / len(traces):>10.1f}{counts['input_tokens'] / n:>12.0f}"
-                  f"{counts['input_tokens'] / floor:>10.2f}{uncached / floor:>16.2f}{counts['output_tokens'] / n:>12.1f}")
+            print(f"{name:<20}{counts['requests'] / len(traces):>10.1f}{counts['requests'] / n:>9.3f}{counts['input_tokens'] / n:>12.0f}"
+                  f"{counts['input_tokens'] / floor:>10.2f}{uncached / floor:>16.2f}{counts['output_tokens'] / n:>12.1f}"
+                  + (f"   retries {counts['retries']}" if sum(counts.get("retries", {}).values()) else ""))
         print()
         speed_traces = traces[: args.speed_traces]
         print(f"segments/s with {args.latency * 1000:.0f} ms added latency per request ({len(speed_traces)} traces)")
-        print(f"{'mode':<18}" + "".join(f"{'c=' + str(c):>10}" for c in (1, 8, 32)))
+        print(f"{'mode':<20}" + "".join(f"{'c=' + str(c):>10}" for c in (1, 8, 32)))
         for name, options in [("per-segment", {"mode": "per-segment"}), ("chunked K=24", {"chunk_size": 24})]:
             rates = []
             for c in (1, 8, 32):
                 _, wall, n = run_mode(tmp, speed_traces, f"speed_{name.replace(' ', '_')}_{c}", latency=args.latency,
                                       concurrency=c, **options)
                 rates.append(n / wall)
-            print(f"{name:<18}" + "".join(f"{r:>10.1f}" for r in rates))
+            print(f"{name:<20}" + "".join(f"{r:>10.1f}" for r in rates))
 
 
 if __name__ == "__main__":

@@ -6,7 +6,9 @@ callers that catch ``ValueError`` or ``OSError`` keep working (the pattern used 
 Hugging Face ``datasets``).
 
 The CLI catches :class:`RorError` and prints ``error [CODE]: message`` on one line, exiting
-with status 2; a traceback is only ever shown for a bug in ror_annotate itself.
+with the error's ``exit_status``: 2 for every error except :class:`JudgeOutcomeError` (3: the
+judge ran but labelled nothing, or too little); a traceback is only ever shown for a bug in
+ror_annotate itself.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ class RorError(Exception):
     """
 
     code = "E000"
+    #: Process exit status of the ``ror`` command that ends with this error.
+    exit_status = 2
 
     def __init__(self, message: str, *, code: str | None = None) -> None:
         super().__init__(message)
@@ -96,6 +100,69 @@ class JudgeError(RorError, RuntimeError):
     """A judge could not label segments (endpoint unreachable, bad response, no key)."""
 
     code = "E500"
+
+
+class RetriesExhaustedError(JudgeError):
+    """A request kept failing with retryable errors (429, 5xx, timeouts) for ``max_attempts`` calls.
+
+    ``status`` is the last HTTP status (``None`` without one); ``cause`` is ``"status"``,
+    ``"timeout"`` (the client gave up waiting) or ``"connection"`` (nothing answered); ``waits`` are
+    the seconds waited between the calls.
+    """
+
+    code = "E501"
+
+    def __init__(self, message: str, *, status: int | None = None, waits: list[float] | None = None,
+                 cause: str = "status") -> None:
+        super().__init__(message)
+        self.status = status
+        self.waits = list(waits or [])
+        self.cause = cause
+
+
+class RequestRejectedError(JudgeError):
+    """The endpoint refused the request with a non-retryable status (400, 401, 403, 404, 422)."""
+
+    code = "E502"
+
+    def __init__(self, message: str, *, status: int, api_code: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.api_code = api_code
+
+
+class TruncatedOutputError(JudgeError):
+    """The answer was cut at the output-token limit (``finish_reason == "length"``)."""
+
+    code = "E503"
+
+
+class ResponseParseError(JudgeError):
+    """The answer is not JSON of the expected shape."""
+
+    code = "E504"
+
+
+class RefusalError(JudgeError):
+    """The model refused to answer (``message.refusal`` set, or ``finish_reason == "content_filter"``)."""
+
+    code = "E505"
+
+
+class JudgeOutcomeError(JudgeError):
+    """The judge ran, but labelled nothing, or left more segments judge-failed than ``--max-failed`` allows.
+
+    ``ror label`` and ``ror run`` exit with status 3 on it (``ror run`` then exports nothing); the
+    labels that were written stay stored and a re-run retries the failed segments.
+    """
+
+    code = "E506"
+    exit_status = 3
+
+    def __init__(self, message: str, *, counts: dict | None = None) -> None:
+        super().__init__(message)
+        #: The judge's counters of the pass (``JudgeReport.as_counts()``), for display.
+        self.counts = dict(counts or {})
 
 
 class ReviewError(RorError, RuntimeError):

@@ -30,13 +30,13 @@ from typing import TYPE_CHECKING, Any, cast
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .errors import InputError
+from .errors import InputError, JudgeOutcomeError
 from .records import Run
 from .segment import MAX_SEGMENT_TOKENS
 
 if TYPE_CHECKING:  # pragma: no cover
     from .export import ExportSummary
-    from .judge import Judge
+    from .judge import Judge, MaxFailed
     from .store import Store
     from .traces import ColumnMap
 
@@ -220,6 +220,17 @@ def _column_map(preset: str | None, columns: "dict[str, str] | ColumnMap | None"
 
 
 # --------------------------------------------------------------------------- stages
+#: Traces read from the store per query by the stages' loops: memory holds one batch of trace
+#: texts, not the corpus.
+TRACE_BATCH = 256
+
+
+def _iter_traces_batched(store: "Store", ids: Sequence[str], batch: int = TRACE_BATCH) -> Iterator[Any]:
+    """``store.iter_traces(ids)``, one query per ``batch`` ids (in ``ids`` order of the batches)."""
+    for start in range(0, len(ids), batch):
+        yield from store.iter_traces(ids[start : start + batch])
+
+
 def ingest(
     store: "Store",
     source: str | Path = "",
@@ -330,7 +341,7 @@ def segment(
         done = store.segmentations()
         outcome: Counter[str] = Counter()
         task = tracked.add_task("segment", total=len(ids), info="")
-        for trace in store.iter_traces(ids):
+        for trace in _iter_traces_batched(store, ids):
             prior = done.get(trace.trace_id)
             if not force and prior is not None and prior[:2] == (segmenter_id, counter_name):
                 outcome["unchanged"] += 1
@@ -372,6 +383,7 @@ def label(
     *,
     judge: "str | Judge" = "baseline",
     judge_options: dict[str, Any] | None = None,
+    max_failed: "str | float | int | MaxFailed | None" = "10%",
     run: Run | None = None,
     progress: Any = None,
 ) -> LabelSummary:
@@ -385,6 +397,10 @@ def label(
         ``"baseline"``, ``"openai:MODEL"``, any registered judge, or a judge object.
     judge_options : dict, optional
         Options of the judge factory (``chunk_size``, ``concurrency``, ``base_url`` ...).
+    max_failed : str, float, int or None
+        How many judge-failed segments the pass may leave: a fraction (``0.1``, ``"10%"``, the
+        default) or a count (``25``); ``None`` never fails (see
+        :func:`~ror_annotate.judge.outcome.check_label_outcome`).
 
     Raises
     ------
@@ -392,7 +408,13 @@ def label(
         Unknown trace ids, or nothing segmented to label.
     ConfigError, JudgeError
         From the judge (bad options, unreachable endpoint, missing key).
+    JudgeOutcomeError
+        Nothing was labelled, or more than ``max_failed`` segments are judge-failed (code E506,
+        exit status 3 in the CLI); the labels written stay stored and the run is recorded failed.
     """
+    from .judge import MaxFailed, check_label_outcome
+
+    failed_limit = None if max_failed is None else MaxFailed.parse(max_failed)  # a bad value fails before any work
     the_judge = make_judge(judge, judge_options)
     if trace_ids is None:
         segmented = store.segmentations()
@@ -404,7 +426,8 @@ def label(
             raise InputError(f"no trace {', '.join(map(repr, unknown[:5]))}{' ...' if len(unknown) > 5 else ''} in {store.path}; see `ror status`")
     if not ids:
         raise InputError(f"no segmented traces in {store.path}; run `ror ingest FILE` and `ror segment` first")
-    params = {"judge": judge if isinstance(judge, str) else the_judge.annotator, **(judge_options or {})}
+    params = {"judge": judge if isinstance(judge, str) else the_judge.annotator, **(judge_options or {}),
+              "max_failed": None if failed_limit is None else str(failed_limit)}
     with _stage(store, run, "label", params, progress) as (the_run, tracked):
         report = the_judge.label(store, ids, run=the_run, progress=cast(Any, tracked))  # rich Progress duck type
         counts = report.as_counts()
@@ -414,6 +437,8 @@ def label(
         )
         if run is None:
             the_run.counts.update(counts)
+        if failed_limit is not None:
+            check_label_outcome(counts, max_failed=failed_limit)
         return summary
 
 
@@ -429,6 +454,7 @@ def export(
     stratify_by: str | None = None,
     name: str | None = None,
     license: str = "other",
+    source_licenses: dict[str, str] | None = None,
     trace_ids: Sequence[str] | None = None,
     run: Run | None = None,
     progress: Any = None,
@@ -449,12 +475,13 @@ def export(
     out_dir = Path(out)
     params = {"name": name, "out": str(out_dir), "labels": labels, "tokenizer": tokenizer if tokenizer is None or isinstance(tokenizer, str) else "object",
               "chat_template": chat_template, "split_seed": split_seed, "split_fractions": list(split_fractions),
-              "stratify_by": stratify_by, "license": license}
+              "stratify_by": stratify_by, "license": license, "source_licenses": dict(source_licenses or {})}
     with _stage(store, run, "export", params, progress) as (the_run, tracked):
         task = tracked.add_task("export", total=None)
         summary = export_dataset(
             store, out_dir, label_source=labels, tokenizer=tokenizer, chat_template=chat_template, seed=split_seed,
-            split_fractions=split_fractions, stratify_by=stratify_by, name=name, license=license, trace_ids=trace_ids,
+            split_fractions=split_fractions, stratify_by=stratify_by, name=name, license=license,
+            source_licenses=source_licenses, trace_ids=trace_ids,
         )
         tracked.update(task, total=summary.n_segments, completed=summary.n_segments)
         counts = {"traces": summary.n_traces, "segments": summary.n_segments, "tokens": summary.n_tokens,
@@ -481,6 +508,7 @@ def run(
     max_segment_tokens: int = MAX_SEGMENT_TOKENS,
     judge: "str | Judge" = "baseline",
     judge_options: dict[str, Any] | None = None,
+    max_failed: "str | float | int | MaxFailed | None" = "10%",
     out: str | Path | None = None,
     labels: str = "auto",
     split_seed: int = 0,
@@ -488,6 +516,7 @@ def run(
     stratify_by: str | None = None,
     chat_template: bool = False,
     license: str = "other",
+    source_licenses: dict[str, str] | None = None,
     progress: Any = None,
 ) -> RunSummary:
     """The main job: ingest -> segment -> label -> export this input's traces, recorded as one run.
@@ -495,14 +524,21 @@ def run(
     Every stage is idempotent, so running the same job again changes nothing and a job stopped
     at any point resumes where it stopped. ``out`` defaults to ``exports/<input name>``. The other
     parameters are those of :func:`ingest`, :func:`segment`, :func:`label` and :func:`export`.
+    When the judge labels nothing or leaves more than ``max_failed`` segments judge-failed, the
+    job stops before the export (no all-unlabelled dataset is written).
 
     Raises
     ------
     InputError, ConfigError, StoreError, JudgeError, ExportError
         From the stage that failed; what earlier stages stored is kept.
+    JudgeOutcomeError
+        From :func:`label`: nothing exported.
     """
+    from .judge import MaxFailed
+
     text = check_source(source, preset)
     the_judge = make_judge(judge, judge_options)  # fail on a bad judge before reading anything
+    failed_limit = None if max_failed is None else MaxFailed.parse(max_failed)
     out_dir = Path(out) if out is not None else Path("exports") / default_dataset_name(text, preset)
     mapping = _column_map(preset, columns)
     params = {
@@ -510,7 +546,7 @@ def run(
         **({} if mapping is None else mapping.model_dump(exclude_none=True)),
         "tokenizer": tokenizer if tokenizer is None or isinstance(tokenizer, str) else "object",
         "judge": judge if isinstance(judge, str) else the_judge.annotator, **(judge_options or {}),
-        "out": str(out_dir), "labels": labels,
+        "max_failed": None if failed_limit is None else str(failed_limit), "out": str(out_dir), "labels": labels,
     }
     with store.run("run", params) as the_run:
         tracked = _TrackedProgress(store, progress)
@@ -521,11 +557,15 @@ def run(
         the_run.counts["ingest"] = ingested.counts()
         segmented = segment(store, ingested.trace_ids, tokenizer=tokenizer, max_tokens=max_segment_tokens, run=the_run, progress=tracked)
         the_run.counts["segment"] = segmented.counts()
-        labelled = label(store, ingested.trace_ids, judge=the_judge, run=the_run, progress=tracked)
+        try:
+            labelled = label(store, ingested.trace_ids, judge=the_judge, max_failed=failed_limit, run=the_run, progress=tracked)
+        except JudgeOutcomeError as exc:
+            the_run.counts["label"] = exc.counts  # the run is recorded failed, with what the judge did
+            raise
         the_run.counts["label"] = labelled.counts()
         exported = export(
             store, out_dir, labels=labels, tokenizer=tokenizer, chat_template=chat_template, split_seed=split_seed,
-            split_fractions=split_fractions, stratify_by=stratify_by, license=license, trace_ids=ingested.trace_ids,
-            run=the_run, progress=tracked,
+            split_fractions=split_fractions, stratify_by=stratify_by, license=license, source_licenses=source_licenses,
+            trace_ids=ingested.trace_ids, run=the_run, progress=tracked,
         )
         return RunSummary(run_id=the_run.run_id, ingest=ingested, segment=segmented, label=labelled, export=exported)

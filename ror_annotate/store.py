@@ -112,6 +112,9 @@ CORE_TABLES = ("traces", "segmentations", "segments", "labels", "runs", "trace_d
 #: What :meth:`Store.replace_segments` does to a stage's rows of a re-segmented trace.
 DependentPolicy = Literal["cascade", "refuse"]
 
+#: Filter on a list of trace ids as a hash semi-join (``list_contains`` costs rows x ids).
+_IDS_FILTER = "trace_id IN (SELECT unnest(?::VARCHAR[]))"
+
 _SECRET_KEY = re.compile(r"(api[_-]?key|token|secret|password|authorization)", re.IGNORECASE)
 _URL_PASSWORD = re.compile(r"(//[^/?#@:]*):[^/?#@]*@")
 
@@ -197,6 +200,34 @@ def scrub_secrets(parameters: dict[str, Any]) -> dict[str, Any]:
 def _is_lock_error(exc: BaseException) -> bool:
     text = str(exc)
     return "lock" in text.lower() and ("Could not set lock" in text or "Conflicting lock" in text)
+
+
+@contextmanager
+def _signals_held() -> Iterator[None]:
+    """Ignore SIGINT/SIGTERM inside the block (main thread only): a few milliseconds of bookkeeping
+    that must complete once begun."""
+    import signal
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    for sig in saved:
+        signal.signal(sig, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+
+
+def is_interrupt(exc: BaseException) -> bool:
+    """Whether ``exc`` is Ctrl-C (or SIGTERM, which the CLI turns into Ctrl-C) in any of its disguises:
+    :class:`KeyboardInterrupt`, DuckDB's ``InterruptException``, or the plain ``RuntimeError("Query
+    interrupted")`` DuckDB raises when the signal lands while a result is being fetched."""
+    if isinstance(exc, (KeyboardInterrupt, duckdb.InterruptException)):
+        return True
+    return isinstance(exc, RuntimeError) and "query interrupted" in str(exc).lower()
 
 
 def translate_duckdb_error(exc: BaseException, path: str, what: str = "") -> BaseException:
@@ -628,7 +659,7 @@ class Store:
             rows = self.con.execute(f"SELECT {cols} FROM traces ORDER BY ingested_at, trace_id").fetchall()
         else:
             rows = self.con.execute(
-                f"SELECT {cols} FROM traces WHERE list_contains(?, trace_id) ORDER BY ingested_at, trace_id", [list(trace_ids)]
+                f"SELECT {cols} FROM traces WHERE {_IDS_FILTER} ORDER BY ingested_at, trace_id", [list(trace_ids)]
             ).fetchall()
         for r in rows:
             yield Trace(
@@ -790,6 +821,19 @@ class Store:
             for r in rows
         ]
 
+    def segments_by_trace(self, trace_ids: Sequence[str]) -> dict[str, list[Segment]]:
+        """The stored segments of several traces in one query: ``{trace_id: [Segment, ...]}`` in
+        segment order; a trace without segments maps to ``[]``. For stages that work in batches."""
+        out: dict[str, list[Segment]] = {t: [] for t in trace_ids}
+        with duckdb_errors(self.path, "read segments"):
+            rows = self.con.execute(
+                "SELECT trace_id, segment_index, char_start, char_end, text, n_tokens FROM segments "
+                f"WHERE {_IDS_FILTER} ORDER BY trace_id, segment_index", [list(trace_ids)],
+            ).fetchall()
+        for r in rows:
+            out[r[0]].append(Segment(trace_id=r[0], segment_index=r[1], char_start=r[2], char_end=r[3], text=r[4], n_tokens=r[5]))
+        return out
+
     # ------------------------------------------------------------------ labels
     def upsert_labels(self, labels: Iterable[Label]) -> int:
         """Insert or replace labels by :attr:`Label.label_id`, in one transaction. Returns the count.
@@ -858,6 +902,7 @@ class Store:
         annotator: str | None = None,
         study: str | None = None,
         trace_id: str | None = None,
+        trace_ids: Sequence[str] | None = None,
     ) -> list[Label]:
         """Stored labels matching every given filter, ordered by trace, segment, source, annotator.
 
@@ -871,6 +916,8 @@ class Store:
             Review study name; judge and baseline labels have no study.
         trace_id : str, optional
             Only this trace's labels.
+        trace_ids : sequence of str, optional
+            Only these traces' labels (one query for a batch of traces).
 
         Returns
         -------
@@ -887,6 +934,9 @@ class Store:
             if val is not None:
                 where.append(f"{col} = ?")
                 params.append(val)
+        if trace_ids is not None:
+            where.append(_IDS_FILTER)
+            params.append(list(trace_ids))
         sql = (
             "SELECT trace_id, segment_index, label, source, annotator, codebook_version, run_id, study, confidence, "
             "rationale, created_at, extra FROM labels"
@@ -908,7 +958,7 @@ class Store:
         sql = "SELECT source, annotator, label, count(*) FROM labels"
         params: list[Any] = []
         if trace_ids is not None:
-            sql += " WHERE list_contains(?, trace_id)"
+            sql += f" WHERE {_IDS_FILTER}"
             params.append(list(trace_ids))
         out: dict[tuple[str, str], dict[str, int]] = {}
         with duckdb_errors(self.path, "count labels"):
@@ -924,7 +974,7 @@ class Store:
         sql = "SELECT trace_id, n_tokens FROM segments"
         params: list[Any] = []
         if trace_ids is not None:
-            sql += " WHERE list_contains(?, trace_id)"
+            sql += f" WHERE {_IDS_FILTER}"
             params.append(list(trace_ids))
         with duckdb_errors(self.path, "read segments"):
             return [SegmentLength(r[0], int(r[1])) for r in self.con.execute(sql + " ORDER BY trace_id, segment_index", params).fetchall()]
@@ -1006,24 +1056,25 @@ class Store:
         except KeyboardInterrupt:
             status = "interrupted"
             raise
-        except duckdb.InterruptException as exc:  # Ctrl-C while DuckDB ran a query
-            status = "interrupted"
-            raise KeyboardInterrupt() from exc
         except SystemExit as exc:
             status = "ok" if exc.code in (0, None) else "failed"
             raise
         except BaseException as exc:
+            if is_interrupt(exc):  # Ctrl-C while DuckDB ran or fetched a query
+                status = "interrupted"
+                raise KeyboardInterrupt() from exc
             run.counts["error"] = scrub_url(f"{type(exc).__name__}: {' '.join(str(exc).split())}")[:500]
             raise
         finally:
             self._progress = outer
-            if status != "ok" and outside_transaction:
-                self._abandon_transaction()
-            try:
-                self.finish_run(run.run_id, status=status, counts=run.counts)
-            finally:
-                if progress is not None:
-                    progress.finish(run, status)
+            with _signals_held():  # a second Ctrl-C must not leave the run recorded as "running"
+                if status != "ok" and outside_transaction:
+                    self._abandon_transaction()
+                try:
+                    self.finish_run(run.run_id, status=status, counts=run.counts)
+                finally:
+                    if progress is not None:
+                        progress.finish(run, status)
 
     def report_progress(self, stage: str, *, done: int, total: int | None, info: str = "") -> None:
         """Note a running stage's progress in the progress file (no-op outside :meth:`run`)."""

@@ -18,6 +18,24 @@ dict, one of
 * ``{"kind": "drop", "n": 1}`` / ``{"kind": "dup"}`` / ``{"kind": "bad_label"}``: omit the last n ids,
   repeat the first id, give the first id the label ``"compute"`` (not in the codebook).
 * ``{"kind": "refusal"}``, ``{"kind": "slow", "seconds": s}`` (then answers normally).
+* Reasoning-model answer shapes: ``{"kind": "think"}`` (``<think>...</think>`` then the JSON),
+  ``{"kind": "think_open"}`` (the same without the opening tag), ``{"kind": "fence"}`` (the JSON in a
+  ```json fence), ``{"kind": "reasoning_content"}`` (the reasoning in ``message.reasoning_content``),
+  ``{"kind": "prose"}`` (prose around the JSON: unparseable).
+
+Server-wide behaviour (constructor arguments):
+
+* ``style``: the answer shape of every request without a scripted fault (one of the reasoning kinds
+  above), or ``"prose_unless_told"``: prose around the JSON unless the prompt carries the judge's
+  retry instruction (a temperature-0 model that repeats itself until the request changes).
+* ``context_limit``: a request whose prompt tokens plus ``max_tokens`` exceed it gets a 400 as
+  OpenAI sends it (``code: context_length_exceeded``) or, with ``context_style="vllm"``, as vLLM
+  sends it (no code, "This model's maximum context length is N tokens...").
+* ``batch_outcomes``: per created batch, in order, how it ends: ``{"status": "expired", "answered": n}``
+  answers the first ``n`` requests into the output file and writes the rest to the error file (code
+  ``batch_expired``/``batch_cancelled``; ``failed`` gives them status 500); ``{"status": "failed",
+  "validation": "message"}`` fails the whole input with ``errors.data`` and no files. Batches beyond
+  the list complete normally. Requests answered with a non-200 status go to the error file.
 
 Every request is recorded in ``server.requests`` (method, path, JSON body; the Authorization
 header is kept only as a flag ``has_key`` plus the key itself for placeholder checks).
@@ -39,7 +57,9 @@ from typing import Any
 from ror_annotate.judge.prompt import approx_tokens
 
 _MARK_RE = re.compile(r"«(\d+)» ")
-_IDS_RE = re.compile(r"Label exactly these segment ids \(\d+\): ([0-9, ]+)\s*$")
+_IDS_RE = re.compile(r"Label exactly these segment ids \(\d+\): ([0-9, ]+)")
+RETRY_MARK = "Your previous answer could not be used"
+THINK = "Okay, let me look at each marked segment in turn and apply the codebook. {\\frac{1}{2}} is execution."
 
 CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("conclusion", re.compile(r"\b(answer is|therefore|boxed)\b", re.I)),
@@ -65,7 +85,7 @@ def parse_prompt(messages: list[dict[str, Any]]) -> tuple[dict[int, str], list[i
     parts = _MARK_RE.split(trace)
     segs = {int(parts[i]): parts[i + 1] for i in range(1, len(parts) - 1, 2)}
     m = _IDS_RE.search(user)
-    ids = [int(x) for x in m.group(1).split(",")] if m else []
+    ids = [int(x) for x in m.group(1).split(",") if x.strip()] if m else []
     return segs, ids
 
 
@@ -80,8 +100,14 @@ class FakeOpenAI:
         ``GET /v1/batches/{id}`` answers ``in_progress`` this many times before ``completed``.
     """
 
-    def __init__(self, *, latency: float = 0.0, batch_polls: int = 1, record_bodies: bool = True) -> None:
+    def __init__(self, *, latency: float = 0.0, batch_polls: int = 1, record_bodies: bool = True, style: str | None = None,
+                 context_limit: int | None = None, context_style: str = "openai",
+                 batch_outcomes: list[dict[str, Any]] | None = None) -> None:
         self.latency = latency
+        self.style = style
+        self.context_limit = context_limit
+        self.context_style = context_style
+        self.batch_outcomes: deque[dict[str, Any]] = deque(batch_outcomes or [])
         self.batch_polls = batch_polls
         self.record_bodies = record_bodies
         self.requests: list[dict[str, Any]] = []
@@ -157,6 +183,15 @@ class FakeOpenAI:
             return 500, {}, {"error": {"message": "internal error", "type": "server_error"}}
         messages = body["messages"]
         prompt = "\n".join(m["content"] for m in messages)
+        prompt_tokens = approx_tokens(prompt) + 4 * len(messages)
+        if self.context_limit is not None:
+            wanted = prompt_tokens + int(body.get("max_tokens") or body.get("max_completion_tokens") or 0)
+            if wanted > self.context_limit:
+                return 400, {}, self._context_error(prompt_tokens, wanted)
+        if not kind and self.style:
+            kind = self.style
+            if kind == "prose_unless_told":
+                kind = None if RETRY_MARK in messages[-1]["content"] else "prose"
         segs, ids = parse_prompt(messages)
         items = [{"segment_id": i, "label": cue_label(segs.get(i, "")), "confidence": 0.9, "rationale": "cue word"} for i in ids]
         if kind == "drop":
@@ -166,38 +201,85 @@ class FakeOpenAI:
         elif kind == "bad_label" and items:
             items[0] = {**items[0], "label": "compute"}
         content: str | None = json.dumps({"labels": items})
-        finish, refusal = "stop", None
+        finish, refusal, reasoning = "stop", None, None
         if kind == "truncate":
             content, finish = content[: len(content) // 2], "length"
         elif kind == "refusal":
             content, refusal = None, "I can't help with that."
-        prompt_tokens = approx_tokens(prompt) + 4 * len(messages)
-        completion_tokens = approx_tokens(content or refusal or "")
+        elif kind == "think":
+            content = f"<think>\n{THINK}\n</think>\n\n{content}"
+        elif kind == "think_open":
+            content = f"{THINK}\n</think>\n\n{content}"
+        elif kind == "fence":
+            content = f"```json\n{content}\n```"
+        elif kind == "reasoning_content":
+            reasoning = THINK
+        elif kind == "prose":
+            content = f"Sure! Here are the labels:\n{content}\nLet me know if you need more."
+        completion_tokens = approx_tokens((content or refusal or "") + (reasoning or ""))
+        message: dict[str, Any] = {"role": "assistant", "content": content, "refusal": refusal}
+        if reasoning is not None:
+            message["reasoning_content"] = reasoning
         reply = {
             "id": self._next_id("chatcmpl"), "object": "chat.completion", "created": int(time.time()),
             "model": body.get("model", "fake"),
-            "choices": [{"index": 0, "finish_reason": finish, "logprobs": None,
-                         "message": {"role": "assistant", "content": content, "refusal": refusal}}],
+            "choices": [{"index": 0, "finish_reason": finish, "logprobs": None, "message": message}],
             "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
                       "total_tokens": prompt_tokens + completion_tokens,
                       "prompt_tokens_details": {"cached_tokens": self._cached_tokens(prompt)}},
         }
         return 200, {}, reply
 
+    def _context_error(self, prompt_tokens: int, wanted: int) -> dict[str, Any]:
+        message = (f"This model's maximum context length is {self.context_limit} tokens. However, you requested {wanted} tokens "
+                   f"({prompt_tokens} in the messages, {wanted - prompt_tokens} in the completion). "
+                   "Please reduce the length of the messages or completion.")
+        if self.context_style == "vllm":
+            return {"object": "error", "message": message, "type": "BadRequestError", "param": None, "code": 400}
+        return {"error": {"message": message, "type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded"}}
+
+    def _write_file(self, rows: list[dict[str, Any]], name: str) -> str | None:
+        if not rows:
+            return None
+        fid = self._next_id("file")
+        data = "".join(json.dumps(o) + "\n" for o in rows).encode("utf-8")
+        self.files[fid] = {"id": fid, "object": "file", "bytes": len(data), "created_at": int(time.time()),
+                           "filename": name, "purpose": "batch_output", "status": "processed", "content": data}
+        return fid
+
     def _run_batch(self, batch: dict[str, Any]) -> None:
         lines = self.files[batch["input_file_id"]]["content"].decode("utf-8").splitlines()
-        out = []
-        for line in lines:
+        end = batch.get("_outcome") or {"status": "completed"}
+        status_end = end["status"]
+        if end.get("validation"):
+            batch.update(status="failed", failed_at=int(time.time()), output_file_id=None, error_file_id=None,
+                         errors={"object": "list", "data": [{"code": "invalid_request", "message": end["validation"], "line": 1, "param": None}]},
+                         request_counts={"total": len(lines), "completed": 0, "failed": 0})
+            return
+        answered = len(lines) if status_end == "completed" else end.get("answered", 0)
+        out, err = [], []
+        for n, line in enumerate(lines):
             req = json.loads(line)
+            rid = self._next_id("batch_req")
+            if n >= answered:
+                if status_end == "failed":
+                    err.append({"id": rid, "custom_id": req["custom_id"], "response": {"status_code": 500, "request_id": self._next_id("req"),
+                                "body": {"error": {"message": "internal error", "type": "server_error", "code": "server_error"}}}, "error": None})
+                else:
+                    code = {"expired": "batch_expired", "cancelled": "batch_cancelled"}[status_end]
+                    err.append({"id": rid, "custom_id": req["custom_id"], "response": None,
+                                "error": {"code": code, "message": f"This request could not be executed: the batch was {status_end}."}})
+                continue
             status, _, body = self.answer(req["body"], {})
-            out.append({"id": self._next_id("batch_req"), "custom_id": req["custom_id"],
-                        "response": {"status_code": status, "request_id": self._next_id("req"), "body": body}, "error": None})
-        fid = self._next_id("file")
-        data = "".join(json.dumps(o) + "\n" for o in out).encode("utf-8")
-        self.files[fid] = {"id": fid, "object": "file", "bytes": len(data), "created_at": int(time.time()),
-                           "filename": "output.jsonl", "purpose": "batch_output", "status": "processed", "content": data}
-        batch.update(status="completed", output_file_id=fid, completed_at=int(time.time()),
-                     request_counts={"total": len(out), "completed": len(out), "failed": 0})
+            row = {"id": rid, "custom_id": req["custom_id"],
+                   "response": {"status_code": status, "request_id": self._next_id("req"), "body": body}, "error": None}
+            (out if status == 200 else err).append(row)
+        batch.update(status=status_end, output_file_id=self._write_file(out, "output.jsonl"),
+                     error_file_id=self._write_file(err, "errors.jsonl"), completed_at=int(time.time()),
+                     request_counts={"total": len(lines), "completed": len(out), "failed": len(err)})
+
+
+_TERMINAL = {"completed", "failed", "expired", "cancelled"}
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -231,9 +313,9 @@ class _Handler(BaseHTTPRequestHandler):
         if m and m.group(1) in fake.batches:
             batch = fake.batches[m.group(1)]
             batch["_polls"] += 1
-            if batch["status"] != "completed" and batch["_polls"] > fake.batch_polls:
+            if batch["status"] not in _TERMINAL and batch["_polls"] > fake.batch_polls:
                 fake._run_batch(batch)
-            elif batch["status"] != "completed":
+            elif batch["status"] not in _TERMINAL:
                 batch["status"] = "in_progress"
             return self._send(200, {k: v for k, v in batch.items() if not k.startswith("_")})
         m = re.fullmatch(r"/v1/files/([\w-]+)/content", self.path)
@@ -260,7 +342,8 @@ class _Handler(BaseHTTPRequestHandler):
             bid = fake._next_id("batch")
             fake.batches[bid] = {"id": bid, "object": "batch", "endpoint": body["endpoint"], "input_file_id": body["input_file_id"],
                                  "completion_window": body.get("completion_window", "24h"), "status": "validating",
-                                 "created_at": int(time.time()), "_polls": 0}
+                                 "created_at": int(time.time()), "_polls": 0,
+                                 "_outcome": fake.batch_outcomes.popleft() if fake.batch_outcomes else None}
             return self._send(200, {k: v for k, v in fake.batches[bid].items() if not k.startswith("_")})
         self._send(404, {"error": {"message": f"no route {self.path}", "type": "invalid_request_error"}})
 

@@ -49,7 +49,7 @@ def test_labels_stored_with_baseline_provenance_and_idempotent(tmp_path: Path) -
     with Store(tmp_path / "s.duckdb") as store:
         store.upsert_traces([Trace(trace_id="t", text=text, problem=PROBLEM)])
         store.replace_segments("t", _segments([t for t, _ in CASES]), segmenter="manual", token_counter="words")
-        judge = make_judge("baseline", chunk_size=8, base_url="ignored")
+        judge = make_judge("baseline")
         run = store.start_run("label", {})
         judge.label(store, ["t"], run=run)
         judge.label(store, ["t"], run=run)

@@ -297,7 +297,7 @@ def test_batch_resumes_by_id_without_resubmitting(tmp_path):
         assert store.labels() == []
         report = judge_for(srv, batch_id=batch_id).label(store, ["a"])
         uploads = [r for r in srv.requests if r["path"] == "/v1/files"]
-        assert len(uploads) == 1 and report.extra["batch_id"] == batch_id
+        assert len(uploads) == 1 and report.extra["batches"] == {batch_id: "completed"}
         with pytest.raises(ConfigError, match="not recorded"):
             judge_for(srv, batch_id="batch-unknown").label(store, ["a"])
     assert labels_of(store, "a") == list(enumerate(LABELS_A))

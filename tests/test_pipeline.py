@@ -124,7 +124,8 @@ def test_resegmenting_cascades_to_derived_rows(db_path: Path) -> None:
         text = _segmented_store(store)
         ensure_judge_tables(store)
         store.execute(
-            "INSERT INTO judge_failures VALUES ('t1', 1, 'openai:m', 'cb', 'invalid', 4, NULL, now())"
+            "INSERT INTO judge_failures (trace_id, segment_index, annotator, codebook_version, reason, attempts, run_id, created_at) "
+            "VALUES ('t1', 1, 'openai:m', 'cb', 'invalid', 4, NULL, now())"
         )
         store.upsert_labels([Label(trace_id="t1", segment_index=0, label="execution", source="baseline", annotator="b", codebook_version="v")])
         with pytest.raises(StoreError, match="1 labels refer"):

@@ -38,10 +38,10 @@ N_TRACES = 8  # the export's 80/10/10 split gives 6/1/1 traces: probes need all 
 MAX_NEW_TOKENS = 6
 
 
-def ror(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+def ror(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
     env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1"}
     start = time.perf_counter()
-    done = subprocess.run([*ROR, *args], cwd=cwd, capture_output=True, text=True, env=env, timeout=300)
+    done = subprocess.run([*ROR, *args], cwd=cwd, capture_output=True, text=True, env=env, timeout=timeout)
     done.seconds = time.perf_counter() - start  # type: ignore[attr-defined]
     assert done.returncode == 0, f"ror {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}"
     assert "Traceback" not in done.stderr
@@ -189,11 +189,12 @@ def test_capture_resumes_and_a_rerun_changes_nothing(run):
 
 def _majority_macro_f1(train: list[int], test: list[int]) -> float:
     """By hand: predict train's majority class m everywhere; F1(m) = 2p/(1+p) with p = share of m
-    in test (recall 1), every other class F1 0; averaged over classes seen in train or test."""
+    in test (recall 1), every other class F1 0; averaged over the classes present in test (the
+    reference), as scikit-learn's ``labels=`` makes explicit."""
     m = int(np.bincount(train).argmax())
     p = test.count(m) / len(test)
     f1_m = 2 * p / (1 + p) if p else 0.0
-    return f1_m / len(set(train) | set(test))
+    return f1_m / len(set(test))
 
 
 def test_probe_table_has_layers_windows_f1_and_baseline(run, tokens):
@@ -212,6 +213,9 @@ def test_probe_table_has_layers_windows_f1_and_baseline(run, tokens):
             labels[t["split"]] += [y for y in t["labels"] if y >= 0]
     expected = _majority_macro_f1(labels["train"], labels["test"])
     assert all(float(r["baseline_f1"]) == pytest.approx(expected, abs=1e-9) for r in rows)
+    absent = [b for i, b in enumerate(BEHAVIORS) if i not in set(labels["test"])]
+    assert all(r["absent_in_test"] == ",".join(absent) for r in rows)
+    assert ("absent from it: " + ", ".join(absent)) in " ".join(text.split()) if absent else "(all six)" in text
     curves = json.loads((run["work"] / "probe" / "probe_dev_curves.json").read_text())
     assert set(curves) == {"window=1", "window=2"} and set(curves["window=1"]) == {"0", "1"}
 
@@ -280,3 +284,47 @@ def test_steer_table_has_every_condition(run):
     assert {r["problem_id"] for r in rows} == ids
     assert all(0 < r["generated_tokens"] <= MAX_NEW_TOKENS for r in rows)
 
+
+
+README_MODEL = "Qwen/Qwen3-30B-A3B"
+
+
+def readme_probe_steer_commands() -> list[list[str]]:
+    """The ``ror`` lines of the README's "Probe and steer" bash block, as argument lists."""
+    import shlex
+
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    block = text.split("## Probe and steer", 1)[1].split("```bash", 1)[1].split("```", 1)[0]
+    return [shlex.split(line, comments=True)[1:] for line in block.splitlines() if line.strip().startswith("ror ")]
+
+
+def test_readme_probe_and_steer_sequence_runs_top_to_bottom(run, tmp_path):
+    """The README's commands, verbatim, in a folder where ``exports/pilot`` is a real export and
+    ``Qwen/Qwen3-30B-A3B`` a local tiny random-weight Qwen3-MoE (9 MoE layers, so ``--windows 1,9``
+    fits) saved with the export's tokenizer. Only ``--max-new-tokens`` is added to ``ror steer``."""
+    import shutil
+
+    from transformers import AutoTokenizer
+
+    commands = readme_probe_steer_commands()
+    assert [c[0] for c in commands] == ["capture", "probe", "experts", "steer"]
+    shutil.copytree(run["work"] / "export", tmp_path / "exports" / "pilot")
+    tokenizer = AutoTokenizer.from_pretrained(run["work"] / "tok")
+    model = mf.build("qwen3_moe", num_hidden_layers=9, vocab_size=len(tokenizer), max_position_embeddings=4096,
+                     pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id, bos_token_id=None)
+    model.save_pretrained(tmp_path / README_MODEL)
+    tokenizer.save_pretrained(tmp_path / README_MODEL)
+    shutil.copy(run["work"] / "problems.jsonl", tmp_path / "problems.jsonl")
+    outputs = {}
+    for args in commands:
+        if args[0] == "steer":
+            args = [*args, "--max-new-tokens", "4"]
+        # the probe fits 10 router-logit candidates and 3 controls (about a CPU-minute): a shared CPU needs time
+        outputs[args[0]] = ror(*args, cwd=tmp_path, timeout=1200)
+    spec_arg = commands[3][commands[3].index("--spec") + 1]
+    spec = json.loads((tmp_path / spec_arg).read_text())
+    assert spec["suppress"] and all(len(v) <= 8 - 2 for v in spec["suppress"].values())
+    assert "steer_suppress_planning.json" in outputs["experts"].stdout
+    # the README's --top-k default (10) is not below this tiny model's 8 experts: warned, not silent
+    assert "--top-k 10 >= 8 experts" in " ".join(outputs["experts"].stderr.split())
+    assert "steered" in outputs["steer"].stdout and "random" in outputs["steer"].stdout

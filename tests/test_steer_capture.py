@@ -214,3 +214,99 @@ def test_cli_capture_resumes_whatever_the_model_path_spelling(tokens, tmp_path, 
     assert second.exit_code == 0, second.output
     assert "captured 5 traces" in second.output and "skipped 3 already captured" in second.output
     assert json.loads((tmp_path / "cap" / "meta.json").read_text())["model"] == str((tmp_path / "m").resolve())
+
+
+def test_background_writer_writes_the_same_bytes_and_surfaces_errors(model, tokens, tmp_path, monkeypatch):
+    from ror_annotate.steer import capture as capture_mod
+
+    sync_dir, thread_dir = tmp_path / "sync", tmp_path / "thread"
+    capture_router_logits(model, tokens, sync_dir, model_name="m", batch_size=2, background_writer=False)
+    capture_router_logits(model, tokens, thread_dir, model_name="m", batch_size=2, background_writer=True)
+    for name in ("logits.bin", "selected.bin", "index.jsonl", "meta.json"):
+        assert (sync_dir / name).read_bytes() == (thread_dir / name).read_bytes(), name
+
+    calls = {"n": 0}
+    original = capture_mod._Writer.append
+
+    def failing_append(self, rows):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise OSError("disk full")
+        return original(self, rows)
+
+    monkeypatch.setattr(capture_mod._Writer, "append", failing_append)
+    broken = tmp_path / "broken"
+    with pytest.raises(OSError, match="disk full"):
+        capture_router_logits(model, tokens, broken, model_name="m", batch_size=2, background_writer=True)
+    monkeypatch.setattr(capture_mod._Writer, "append", original)
+    # what the index covers is intact; resuming completes it to the same bytes as one run
+    first = Capture(broken)
+    assert 0 < len(first.index) < 8
+    capture_router_logits(model, tokens, broken, model_name="m", batch_size=2, background_writer=True)
+    full, resumed = Capture(sync_dir), Capture(broken)
+    for row in full.index:
+        a, b = full.trace(row["trace_id"]), resumed.trace(row["trace_id"])
+        assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
+
+
+def test_export_tokenizer_provenance_old_and_new_fields(tmp_path):
+    """Old exports record the tokenizer's folder name only; new ones also `tokenizer_vocab_sha256`."""
+    import hashlib
+
+    from ror_annotate.steer.tokens import check_model_tokenizer, tokenizer_provenance, vocab_sha256
+
+    from .tokenizers_fixtures import byte_level_bpe
+
+    tok = byte_level_bpe()
+    # independent hash: the JSON of [token, id] pairs sorted by id
+    pairs = [[t, i] for t, i in sorted(tok.get_vocab().items(), key=lambda kv: (kv[1], kv[0]))]
+    expected = hashlib.sha256(json.dumps(pairs, ensure_ascii=False, separators=(",", ":")).encode()).hexdigest()
+    assert vocab_sha256(tok) == expected
+
+    old = make_tokens({"train": [5, 6]})
+    assert tokenizer_provenance(old).name == "tiny" and tokenizer_provenance(old).vocab_sha256 is None
+    assert check_model_tokenizer(old, tok).vocab_sha256 is None  # nothing to compare: the id range check remains
+
+    def with_hash(value):
+        return datasets.DatasetDict({s: ds.add_column("tokenizer_vocab_sha256", [value] * len(ds)).map(
+            lambda r: {"tokenizer": "models/Qwen3-30B-A3B"}) for s, ds in old.items()})
+
+    assert check_model_tokenizer(with_hash(expected), tok).vocab_sha256 == expected
+    with pytest.raises(SteerError, match=r"tokenized with 'models/Qwen3-30B-A3B' \(vocabulary sha256 0000000000"
+                                         r"00\.\.\.\), but the model's tokenizer has vocabulary sha256 "
+                                         + expected[:12]) as err:
+        check_model_tokenizer(with_hash("0" * 64), tok)
+    assert err.value.code == "E902"
+
+
+def test_missing_model_folder_is_our_error_not_the_hubs(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from ror_annotate.cli import app
+    from ror_annotate.steer.capture import load_model
+
+    monkeypatch.chdir(tmp_path)
+    make_tokens({"train": [5]}).save_to_disk(str(tmp_path / "export" / "tokens"))
+    for missing in ("models/not/here", "./nothere", str(tmp_path / "absent")):
+        with pytest.raises(SteerError, match=r"model folder .* does not exist") as err:
+            load_model(missing)
+        assert err.value.code == "E901" and "Repo id" not in str(err.value)
+        res = CliRunner().invoke(app, ["capture", "export", "--model", missing, "--out", "cap"])
+        assert res.exit_code != 0 and "does not exist" in res.output and "Repo id" not in res.output
+    with pytest.raises(SteerError, match="has no config.json"):
+        load_model(str(tmp_path))
+
+
+def test_capture_reads_shuffled_and_multi_chunk_splits_row_for_row(model, tmp_path):
+    """Rows are read column-wise from Arrow: an indices mapping (shuffle) and several chunks must not
+    move a trace's ids."""
+    base = make_tokens({"train": [5, 9, 3, 7, 4, 6]}, seed=5)["train"]
+    chunked = datasets.concatenate_datasets([base.select(range(3)), base.select(range(3, 6))])
+    dd = datasets.DatasetDict({"train": chunked.shuffle(seed=1)})
+    capture_router_logits(model, dd, tmp_path / "c", model_name="m", batch_size=2, logits_dtype="float32")
+    cap = Capture(tmp_path / "c")
+    for rec in base:
+        logits, selected = cap.trace(rec["trace_id"])
+        ref_logits, ref_sel = forward_router_logits(model, [rec["input_ids"]])[0]
+        np.testing.assert_allclose(logits, ref_logits.numpy(), rtol=1e-5, atol=1e-5)
+        assert np.array_equal(selected, ref_sel.numpy())

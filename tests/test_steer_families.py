@@ -13,7 +13,7 @@ from . import moe_fixtures as mf  # noqa: E402
 from ror_annotate.errors import SteerError  # noqa: E402
 from ror_annotate.steer.families import find_router_sites, log_probs, route  # noqa: E402
 from ror_annotate.steer.hooks import RouterHooks  # noqa: E402
-from ror_annotate.steer.steering import steer_routing  # noqa: E402
+from ror_annotate.steer.steering import RoutingEdit, steer_routing  # noqa: E402
 
 pytestmark = pytest.mark.steer
 
@@ -132,9 +132,14 @@ def test_hook_not_firing_is_an_error(monkeypatch):
         return block.experts(flat, idx, w / w.sum(-1, keepdim=True)).reshape(b, s, h)
 
     monkeypatch.setattr(block, "forward", bypass)
+    edit = RoutingEdit.from_sets({}, {0: [0], 1: [0]})
     with pytest.raises(SteerError, match=r"did not fire on 1 of 2 MoE layers.*layer 1"):
-        with torch.no_grad(), steer_routing(model):
+        with torch.no_grad(), steer_routing(model, edit):
             model(input_ids=_ids())
+    # an edit that leaves the bypassed layer alone hooks only layer 0, which fires
+    with torch.no_grad(), steer_routing(model, RoutingEdit.from_sets({}, {0: [0]})) as handle:
+        model(input_ids=_ids())
+    assert handle.hooks.fired == {0: 1}
 
 
 def test_mxfp4_bypass_parent_is_refused():

@@ -267,3 +267,62 @@ def test_unknown_split_is_a_clear_error(synthetic):
     cap = Capture(synthetic / "capture")
     with pytest.raises(SteerError, match=r"splits \['trian'\] not in the tokens dataset; it has \['train', "):
         labeled_tokens(cap, load_tokens(synthetic / "export"), ["trian"])
+
+
+def test_macro_f1_averages_over_behaviors_present_in_the_reference():
+    """A perfect probe scores 1.0 even when behaviors are absent from the test split (scikit-learn labels=)."""
+    from sklearn.metrics import f1_score
+
+    rng = np.random.default_rng(3)
+    # four classes in train and dev, only classes 0 and 2 in test; features reveal the class exactly
+    y_train, y_dev, y_test = rng.integers(0, 4, 400), rng.integers(0, 4, 200), rng.choice([0, 2], 100)
+    onehot = lambda y: np.eye(4, dtype=np.float32)[y] * 5 + rng.normal(scale=0.01, size=(len(y), 4))  # noqa: E731
+    fit = fit_probe(onehot(y_train), y_train, onehot(y_dev), y_dev, onehot(y_test), y_test)
+    assert fit.test_f1 == pytest.approx(1.0) and fit.dev_f1 == pytest.approx(1.0)
+    assert fit.absent_test == [1, 3]
+    # the majority baseline over the two present classes, by hand: one class has F1 2p/(1+p), the other 0
+    majority = np.bincount(y_train).argmax()
+    p = np.mean(y_test == majority)
+    expected = (2 * p / (1 + p)) / 2 if majority in (0, 2) else 0.0
+    assert fit.baseline_f1 == pytest.approx(expected)
+    assert fit.baseline_f1 == pytest.approx(f1_score(y_test, np.full_like(y_test, majority), labels=[0, 2],
+                                                     average="macro", zero_division=0))
+
+
+def test_run_probes_lists_behaviors_absent_from_test(synthetic):
+    cap = Capture(synthetic / "capture")
+    table = labeled_tokens(cap, load_tokens(synthetic / "export"))
+    keep = ~((table.split == "test") & np.isin(table.labels, [1, 3]))
+    rows, _ = run_probes(cap, table.subset(keep), windows=[1], controls=["position"])
+    present = set(np.unique(table.labels[keep & (table.split == "test")]).tolist())
+    expected = ",".join(b for c, b in enumerate(BEHAVIORS) if c not in present)
+    assert "execution" in expected and "fact" in expected
+    assert all(r.absent_in_test == expected for r in rows)
+
+
+def test_experts_default_writes_the_spec_the_readme_steers_with_and_warns_on_large_top_k(synthetic, tmp_path):
+    from typer.testing import CliRunner
+
+    from ror_annotate.cli import app
+    from ror_annotate.errors import InputError
+    from ror_annotate.steer.experts import resolve_steer_size
+
+    runner = CliRunner()
+    res = runner.invoke(app, ["experts", str(synthetic / "export"), "--capture", str(synthetic / "capture"),
+                              "--out", str(tmp_path / "experts"), "--permutations", "2"])
+    assert res.exit_code == 0, res.output
+    # default --top-k 10 >= 8 experts: the Jaccard figures are 1 by construction, said out loud
+    assert "--top-k 10 >= 8 experts" in " ".join(res.output.split())
+    spec = json.loads((tmp_path / "experts" / "steer_suppress_planning.json").read_text())
+    # default steer size: min(--top-k 10, 8 experts - router top-2) = 6 per layer at most
+    assert spec["suppress"] and max(len(v) for v in spec["suppress"].values()) <= 6
+    assert 0 in spec["suppress"]["7"]
+    res = runner.invoke(app, ["experts", str(synthetic / "export"), "--capture", str(synthetic / "capture"),
+                              "--out", str(tmp_path / "e3"), "--top-k", "3", "--permutations", "2",
+                              "--steer-size", "0"])
+    assert res.exit_code == 0 and "--top-k" not in res.output
+    assert not list((tmp_path / "e3").glob("steer_suppress_*.json"))
+    assert resolve_steer_size(None, set_size=10, n_experts=128, router_top_k=8) == 10
+    assert resolve_steer_size(None, set_size=10, n_experts=8, router_top_k=2) == 6
+    with pytest.raises(InputError, match="leaves fewer than top-2"):
+        resolve_steer_size(7, set_size=3, n_experts=8, router_top_k=2)

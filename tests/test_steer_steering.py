@@ -3,6 +3,8 @@ bf16 models, schedules and the random control."""
 
 from __future__ import annotations
 
+import inspect
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -186,10 +188,12 @@ def test_after_first_answer_schedule_with_cache():
     schedule = AfterFirstAnswer(tok, r"\\boxed\{[^{}]*\}")
     with torch.no_grad(), steer_routing(model, edit, schedule=schedule, record=True) as handle:
         out = model(input_ids=prompt, use_cache=True)
-        cache = out.past_key_values
+        # recent transformers 5.x call it `cache` (`past_key_values` is deprecated there); older ones only know the latter
+        key = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+        cache = getattr(out, key)
         for token in answer:
-            out = model(input_ids=torch.tensor([[token]]), past_key_values=cache, use_cache=True)
-            cache = out.past_key_values
+            out = model(input_ids=torch.tensor([[token]]), **{key: cache}, use_cache=True)
+            cache = getattr(out, key)
     active = [bool(sel["active"][0]) for sel in handle.selections]
     # forward i+1 processes answer[i]; the row turns active once answer[:i+1] holds the closed \boxed{}
     assert active[0] is False

@@ -1,8 +1,9 @@
 """The Typer application behind ``ror`` and what every command shares.
 
 A user mistake (any :class:`~ror_annotate.errors.RorError`, and a usage error of the command line
-itself: unknown option, missing argument, bad value) prints one line ``error [CODE]: message`` on
-stderr and exits with status 2; a traceback means a bug in ror_annotate.
+itself: unknown option, missing argument, bad value, code E010) prints one line
+``error [CODE]: message`` on stderr and exits with the error's ``exit_status``: 2, or 3 when the
+judge labelled nothing or too little (E506); a traceback means a bug in ror_annotate.
 """
 
 from __future__ import annotations
@@ -75,10 +76,11 @@ def _sigterm_as_interrupt() -> None:
 
 
 def _is_interrupt(exc: BaseException) -> bool:
-    # DuckDB turns Ctrl-C during a query into its own InterruptException ("Query interrupted").
     if isinstance(exc, KeyboardInterrupt):
         return True
-    return type(exc).__name__ == "InterruptException" and "duckdb" in type(exc).__module__
+    from ..store import is_interrupt  # DuckDB's disguises of Ctrl-C ("Query interrupted")
+
+    return is_interrupt(exc)
 
 
 class RorGroup(TyperGroup):
@@ -105,7 +107,7 @@ class RorGroup(TyperGroup):
             raise typer.Exit(2) from None
         except RorError as exc:
             print_error(exc)
-            raise typer.Exit(2) from None  # typer vendors click: click.exceptions.Exit is not caught
+            raise typer.Exit(exc.exit_status) from None  # typer vendors click: click.exceptions.Exit is not caught
         except BaseException as exc:
             if not _is_interrupt(exc):
                 raise

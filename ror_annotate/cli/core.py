@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -13,12 +14,15 @@ from rich.text import Text
 
 from rich.markup import escape
 
+from ..errors import JudgeOutcomeError
 from ..sample import card_license, resolve_source
 from .app import DEFAULT_DB_PATH, DbOption, LockTimeoutOption, app, console, err_console, open_store, parse_fractions
 from .judge_options import (
     JudgeBaseUrlOption,
     JudgeBatchIdOption,
     JudgeBatchOption,
+    JudgeBatchPollOption,
+    JudgeBatchRequeueOption,
     JudgeChunkSizeOption,
     JudgeCodebookOption,
     JudgeConcurrencyOption,
@@ -27,10 +31,12 @@ from .judge_options import (
     JudgeMaxTokensOption,
     JudgeModeOption,
     JudgePricesOption,
+    JudgeRetryFailedOption,
     JudgeSamplesOption,
     JudgeSeedOption,
     JudgeTemperatureOption,
     JUDGE_OPTION_NAMES,
+    MaxFailedOption,
     judge_options,
 )
 
@@ -220,6 +226,10 @@ def label(
     max_attempts: JudgeMaxAttemptsOption = None,
     codebook: JudgeCodebookOption = None,
     context_tokens: JudgeContextTokensOption = None,
+    retry_failed: JudgeRetryFailedOption = None,
+    batch_poll: JudgeBatchPollOption = None,
+    batch_requeue: JudgeBatchRequeueOption = None,
+    max_failed: MaxFailedOption = "10%",
     db: DbOption = DEFAULT_DB_PATH,
     lock_timeout: LockTimeoutOption = 10.0,
 ) -> None:
@@ -228,9 +238,11 @@ def label(
 
     options = _judge_options_of(locals())
     the_judge = pipeline.make_judge(judge, options)  # a bad spec or a missing key fails before the store opens
+    failed_limit = _max_failed(max_failed)
     with open_store(db, lock_timeout, must_exist=True) as store:
-        with _progress() as progress:
-            summary = pipeline.label(store, trace or None, judge=the_judge, judge_options=options, progress=progress)
+        with _progress() as progress, _judge_counts_on_outcome_error():
+            summary = pipeline.label(store, trace or None, judge=the_judge, judge_options=options, max_failed=failed_limit,
+                                     progress=progress)
         console.print(_label_table(store, None if trace is None else list(trace)))
     _print_judge_counts(summary.counts())
 
@@ -269,6 +281,10 @@ def run(
     max_attempts: JudgeMaxAttemptsOption = None,
     codebook: JudgeCodebookOption = None,
     context_tokens: JudgeContextTokensOption = None,
+    retry_failed: JudgeRetryFailedOption = None,
+    batch_poll: JudgeBatchPollOption = None,
+    batch_requeue: JudgeBatchRequeueOption = None,
+    max_failed: MaxFailedOption = "10%",
     out: Annotated[Path | None, typer.Option("--out", help="Dataset folder (save_to_disk layout + parquet + card); default exports/<input name>.")] = None,
     labels: Annotated[str, typer.Option("--labels", help="Which labels to export: auto, judge, baseline, human, adjudicated, majority.")] = "auto",
     split_seed: Annotated[int, typer.Option("--split-seed", help="Seed of the by-trace train/validation/test split.")] = 0,
@@ -287,13 +303,14 @@ def run(
     columns = _columns(text_field, id_field, problem_field, answer_field, gold_field, model_field, dataset_field)
     options = _judge_options_of(locals())
     the_judge = pipeline.make_judge(judge, options)
+    failed_limit = _max_failed(max_failed)
     with open_store(db, lock_timeout) as store:
-        with _progress() as progress:
+        with _progress() as progress, _judge_counts_on_outcome_error():
             summary = pipeline.run(
                 store, source, preset=preset, split=split, columns=columns, skip_invalid=skip_invalid, limit=limit,
                 format=format, allow_markers=allow_markers, tokenizer=tokenizer, max_segment_tokens=max_segment_tokens, judge=the_judge, judge_options=options,
                 out=out, labels=labels, split_seed=split_seed, split_fractions=fractions, stratify_by=stratify_by,
-                chat_template=chat_template, license=card_license(source), progress=progress,
+                chat_template=chat_template, license=card_license(source), max_failed=failed_limit, progress=progress,
             )
         _print_skipped(summary.ingest.skipped_reasons, summary.ingest.skipped)
         _print_formats(summary.ingest.formats, summary.ingest.notes)
@@ -313,29 +330,53 @@ def _columns(text, id_, problem, answer, gold, model, dataset) -> dict[str, str]
 
 
 def _print_summary(store, summary) -> None:
-    from ..segment import segment_stats
-
     ids = summary.ingest.trace_ids
-    stats = segment_stats(store.segment_lengths(ids))
+    # the export's profile covers the same segments, computed while streaming (no second pass over the store)
+    stats = summary.export.segment_length
     table = Table(title="ror run: summary", show_header=False)
     table.add_column("what")
     table.add_column("value")
     table.add_row("input traces", f"{len(ids)} ({summary.ingest.inserted} new, {summary.ingest.skipped} skipped as invalid)")
-    if stats["n_segments"]:
+    if stats:
         table.add_row("segment tokens median / p5 / p95 / max", f"{stats['median']:g} / {stats['p5']:g} / {stats['p95']:g} / {stats['max']:g}")
     for field, value in summary.export.table_rows():
         table.add_row(field, value)
     console.print(table)
 
 
+def _max_failed(value: str):
+    """``--max-failed`` parsed before any work (a ConfigError for a bad value)."""
+    from ..judge import MaxFailed
+
+    return MaxFailed.parse(value)
+
+
+@contextmanager
+def _judge_counts_on_outcome_error() -> Iterator[None]:
+    """Show the judge's counts before the one-line E506 error (exit status 3) when it labelled too little."""
+    try:
+        yield
+    except JudgeOutcomeError as exc:
+        if exc.counts:
+            _print_judge_counts(exc.counts)
+        raise
+
+
 def _print_judge_counts(counts: dict[str, Any]) -> None:
-    shown = {k: v for k, v in counts.items() if v not in (0, 0.0, None, {}, [])}
+    shown = {k: ({c: n for c, n in v.items() if n} if isinstance(v, dict) else v) for k, v in counts.items() if k != "failure_example"}
+    shown = {k: v for k, v in shown.items() if v not in (0, 0.0, None, {}, [])}
     if shown:
         console.print("judge: " + ", ".join(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}" for k, v in shown.items()), highlight=False)
     if counts.get("failed"):
         err_console.print(
-            f"[yellow]warning[/]: {counts['failed']} segments are stored as judge-failed (no label, reason kept in the "
-            "judge_failures table); re-run the same command to retry them (raise --max-attempts for refusals)",
+            f"[yellow]warning[/]: {counts['failed']} segments are stored as judge-failed (no label; the reason of each is in the "
+            "judge_failures table). Running the same command again asks the judge for them again, with up to --max-attempts "
+            "new tries each (never replaying the failed answers); --no-retry-failed leaves them failed",
+            highlight=False,
+        )
+    if counts.get("failed_kept"):
+        err_console.print(
+            f"[yellow]warning[/]: {counts['failed_kept']} segments stay judge-failed from earlier runs (--no-retry-failed)",
             highlight=False,
         )
 

@@ -2,8 +2,10 @@
 
 Each option is a typer ``Annotated`` alias; a command puts them in its signature under the
 parameter names below and hands the values to :func:`judge_options`, whose result is passed as
-``make_judge(spec, **judge_options(...))``. The baseline judge ignores these options, so they are
-harmless with ``--judge baseline``.
+``make_judge(spec, **judge_options(...))``. The options are validated by
+:class:`~ror_annotate.judge.config.JudgeConfig`; ``--judge baseline`` refuses them (a ConfigError),
+since it would silently run without them. ``--max-failed`` is not a judge option: it decides the
+exit status after labeling (:func:`~ror_annotate.judge.outcome.check_label_outcome`).
 
 The API key is deliberately *not* an option: it comes from ``OPENAI_API_KEY`` in the environment
 only, so it never lands in shell history, ``runs.parameters`` or logs.
@@ -84,7 +86,39 @@ JudgeBatchOption = Annotated[
 ]
 JudgeBatchIdOption = Annotated[
     str | None,
-    typer.Option("--batch-id", help="Resume (poll and ingest) an existing batch by id.", rich_help_panel=_PANEL),
+    typer.Option("--batch-id", help="Resume (poll and ingest) an existing batch by id (open batches of the store are resumed anyway).", rich_help_panel=_PANEL),
+]
+JudgeBatchPollOption = Annotated[
+    float | None,
+    typer.Option("--batch-poll", min=0.001, help="Seconds between Batch API status polls (default 30).", rich_help_panel=_PANEL),
+]
+JudgeBatchRequeueOption = Annotated[
+    str | None,
+    typer.Option(
+        "--batch-requeue",
+        callback=lambda value: _choice(value, ("interactive", "batch"), "--batch-requeue"),
+        help="Where requests of a batch that ended expired/cancelled/failed go: interactive (default: finished now, full price) "
+        "or batch (a new batch, at most --max-attempts batches per request).",
+        rich_help_panel=_PANEL,
+    ),
+]
+JudgeRetryFailedOption = Annotated[
+    bool | None,
+    typer.Option(
+        "--retry-failed/--no-retry-failed",
+        help="Ask again for segments an earlier run stored as judge-failed, with --max-attempts new tries each (default); "
+        "--no-retry-failed leaves them failed.",
+        rich_help_panel=_PANEL,
+    ),
+]
+MaxFailedOption = Annotated[
+    str,
+    typer.Option(
+        "--max-failed",
+        help="Exit with status 3 (error E506; `ror run` then exports nothing) when more segments than this end judge-failed: "
+        "a fraction (0.1, 10%) or a count (25). Labelling nothing always exits 3.",
+        rich_help_panel=_PANEL,
+    ),
 ]
 JudgePricesOption = Annotated[
     Path | None,
@@ -110,7 +144,8 @@ JudgeContextTokensOption = Annotated[
     int | None,
     typer.Option(
         "--context-tokens", min=1024,
-        help="The judge model's context window in tokens; longer traces are shown as a window of segments around each chunk (default 128000).",
+        help="The judge model's context window in tokens; longer traces are shown as a window of segments around each chunk (default 128000). "
+        "A trace the endpoint still refuses as too long is judge-failed alone, with the reason.",
         rich_help_panel=_PANEL,
     ),
 ]
@@ -118,8 +153,10 @@ JudgeContextTokensOption = Annotated[
 #: Parameter names :func:`judge_options` accepts (the names to use in a command's signature).
 JUDGE_OPTION_NAMES: tuple[str, ...] = (
     "base_url", "chunk_size", "mode", "concurrency", "temperature", "seed", "max_tokens", "samples",
-    "batch", "batch_id", "prices", "max_attempts", "codebook", "context_tokens",
+    "batch", "batch_id", "prices", "max_attempts", "codebook", "context_tokens", "retry_failed", "batch_poll", "batch_requeue",
 )
+#: Command-line names that differ from the judge's option names.
+_RENAMED = {"batch_poll": "batch_poll_s"}
 
 
 def judge_options(**values: Any) -> dict[str, Any]:
@@ -148,5 +185,5 @@ def judge_options(**values: Any) -> dict[str, Any]:
     for name, value in values.items():
         if value is None or (name == "batch" and value is False):
             continue
-        out[name] = str(value) if isinstance(value, Path) else value
+        out[_RENAMED.get(name, name)] = str(value) if isinstance(value, Path) else value
     return out

@@ -71,10 +71,11 @@ def capture_cmd(
     require_torch()
     from rich.progress import Progress
 
-    from ..steer.capture import capture_router_logits, load_model
-    from ..steer.tokens import load_tokens
+    from ..steer.capture import capture_router_logits, load_model, model_tokenizer
+    from ..steer.tokens import check_model_tokenizer, load_tokens
 
     dd = load_tokens(tokens)
+    check_model_tokenizer(dd, model_tokenizer(model), model=model)
     split_list = [s.strip() for s in splits.split(",")] if splits else None
     lm = load_model(model, device=device, dtype=dtype)
     total = sum(len(dd[s]) for s in (split_list or list(dd.keys())) if s in dd)
@@ -133,6 +134,9 @@ def probe_cmd(
     for r in format_table(rows):
         shown.add_row(*r)
     console.print(shown)
+    absent = rows[0].absent_in_test if rows else ""
+    console.print("test macro-F1 averages over the behaviors present in the test split"
+                  + (f"; absent from it: {absent.replace(',', ', ')}" if absent else " (all six)"))
     if out is not None:
         import csv
 
@@ -152,7 +156,7 @@ def experts_cmd(
     out: Annotated[Path, typer.Option("--out", help="Directory for the CSV tables, PNG plots and steering specs.")],
     top_k: Annotated[int, typer.Option("--top-k", min=1, help="Size of each behavior's expert set.")] = 10,
     permutations: Annotated[int, typer.Option("--permutations", min=1, help="Label permutations for the Jaccard null.")] = 20,
-    steer_size: Annotated[int, typer.Option("--steer-size", min=0, help="Experts per layer in the steer_suppress_*.json specs (0: none).")] = 0,
+    steer_size: Annotated[Optional[int], typer.Option("--steer-size", min=0, help="Experts per layer in the steer_suppress_<behavior>.json specs (default: --top-k, capped so the router's top-k stay selectable; 0: no spec).")] = None,
     splits: Annotated[Optional[str], typer.Option("--splits", help="Comma-separated splits (default all).")] = None,
     seed: Annotated[int, typer.Option("--seed")] = 0,
 ) -> None:
@@ -160,23 +164,22 @@ def experts_cmd(
     import numpy as np
 
     from ..steer.capture import Capture
-    from ..steer.experts import analyze, write_report
+    from ..steer.experts import analyze, resolve_steer_size, set_size_warning, write_report
     from ..steer.table import labeled_tokens
     from ..steer.tokens import load_tokens
 
     cap = Capture(capture)
+    warning = set_size_warning(top_k, cap.meta.n_experts)
+    if warning:
+        err_console.print(f"warning: {warning}", highlight=False)
+    size = resolve_steer_size(steer_size, set_size=top_k, n_experts=cap.meta.n_experts, router_top_k=cap.meta.top_k)
     dd = load_tokens(tokens)
     table = labeled_tokens(cap, dd, [s.strip() for s in splits.split(",")] if splits else None)
     selected = np.asarray(cap.selected[table.rows])
     report = analyze(selected, table.labels, table.dataset, table.segment, dataset_names=table.dataset_names,
                      layers=cap.meta.layers, n_experts=cap.meta.n_experts, k=min(top_k, cap.meta.n_experts),
                      n_permutations=permutations, seed=seed)
-    if steer_size:
-        limit = cap.meta.n_experts - cap.meta.top_k
-        if steer_size > limit:
-            raise InputError(f"--steer-size {steer_size}: suppressing more than {limit} of {cap.meta.n_experts} "
-                             f"experts leaves fewer than top-{cap.meta.top_k}")
-    files = write_report(report, out, steer_size=steer_size or None)
+    files = write_report(report, out, steer_size=size or None)
     summary = Table(title="expert association")
     summary.add_column("statistic")
     summary.add_column("value")
@@ -187,7 +190,9 @@ def experts_cmd(
         if cross:
             summary.add_row("transfer AUC (mean, cross-dataset)", f"{float(np.mean(cross)):.3f}")
     console.print(summary)
-    console.print(f"wrote {len(files)} files to {out}")
+    specs = sorted(p.name for p in files if p.name.startswith("steer_suppress_"))
+    console.print(f"wrote {len(files)} files to {out}"
+                  + (f"; steering specs ({size} experts per layer): {', '.join(specs)}" if specs else ""))
 
 
 @app.command("steer", rich_help_panel=_PANEL)
@@ -207,9 +212,9 @@ def steer_cmd(
     from ..steer import require_torch
 
     require_torch()
-    from transformers import AutoTokenizer
+    from ..tokenizer import load_tokenizer
 
-    from ..steer.capture import load_model
+    from ..steer.capture import check_model_source, load_model
     from ..steer.evaluate import load_problems, run_evaluation, summarize
     from ..steer.steering import RoutingEdit
 
@@ -222,9 +227,10 @@ def steer_cmd(
     except (json.JSONDecodeError, ValueError, TypeError, AttributeError) as exc:
         raise InputError(f"{spec}: not a steering spec ({exc})") from None
     items = load_problems(problems)
+    check_model_source(model)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(model)
-    except OSError as exc:
+        tokenizer = load_tokenizer(model)
+    except (OSError, ValueError) as exc:
         raise SteerError(f"cannot load the tokenizer of {model!r}: {exc}") from None
     lm = load_model(model, device=device, dtype=dtype)
     rows = run_evaluation(lm, tokenizer, items, edit, conditions=[c.strip() for c in conditions.split(",") if c.strip()],

@@ -144,3 +144,12 @@ def make_judge(spec: str, **options: Any) -> Judge:
     if factory is None:
         raise ConfigError(f"unknown judge {spec!r}. Available judges: {', '.join(available_judges())} (e.g. --judge openai:gpt-4.1-mini)")
     return factory(model or None, **options)
+
+
+from .config import JudgeConfig  # noqa: E402
+from .outcome import DEFAULT_MAX_FAILED, MaxFailed, check_label_outcome  # noqa: E402  (needs JudgeReport above)
+
+__all__ = [
+    "DEFAULT_MAX_FAILED", "Judge", "JudgeConfig", "JudgeReport", "MaxFailed", "available_judges", "check_label_outcome", "make_judge",
+    "register_judge",
+]

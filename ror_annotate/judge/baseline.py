@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..errors import ConfigError
 from ..records import Label, Segment
 from . import JudgeReport, register_judge
 
@@ -32,6 +33,8 @@ BASELINE_NAME = "baseline:cue-v1"
 BASELINE_VERSION = "baseline-cue-v1"
 #: Labels written per transaction: an interrupt loses at most this many, never the whole stage.
 FLUSH_LABELS = 5_000
+#: Traces read per query: memory stays flat in corpus size.
+READ_BATCH_TRACES = 256
 
 _I = re.IGNORECASE
 
@@ -191,33 +194,48 @@ class BaselineJudge:
         report = JudgeReport()
         task = progress.add_task("baseline labels", total=len(trace_ids)) if progress else None
         labels: list[Label] = []
-        for trace in store.iter_traces(trace_ids):
-            segments = store.segments(trace.trace_id)
+        for start in range(0, len(trace_ids), READ_BATCH_TRACES):
+            batch = list(trace_ids[start:start + READ_BATCH_TRACES])
+            # one query per batch for segments and for stored labels (a query per trace scans per trace)
+            segments_of = store.segments_by_trace(batch)
             stored = {
-                (lab.segment_index, lab.label, lab.rationale)
-                for lab in store.labels(source="baseline", annotator=BASELINE_NAME, trace_id=trace.trace_id)
+                (lab.trace_id, lab.segment_index, lab.label, lab.rationale)
+                for lab in store.labels(source="baseline", annotator=BASELINE_NAME, trace_ids=batch)
                 if lab.codebook_version == BASELINE_VERSION
             }
-            for seg, (behavior, rule) in zip(segments, classify_trace(trace.problem, segments)):
-                if (seg.segment_index, behavior, f"rule:{rule}") in stored:
-                    report.skipped += 1
-                    continue
-                labels.append(
-                    Label(
-                        trace_id=seg.trace_id, segment_index=seg.segment_index, label=behavior, source="baseline",
-                        annotator=BASELINE_NAME, codebook_version=BASELINE_VERSION, run_id=run.run_id, rationale=f"rule:{rule}",
+            for trace in store.iter_traces(batch):
+                segments = segments_of[trace.trace_id]
+                for seg, (behavior, rule) in zip(segments, classify_trace(trace.problem, segments)):
+                    if (seg.trace_id, seg.segment_index, behavior, f"rule:{rule}") in stored:
+                        report.skipped += 1
+                        continue
+                    labels.append(
+                        Label(
+                            trace_id=seg.trace_id, segment_index=seg.segment_index, label=behavior, source="baseline",
+                            annotator=BASELINE_NAME, codebook_version=BASELINE_VERSION, run_id=run.run_id, rationale=f"rule:{rule}",
+                        )
                     )
-                )
-            if len(labels) >= FLUSH_LABELS:
-                report.labeled += store.upsert_labels(labels)
-                labels = []
-            if progress is not None and task is not None:
-                progress.advance(task)
+                if len(labels) >= FLUSH_LABELS:
+                    report.labeled += store.upsert_labels(labels)
+                    labels = []
+                if progress is not None and task is not None:
+                    progress.advance(task)
         report.labeled += store.upsert_labels(labels)
         return report
 
 
 @register_judge("baseline")
-def make_baseline(model: str | None = None, **_options: Any) -> BaselineJudge:
-    """Factory for ``--judge baseline``; judge options meant for LLM judges are ignored."""
+def make_baseline(model: str | None = None, **options: Any) -> BaselineJudge:
+    """Factory for ``--judge baseline``.
+
+    Raises
+    ------
+    ConfigError
+        Options were given (``--base-url``, ``--chunk-size``, ...): they belong to LLM judges, and the
+        baseline would silently run without them.
+    """
+    given = sorted(name for name, value in options.items() if value is not None and value is not False)
+    if given:
+        flags = ", ".join("--" + name.replace("_", "-") for name in given)
+        raise ConfigError(f"--judge baseline takes no judge options, got {flags}: they apply to --judge openai:MODEL")
     return BaselineJudge()

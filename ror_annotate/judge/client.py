@@ -13,6 +13,13 @@ decides, and can report, every wait:
 * ``finish_reason == "length"`` is never accepted as an answer, even when the cut text happens to
   parse (``shared/pitfalls/LLM-01``): :class:`TruncatedOutputError`, a type distinct from
   :class:`ResponseParseError`.
+* Reasoning models (Qwen3, DeepSeek-R1 behind vLLM/Ollama/gateways) answer in three shapes, all
+  accepted by :func:`parse_answer`: ``<think>...</think>`` then the JSON (also with the opening
+  tag missing, as chat templates that pre-fill ``<think>`` produce), the JSON inside one code fence
+  (```json ... ```), or the reasoning in ``message.reasoning_content`` / ``message.reasoning`` with
+  the JSON in ``content``. The reasoning text is kept on :class:`Completion` (``reasoning``).
+* A 400 saying the prompt is longer than the model's context is recognised by
+  :func:`is_context_length_error`: a property of that one request, not of the run.
 
 The API key comes from ``OPENAI_API_KEY`` only. For a local ``base_url`` (127.0.0.1, localhost:
 vLLM, Ollama) without a key, the placeholder ``"sk-no-key-required"`` is sent; those servers accept
@@ -33,51 +40,26 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlparse
 
-from ..errors import ConfigError, JudgeError
+from ..errors import (  # re-exported: these names were defined here before errors.py held them
+    ConfigError,
+    JudgeError,  # noqa: F401  (kept importable from here)
+    RefusalError,
+    RequestRejectedError,
+    ResponseParseError,
+    RetriesExhaustedError,
+    TruncatedOutputError,
+)
+
+__all__ = [
+    "ChatClient", "Completion", "RefusalError", "RequestRejectedError", "ResponseParseError", "RetriesExhaustedError",
+    "TruncatedOutputError", "backoff_seconds", "check_base_url", "completion_from_dict", "is_context_length_error",
+    "parse_answer", "resolve_api_key", "retry_after_seconds",
+]
 
 PLACEHOLDER_KEY = "sk-no-key-required"
 _LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1", "0.0.0.0"}
 _TRY_AGAIN_RE = re.compile(r"try again in\s+(\d+(?:\.\d+)?)\s*(ms|s|sec|seconds?)?", re.IGNORECASE)
 _RETRYABLE_STATUS = {408, 409, 429}
-
-
-class RetriesExhaustedError(JudgeError):
-    """A request kept failing with retryable errors (429, 5xx, timeouts) for ``max_attempts`` calls."""
-
-    code = "E501"
-
-    def __init__(self, message: str, *, status: int | None = None, waits: list[float] | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.waits = list(waits or [])
-
-
-class RequestRejectedError(JudgeError):
-    """The endpoint refused the request with a non-retryable status (400, 401, 403, 404, 422)."""
-
-    code = "E502"
-
-    def __init__(self, message: str, *, status: int) -> None:
-        super().__init__(message)
-        self.status = status
-
-
-class TruncatedOutputError(JudgeError):
-    """The answer was cut at the output-token limit (``finish_reason == "length"``)."""
-
-    code = "E503"
-
-
-class ResponseParseError(JudgeError):
-    """The answer is not JSON of the expected shape."""
-
-    code = "E504"
-
-
-class RefusalError(JudgeError):
-    """The model refused to answer (``message.refusal`` set, or ``finish_reason == "content_filter"``)."""
-
-    code = "E505"
 
 
 @dataclass
@@ -91,6 +73,8 @@ class Completion:
     cached_input_tokens: int
     output_tokens: int
     raw: dict[str, Any] = field(repr=False, default_factory=dict)
+    #: The model's reasoning: ``message.reasoning_content``/``reasoning``, or a leading think block.
+    reasoning: str | None = None
 
 
 def check_base_url(base_url: str | None) -> None:
@@ -154,19 +138,85 @@ def completion_from_dict(body: dict[str, Any]) -> Completion:
     message = choice.get("message") or {}
     usage = body.get("usage") or {}
     details = usage.get("prompt_tokens_details") or {}
+    reasoning = message.get("reasoning_content") or message.get("reasoning")
+    content = message.get("content")
+    if isinstance(content, str):
+        think, _ = split_reasoning(content)
+        reasoning = reasoning or think
     return Completion(
-        content=message.get("content"),
+        content=content,
         finish_reason=choice.get("finish_reason"),
         refusal=message.get("refusal"),
         input_tokens=int(usage.get("prompt_tokens") or 0),
         cached_input_tokens=int(details.get("cached_tokens") or 0),
         output_tokens=int(usage.get("completion_tokens") or 0),
         raw=body,
+        reasoning=reasoning if isinstance(reasoning, str) and reasoning else None,
     )
+
+
+_THINK_TAGS = (("<think>", "</think>"), ("<thinking>", "</thinking>"), ("<|begin_of_thought|>", "<|end_of_thought|>"))
+_FENCE_RE = re.compile(r"\A```[ \t]*([A-Za-z0-9_-]*)[ \t]*\r?\n(.*?)\r?\n?```\Z", re.DOTALL)
+
+
+def split_reasoning(content: str) -> tuple[str | None, str]:
+    """``(reasoning, answer)`` of a content string that may open with a think block.
+
+    Accepts ``<think>R</think>A`` (and ``<thinking>``, ``<|begin_of_thought|>``), and ``R</think>A``
+    with the opening tag missing (chat templates that pre-fill ``<think>`` in the prompt; then the
+    last closing tag ends the reasoning). Content that itself opens as JSON or a code fence is left
+    whole, so a JSON answer whose strings mention ``</think>`` is not cut. Without a think block the
+    reasoning is ``None`` and the answer is ``content`` unchanged.
+    """
+    stripped = content.lstrip()
+    for open_tag, close_tag in _THINK_TAGS:
+        if stripped.startswith(open_tag):
+            end = stripped.find(close_tag)
+            if end < 0:
+                return stripped[len(open_tag) :].strip() or None, ""  # never closed: no answer after it
+            return stripped[len(open_tag) : end].strip() or None, stripped[end + len(close_tag) :]
+    if stripped.startswith(("{", "[", "```")):
+        return None, content
+    for _, close_tag in _THINK_TAGS:
+        end = stripped.rfind(close_tag)
+        if end >= 0:
+            return stripped[:end].strip() or None, stripped[end + len(close_tag) :]
+    return None, content
+
+
+def answer_text(content: str) -> str:
+    """The JSON text of an answer: without a leading think block and without one enclosing code fence."""
+    _, answer = split_reasoning(content)
+    answer = answer.strip()
+    m = _FENCE_RE.match(answer)
+    if m and m.group(1).lower() in ("", "json", "json5", "jsonc"):
+        answer = m.group(2).strip()
+    return answer
+
+
+#: Phrases of context-length 400s: OpenAI (``context_length_exceeded``), vLLM ("maximum context
+#: length is N tokens"), Ollama/llama.cpp ("exceeds the context", "context size"), Anthropic-style
+#: gateways ("prompt is too long"), Azure ("string too long").
+_CONTEXT_RE = re.compile(
+    r"context[ _]length|maximum context|context window|context size|exceeds the context|prompt is too long|"
+    r"too many (input )?tokens|string too long|input is too long|reduce the length",
+    re.IGNORECASE,
+)
+
+
+def is_context_length_error(exc: RequestRejectedError) -> bool:
+    """Whether a rejected request was too long for the model's context (a property of that request)."""
+    if exc.status not in (400, 413, 422):
+        return False
+    if exc.api_code in ("context_length_exceeded", "string_above_max_length"):
+        return True
+    return bool(_CONTEXT_RE.search(exc.message))
 
 
 def parse_answer(completion: Completion) -> dict[str, Any]:
     """The JSON object in a completion, refusing truncated and refused answers.
+
+    The JSON may follow a leading think block and sit in one code fence (:func:`answer_text`).
 
     Raises
     ------
@@ -185,12 +235,15 @@ def parse_answer(completion: Completion) -> dict[str, Any]:
         raise RefusalError(f"the model refused: {completion.refusal or 'content filter'}")
     if not completion.content:
         raise ResponseParseError("empty answer (no content)")
+    text = answer_text(completion.content)
+    if not text:
+        raise ResponseParseError("empty answer after the reasoning (no JSON)")
     try:
-        data = json.loads(completion.content)
+        data = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise ResponseParseError(f"answer is not valid JSON ({exc.msg} at char {exc.pos})") from exc
+        raise ResponseParseError(f"answer is not valid JSON ({exc.msg} at char {exc.pos}): {text[:60]!r}") from exc
     if not isinstance(data, dict):
-        raise ResponseParseError(f"answer is JSON but not an object: {completion.content[:80]!r}")
+        raise ResponseParseError(f"answer is JSON but not an object: {text[:80]!r}")
     return data
 
 
@@ -306,6 +359,7 @@ class ChatClient:
         waits: list[float] = []
         last: BaseException | None = None
         status: int | None = None
+        cause = "status"
         for attempt in range(self.max_attempts):
             try:
                 return await call()
@@ -313,11 +367,15 @@ class ChatClient:
                 status = exc.status_code
                 message = _api_message(exc)
                 if status not in _RETRYABLE_STATUS and status < 500:
-                    raise RequestRejectedError(f"{what}: the endpoint rejected the request with {status}: {message}", status=status) from exc
+                    raise RequestRejectedError(f"{what}: the endpoint rejected the request with {status}: {message}",
+                                               status=status, api_code=_api_code(exc)) from exc
                 asked = retry_after_seconds(exc.response.headers, message)
-                last = exc
-            except (openai.APITimeoutError, openai.APIConnectionError) as exc:
-                asked, last, status = None, exc, None
+                last, cause = exc, "status"
+            except openai.APITimeoutError as exc:
+                # A client-side timeout is retried like a 5xx; it says nothing about reachability.
+                asked, last, status, cause = None, exc, None, "timeout"
+            except openai.APIConnectionError as exc:
+                asked, last, status, cause = None, exc, None, "connection"
             if attempt + 1 >= self.max_attempts:
                 break
             if asked is not None and asked > self.max_wait:
@@ -329,7 +387,7 @@ class ChatClient:
         kind = "rate limited (429)" if status == 429 else (f"status {status}" if status else type(last).__name__)
         raise RetriesExhaustedError(
             f"{what}: {kind} on all {len(waits) + 1} attempts (waited {sum(waits):.1f} s in total): {_api_message(last)}",
-            status=status, waits=waits,
+            status=status, waits=waits, cause=cause,
         ) from last
 
     async def complete(self, body: dict[str, Any], *, what: str = "chat completion") -> Completion:
@@ -340,6 +398,15 @@ class ChatClient:
             return completion_from_dict(response.model_dump())
 
         return await self.with_retries(call, what=what)
+
+
+def _api_code(exc: BaseException) -> str | None:
+    body = getattr(exc, "body", None)
+    if isinstance(body, dict):
+        err = body.get("error", body)
+        if isinstance(err, dict) and isinstance(err.get("code"), str):
+            return err["code"]
+    return getattr(exc, "code", None) if isinstance(getattr(exc, "code", None), str) else None
 
 
 def _api_message(exc: BaseException | None) -> str:

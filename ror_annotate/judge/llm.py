@@ -7,9 +7,14 @@ the method's protocol, kept for comparison). The first request of a trace is sen
 others after it returns, so the provider's prompt cache already holds the shared prefix (codebook +
 trace) when they arrive.
 
-Answers are strict structured outputs (:mod:`.schema`) and are validated: every requested id
-exactly once, labels from the codebook. Only the missing or invalid ids are asked again; after
-``max_attempts`` tries a segment is written to ``judge_failures`` with the reason, never as a label.
+Answers are strict structured outputs (:mod:`.schema`); a reasoning model's think block, a code
+fence around the JSON and ``reasoning_content`` are accepted (:func:`.client.parse_answer`), and
+the reasoning text is stored with the cached response. Answers are validated: every requested id
+exactly once, labels from the codebook. Only the missing or invalid ids are asked again, never with
+the identical request (an unusable answer adds a retry instruction after the ids; a cut-off one
+doubles the output budget), and retries are counted by cause (``extra["retries"]``). After
+``max_attempts`` tries a segment is written to ``judge_failures`` with the reason, never as a label;
+a re-run asks again for it with ``max_attempts`` new tries (``retry_failed``, the default).
 
 Exactly-once bookkeeping: every response is cached in ``judge_cache`` under a key of (codebook
 hash, prompt template hash, model, parameters, trace hash, segment ids, attempt), and the cache row,
@@ -18,10 +23,12 @@ thread. A process killed at any point (kill -9) and started again loses no label
 and re-sends no request whose response was stored: segments with labels are skipped and every
 stored response is replayed from the cache.
 
-Requests that the endpoint rejects (4xx other than 408/409/429): 401, 403 and 404 (bad key, unknown
-model or URL) and a rejection before any request of the run has succeeded (e.g. a schema the
-endpoint refuses) abort the run with the API's message; later rejections (e.g. one over-long
-request) fail only that request's segments.
+Fatal or local is decided by the kind of error, never by the order of the requests: a request
+refused as longer than the model's context fails that trace only (its other chunks are not sent),
+with the reason; any other rejection (4xx other than 408/409/429: bad key, unknown model or URL, a
+schema the endpoint refuses) and an endpoint that never answers (connection refused on every try)
+abort the run with the API's message. 429s, 5xx and client-side timeouts that outlast the retries
+fail only that request's segments.
 """
 
 from __future__ import annotations
@@ -32,7 +39,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..codebook import DEFAULT_CODEBOOK, Codebook, load_codebook
+from ..codebook import Codebook, load_codebook
 from ..errors import ConfigError, JudgeError
 from ..records import Label, Segment, Trace, sha256_text, utc_now
 from ..store import scrub_url
@@ -48,9 +55,11 @@ from .client import (
     TruncatedOutputError,
     check_base_url,
     completion_from_dict,
+    is_context_length_error,
     parse_answer,
     resolve_api_key,
 )
+from .config import JudgeConfig
 from .pricing import Price, cost_usd, load_prices
 from .prompt import build_messages, system_message, template_hash, trace_block
 from .schema import LabelBatch, response_format
@@ -67,7 +76,6 @@ DEFAULT_MAX_ATTEMPTS = 4
 DEFAULT_CONTEXT_TOKENS = 128_000
 #: Output budget: a fixed part plus a per-segment part (an item with a short rationale is ~35 tokens).
 MAX_TOKENS_BASE, MAX_TOKENS_PER_SEGMENT, MAX_TOKENS_CAP = 96, 64, 32_768
-_FATAL_STATUS = {401, 403, 404}
 
 #: The judge component's own tables (declared through Store.migrate("judge", ...)).
 JUDGE_MIGRATIONS: tuple[str, ...] = (
@@ -114,7 +122,21 @@ JUDGE_MIGRATIONS: tuple[str, ...] = (
         run_id VARCHAR
     );
     """,
+    # v2: the judge's reasoning text kept with its response; what a closed batch left behind; why a
+    # segment failed (a RETRY_CAUSES name or "context_length"), so a re-run changes its request.
+    """
+    ALTER TABLE judge_cache ADD COLUMN reasoning VARCHAR;
+    ALTER TABLE judge_batches ADD COLUMN output_file_id VARCHAR;
+    ALTER TABLE judge_batches ADD COLUMN error_file_id VARCHAR;
+    ALTER TABLE judge_batches ADD COLUMN outcome VARCHAR;
+    ALTER TABLE judge_failures ADD COLUMN cause VARCHAR;
+    """,
 )
+
+#: Why a request was asked again (``JudgeReport.extra["retries"]`` counts each).
+RETRY_CAUSES = ("transport", "truncated", "parse", "refusal", "invalid_ids")
+#: What the retry instruction (prompt.RETRY_TEMPLATE) says was wrong, per cause with a fixed text.
+_RETRY_PROBLEMS = {"parse": "it was not a JSON object", "refusal": "it was a refusal; the task is only to classify text"}
 
 
 def ensure_judge_tables(store: "Store") -> None:
@@ -180,7 +202,7 @@ def validate_answer(data: dict[str, Any], requested: Sequence[int], labels: Sequ
             result.notes.append(f"id {sid}: confidence {conf!r} outside [0, 1] dropped")
             conf = None
         rationale = item.get("rationale")
-        result.good[sid] = (label, None if conf is None else float(conf), rationale if isinstance(rationale, str) else None)
+        result.good[sid] = (str(label), None if conf is None else float(conf), rationale if isinstance(rationale, str) else None)
     return result
 
 
@@ -239,69 +261,62 @@ class LLMJudge:
         Price table file (:mod:`.pricing`).
     batch : bool, batch_id : str, optional
         Use the Batch API (:mod:`.batch`); ``batch_id`` resumes one.
+    retry_failed : bool, default True
+        Re-runs ask again for segments stored as judge-failed, with ``max_attempts`` new tries
+        continuing the stored attempt count (never replaying the stored failed answers); ``False``
+        leaves them failed (counted as ``extra["failed_kept"]``).
+    batch_poll_s : float, default 30
+        Seconds between Batch API status polls.
+    batch_requeue : {"interactive", "batch"}
+        Where requests of a batch that ended expired/cancelled/failed go: finished interactively
+        (default) or into a new batch (at most ``max_attempts`` batches per request).
+    batch_max_requests, batch_max_bytes : int
+        Per-batch limits (default: the Batch API's 50,000 requests and 200 MB); larger jobs are split.
     timeout : float, default 120
         Seconds per HTTP call.
     sleep : coroutine function, optional
         Waits between retries and batch polls go through it (tests record instead of sleeping).
-    **ignored
-        Options meant for other judges are accepted and ignored.
+    config : JudgeConfig, optional
+        All options at once, instead of keywords.
+
+    Raises
+    ------
+    ConfigError
+        An unknown option (``chunksize=3``), a value out of bounds, no API key for a remote endpoint,
+        an unknown codebook.
     """
 
     source = "judge"
 
-    def __init__(
-        self,
-        model: str,
-        *,
-        base_url: str | None = None,
-        codebook: str = DEFAULT_CODEBOOK,
-        mode: str = "chunked",
-        chunk_size: int = DEFAULT_CHUNK_SIZE,
-        concurrency: int = DEFAULT_CONCURRENCY,
-        temperature: float | None = None,
-        seed: int | None = None,
-        max_tokens: int | None = None,
-        samples: int = 1,
-        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
-        context_tokens: int = DEFAULT_CONTEXT_TOKENS,
-        prices: str | None = None,
-        batch: bool = False,
-        batch_id: str | None = None,
-        batch_poll_s: float = 30.0,
-        timeout: float = 120.0,
-        backoff_base: float = 1.0,
-        sleep: Sleep | None = None,
-        **ignored: Any,
-    ) -> None:
+    def __init__(self, model: str, *, sleep: Sleep | None = None, config: JudgeConfig | None = None, **options: Any) -> None:
         if not model:
             raise ConfigError("the LLM judge needs a model: --judge openai:MODEL (e.g. openai:gpt-4.1-mini)")
-        if mode not in ("chunked", "per-segment"):
-            raise ConfigError(f"--mode must be 'chunked' or 'per-segment', got {mode!r}")
-        for name, value, low in (("chunk-size", chunk_size, 1), ("concurrency", concurrency, 1), ("samples", samples, 1),
-                                 ("max-attempts", max_attempts, 1), ("context-tokens", context_tokens, 1024)):
-            if value < low:
-                raise ConfigError(f"--{name} must be >= {low}, got {value}")
+        if config is not None and options:
+            raise ConfigError("give the LLM judge either config=JudgeConfig(...) or keyword options, not both")
+        cfg = config if config is not None else JudgeConfig.from_options(options)
+        self.config = cfg
         self.model = model
-        self.base_url = base_url
-        check_base_url(base_url)
-        resolve_api_key(base_url)  # fail at construction, before any work, when no key is available
-        self.book: Codebook = load_codebook(codebook)
+        self.base_url = cfg.base_url
+        check_base_url(cfg.base_url)
+        resolve_api_key(cfg.base_url)  # fail at construction, before any work, when no key is available
+        self.book: Codebook = load_codebook(cfg.codebook)
         self.codebook_version = self.book.sha256
-        self.mode = mode
-        self.chunk_size = 1 if mode == "per-segment" else chunk_size
-        self.concurrency = concurrency
-        self.temperature = temperature if temperature is not None else (1.0 if samples > 1 else 0.0)
-        self.seed = seed
-        self.max_tokens = max_tokens
-        self.samples = samples
-        self.max_attempts = max_attempts
-        self.context_tokens = context_tokens
-        self.prices = load_prices(prices)
-        self.batch = batch or batch_id is not None
-        self.batch_id = batch_id
-        self.batch_poll_s = batch_poll_s
-        self.timeout = timeout
-        self.backoff_base = backoff_base
+        self.mode = cfg.mode
+        self.chunk_size = 1 if cfg.mode == "per-segment" else cfg.chunk_size
+        self.concurrency = cfg.concurrency
+        self.temperature = cfg.temperature if cfg.temperature is not None else (1.0 if cfg.samples > 1 else 0.0)
+        self.seed = cfg.seed
+        self.max_tokens = cfg.max_tokens
+        self.samples = cfg.samples
+        self.max_attempts = cfg.max_attempts
+        self.context_tokens = cfg.context_tokens
+        self.prices = load_prices(cfg.prices)
+        self.retry_failed = cfg.retry_failed
+        self.batch = cfg.batch or cfg.batch_id is not None
+        self.batch_id = cfg.batch_id
+        self.batch_poll_s = cfg.batch_poll_s
+        self.timeout = cfg.timeout
+        self.backoff_base = cfg.backoff_base
         self.sleep = sleep
         self.annotator = f"openai:{model}"
         self.response_format = response_format(LabelBatch)
@@ -309,7 +324,7 @@ class LLMJudge:
         self.system_prompt = system_message(self.book)
         # OpenAI's own API wants max_completion_tokens (reasoning models reject max_tokens); compatible
         # servers (vLLM, Ollama) all understand max_tokens.
-        self._max_tokens_field = "max_completion_tokens" if base_url is None else "max_tokens"
+        self._max_tokens_field = "max_completion_tokens" if cfg.base_url is None else "max_tokens"
 
     # ------------------------------------------------------------------ identity
     def annotator_for(self, sample: int) -> str:
@@ -360,6 +375,15 @@ class LLMJudge:
         ).fetchall()
         return {int(r[0]) for r in rows}
 
+    def failed_segments(self, store: "Store", trace_id: str, annotator: str) -> dict[int, tuple[int, str | None, str]]:
+        """Segment index -> ``(attempts, cause, reason)`` for segments of ``trace_id`` this annotator left judge-failed."""
+        rows = store.execute(
+            "SELECT segment_index, attempts, cause, reason FROM judge_failures WHERE trace_id = ? AND annotator = ? "
+            "AND codebook_version = ?",
+            [trace_id, annotator, self.codebook_version],
+        ).fetchall()
+        return {int(r[0]): (int(r[1]), r[2], r[3]) for r in rows}
+
     def cached_response(self, store: "Store", key: str) -> dict[str, Any] | None:
         """The stored response for a request cache key, or None (a cached response is never paid for again)."""
         row = store.execute("SELECT response FROM judge_cache WHERE cache_key = ?", [key]).fetchone()
@@ -377,8 +401,9 @@ class LLMJudge:
         failures: dict[int, str],
         attempts: int,
         extra: dict[str, Any],
+        cause: str | None = None,
     ) -> None:
-        """Write one response's cache row, its labels and any final failures in one transaction."""
+        """Write one response's cache row, its labels and any final failures (with their ``cause``) in one transaction."""
         annotator = self.annotator_for(sample)
         labels = [
             Label(trace_id=trace.trace_id, segment_index=sid, label=lab, source="judge", annotator=annotator,
@@ -389,12 +414,15 @@ class LLMJudge:
         with store.transaction():
             if cache_row is not None:
                 store.execute(
-                    "INSERT INTO judge_cache VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                    "INSERT INTO judge_cache (cache_key, annotator, codebook_version, prompt_template_hash, model, params, "
+                    "trace_id, trace_sha256, segment_ids, attempt, response, input_tokens, cached_input_tokens, output_tokens, "
+                    "cost_usd, created_at, run_id, reasoning) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                    "ON CONFLICT DO NOTHING",
                     [cache_row["cache_key"], annotator, self.codebook_version, self.prompt_template_hash, self.model,
                      json.dumps(cache_row["params"], sort_keys=True), trace.trace_id, trace.text_sha256,
                      json.dumps(cache_row["ids"]), cache_row["attempt"], json.dumps(cache_row["response"], ensure_ascii=False),
                      cache_row["input_tokens"], cache_row["cached_input_tokens"], cache_row["output_tokens"],
-                     cache_row["cost_usd"], now, run_id],
+                     cache_row["cost_usd"], now, run_id, cache_row.get("reasoning")],
                 )
             if labels:
                 store.upsert_labels(labels)
@@ -403,10 +431,15 @@ class LLMJudge:
                     "AND list_contains(?, segment_index)",
                     [trace.trace_id, annotator, self.codebook_version, sorted(result.good)],
                 )
-            for sid, reason in sorted(failures.items()):
+            if failures:
+                # One statement for all rows (unnest zips the two lists): a long trace that fails as a
+                # whole has hundreds of segments, and one INSERT each took ~10 ms.
+                ids = sorted(failures)
                 store.execute(
-                    "INSERT OR REPLACE INTO judge_failures VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    [trace.trace_id, sid, annotator, self.codebook_version, reason[:2000], attempts, run_id, now],
+                    "INSERT OR REPLACE INTO judge_failures (trace_id, segment_index, annotator, codebook_version, reason, attempts, "
+                    "run_id, created_at, cause) SELECT ?, unnest(?::INTEGER[]), ?, ?, unnest(?::VARCHAR[]), ?, ?, ?, ?",
+                    [trace.trace_id, ids, annotator, self.codebook_version, [failures[i][:2000] for i in ids], attempts, run_id,
+                     now, cause],
                 )
 
     # ------------------------------------------------------------------ interactive labeling
@@ -441,6 +474,7 @@ class LLMJudge:
         report = report or JudgeReport()
         report.extra.setdefault("unsegmented_traces", 0)
         report.extra.setdefault("windowed_requests", 0)
+        report.extra.setdefault("retries", dict.fromkeys(RETRY_CAUSES, 0))
         usage = UsageMeter(report, self.prices.get(self.model))
         report.extra["price"] = "known" if usage.price else "unknown"
         client = ChatClient(self.base_url, max_attempts=self.max_attempts, timeout=self.timeout,
@@ -458,6 +492,7 @@ class LLMJudge:
         try:
             await asyncio.gather(*(one(t, k) for k in range(1, self.samples + 1) for t in trace_ids))
         finally:
+            report.extra["retries"]["transport"] += len(client.waits)
             await client.aclose()
             ctx.publish(final=True)
         return report
@@ -468,10 +503,14 @@ class LLMJudge:
             row = store.execute(
                 "SELECT count(*) FROM segments s WHERE list_contains(?, s.trace_id) AND NOT EXISTS ("
                 "SELECT 1 FROM labels l WHERE l.trace_id = s.trace_id AND l.segment_index = s.segment_index "
-                "AND l.annotator = ? AND l.codebook_version = ? AND l.source = 'judge')",
-                [list(trace_ids), self.annotator_for(k), self.codebook_version],
+                "AND l.annotator = ? AND l.codebook_version = ? AND l.source = 'judge')"
+                + ("" if self.retry_failed else
+                   " AND NOT EXISTS (SELECT 1 FROM judge_failures f WHERE f.trace_id = s.trace_id "
+                   "AND f.segment_index = s.segment_index AND f.annotator = ? AND f.codebook_version = ?)"),
+                [list(trace_ids), self.annotator_for(k), self.codebook_version]
+                + ([] if self.retry_failed else [self.annotator_for(k), self.codebook_version]),
             ).fetchone()
-            total += int(row[0])
+            total += int(row[0]) if row else 0
         return total
 
     async def _judge_trace(self, ctx: "_RunContext", trace_id: str, sample: int) -> None:
@@ -481,8 +520,14 @@ class LLMJudge:
         if not segments:
             ctx.usage.report.extra["unsegmented_traces"] += 1
             return
-        done = self.labeled_segments(store, trace_id, self.annotator_for(sample))
+        annotator = self.annotator_for(sample)
+        done = self.labeled_segments(store, trace_id, annotator)
+        failed = self.failed_segments(store, trace_id, annotator)
         ctx.usage.report.skipped += sum(1 for s in segments if s.segment_index in done)
+        if not self.retry_failed:
+            kept = {i for i in failed if i not in done}
+            ctx.usage.report.extra["failed_kept"] = ctx.usage.report.extra.get("failed_kept", 0) + len(kept)
+            done = done | kept
         chunks = [
             [s.segment_index for s in segments[i : i + self.chunk_size] if s.segment_index not in done]
             for i in range(0, len(segments), self.chunk_size)
@@ -490,21 +535,46 @@ class LLMJudge:
         chunks = [c for c in chunks if c]
         if not chunks:
             return
-        job = _TraceJob(trace=trace, segments=segments, sample=sample, block=trace_block(trace, segments))
+        job = _TraceJob(trace=trace, segments=segments, sample=sample, block=trace_block(trace, segments), failed=failed)
         # First request alone: the provider caches the shared prefix before the others arrive.
         await self._judge_chunk(ctx, job, chunks[0])
         await asyncio.gather(*(self._judge_chunk(ctx, job, c) for c in chunks[1:]))
 
     async def _judge_chunk(self, ctx: "_RunContext", job: "_TraceJob", ids: list[int]) -> None:
+        """Ask for the labels of ``ids`` until each is labeled or has used its tries.
+
+        A chunk whose ids all ended judge-failed in an earlier run continues from the stored attempt
+        count (attempt ``n + 1`` onwards, ``max_attempts`` new tries): the stored unusable answers are
+        not replayed, and the new requests differ from them in their cache key.
+        """
         remaining = list(ids)
         max_tokens = self.default_max_tokens(len(ids))
-        transport_failure: str | None = None
+        local_failure: str | None = None
+        local_cause: str | None = None
+        retry_problem: str | None = None
         attempt = 0
-        while remaining and attempt < self.max_attempts:
+        prior = [job.failed.get(i) for i in remaining]
+        if prior and all(p is not None for p in prior):
+            # Continue where the earlier run stopped, with the request it would have sent next.
+            attempt = min(p[0] for p in prior if p is not None)
+            _, cause, reason = job.failed[remaining[0]]
+            if cause == "truncated":
+                max_tokens = min(max_tokens * 2**attempt, MAX_TOKENS_CAP)
+            elif cause in ("parse", "refusal"):
+                retry_problem = _RETRY_PROBLEMS[cause]
+            elif cause == "invalid_ids":
+                retry_problem = f"segment id {remaining[0]}: {reason[:200]}"
+        limit = attempt + self.max_attempts
+        while remaining and attempt < limit:
+            if job.too_long is not None:
+                # The trace's first request already hit the context limit.
+                local_failure, local_cause = job.too_long, "context_length"
+                break
             attempt += 1
             params = self.params(job.sample, max_tokens)
             messages, windowed = build_messages(self.book, job.trace, job.segments, remaining, context_tokens=self.context_tokens,
-                                                max_tokens=max_tokens, system=self.system_prompt, full_trace_block=job.block)
+                                                max_tokens=max_tokens, system=self.system_prompt, full_trace_block=job.block,
+                                                retry_problem=retry_problem)
             key = self.cache_key(job.trace, remaining, params, attempt, messages)
             cached = self.cached_response(ctx.store, key)
             cache_row = None
@@ -519,22 +589,27 @@ class LLMJudge:
                             what=f"trace {job.trace.trace_id} segments {remaining[0]}-{remaining[-1]}",
                         )
                 except RequestRejectedError as exc:
-                    if exc.status in _FATAL_STATUS or ctx.usage.succeeded == 0:
+                    if not is_context_length_error(exc):
+                        # A rejected key, model, URL or request shape is wrong for every request.
                         raise JudgeError(f"{exc.message}. Check --judge, --base-url and OPENAI_API_KEY", code=exc.code) from exc
-                    transport_failure = str(exc)
+                    local_cause = "context_length"
+                    local_failure = job.too_long = (
+                        f"trace too long for the judge model's context: {exc.message}. Set --context-tokens to the "
+                        f"model's context window (now {self.context_tokens}; a smaller value leaves more room) to label "
+                        "it through windows of segments"
+                    )
                     break
                 except RetriesExhaustedError as exc:
-                    if exc.status is None and ctx.usage.succeeded == 0:
-                        # Connection refused or timed out on every try, and nothing of this run has
-                        # succeeded: a wrong --base-url or a server that is down, not a bad segment.
-                        # Abort instead of writing every segment of the run to judge_failures.
+                    if exc.cause == "connection":
+                        # Nothing answered on any try: a wrong --base-url or a server that is down, not a
+                        # bad segment. Abort instead of writing every segment of the run to judge_failures.
                         where = scrub_url(self.base_url) if self.base_url else "the OpenAI API"
                         raise JudgeError(
                             f"cannot reach {where}: {exc.message.rstrip('.')}. Check --base-url and that the server is up; "
                             "labels stored so far are kept and the run resumes where it stopped",
                             code=exc.code,
                         ) from exc
-                    transport_failure = str(exc)
+                    local_failure, local_cause = str(exc), "transport"
                     break
                 cost = ctx.usage.add(completion)
                 if windowed:
@@ -542,34 +617,54 @@ class LLMJudge:
                 cache_row = {"cache_key": key, "params": params, "ids": remaining, "attempt": attempt,
                              "response": completion.raw, "input_tokens": completion.input_tokens,
                              "cached_input_tokens": completion.cached_input_tokens,
-                             "output_tokens": completion.output_tokens, "cost_usd": cost}
-            try:
-                result = validate_answer(parse_answer(completion), remaining, self.book.labels)
-            except TruncatedOutputError as exc:
-                result = ChunkResult(bad={i: str(exc) for i in remaining})
+                             "output_tokens": completion.output_tokens, "cost_usd": cost, "reasoning": completion.reasoning}
+            result, cause, retry_problem = self.judge_answer(completion, remaining)
+            if cause == "truncated":
                 # Never retry identically: a cut-off answer gets twice the output budget.
                 max_tokens = min(max_tokens * 2, MAX_TOKENS_CAP)
-            except (RefusalError, ResponseParseError) as exc:
-                result = ChunkResult(bad={i: str(exc) for i in remaining})
-            final = attempt >= self.max_attempts
+            final = attempt >= limit
             extra = {"prompt_template_hash": self.prompt_template_hash, "model": self.model,
                      "response_model": completion.raw.get("model"), "codebook": self.book.versioned_name,
                      "params": params, "mode": self.mode, "chunk_size": self.chunk_size,
                      "attempt": attempt, "cache_key": key, "windowed": windowed}
             self.commit_response(ctx.store, trace=job.trace, sample=job.sample, run_id=ctx.run_id, cache_row=cache_row, result=result,
-                         failures=result.bad if final else {}, attempts=attempt, extra=extra)
+                                 failures=result.bad if final else {}, attempts=attempt, extra=extra, cause=cause)
             ctx.usage.report.labeled += len(result.good)
             if final:
                 ctx.usage.report.failed += len(result.bad)
+                if result.bad:
+                    ctx.usage.report.extra.setdefault("failure_example", _shorten(next(iter(result.bad.values()))))
+            elif result.bad and cause is not None:
+                ctx.count_retry(cause)
             ctx.advance(len(result.good) + (len(result.bad) if final else 0))
             remaining = [i for i in remaining if i in result.bad]
-        if transport_failure is not None and remaining:
+        if local_failure is not None and remaining:
             # No answer to store: the failure rows are written alone.
-            failures = {i: transport_failure for i in remaining}
+            failures = {i: local_failure for i in remaining}
             self.commit_response(ctx.store, trace=job.trace, sample=job.sample, run_id=ctx.run_id, cache_row=None,
-                         result=ChunkResult(), failures=failures, attempts=attempt, extra={})
+                                 result=ChunkResult(), failures=failures, attempts=attempt, extra={}, cause=local_cause)
             ctx.usage.report.failed += len(failures)
+            ctx.usage.report.extra.setdefault("failure_example", _shorten(local_failure))
             ctx.advance(len(failures))
+
+    def judge_answer(self, completion: Completion, ids: list[int]) -> tuple[ChunkResult, str | None, str | None]:
+        """``(result, retry cause, problem for the retry instruction)`` of one answer to a request for ``ids``.
+
+        The cause is one of :data:`RETRY_CAUSES` (``None`` when every id was answered validly); the
+        problem is ``None`` for a truncation (the retry differs by its doubled output budget).
+        """
+        try:
+            result = validate_answer(parse_answer(completion), ids, self.book.labels)
+        except TruncatedOutputError as exc:
+            return ChunkResult(bad={i: str(exc) for i in ids}), "truncated", None
+        except RefusalError as exc:
+            return ChunkResult(bad={i: str(exc) for i in ids}), "refusal", _RETRY_PROBLEMS["refusal"]
+        except ResponseParseError as exc:
+            return ChunkResult(bad={i: str(exc) for i in ids}), "parse", _RETRY_PROBLEMS["parse"]
+        if not result.bad:
+            return result, None, None
+        first = min(result.bad)
+        return result, "invalid_ids", f"segment id {first}: {result.bad[first]}"
 
 
 @dataclass
@@ -578,6 +673,10 @@ class _TraceJob:
     segments: list[Segment]
     sample: int
     block: str
+    #: Segment index -> (attempts, cause, reason), for segments an earlier run left judge-failed.
+    failed: dict[int, tuple[int, str | None, str]] = field(default_factory=dict)
+    #: Set when a request of this trace was refused as longer than the model's context.
+    too_long: str | None = None
 
 
 @dataclass
@@ -590,6 +689,11 @@ class _RunContext:
     progress: "Progress | None" = None
     task: Any = None
     _since_publish: int = 0
+
+    def count_retry(self, cause: str) -> None:
+        """Count one re-ask of a request, by cause (:data:`RETRY_CAUSES`)."""
+        retries = self.usage.report.extra.setdefault("retries", dict.fromkeys(RETRY_CAUSES, 0))
+        retries[cause] = retries.get(cause, 0) + 1
 
     def advance(self, n: int) -> None:
         """Move the progress bar and store live counts in ``runs`` (every 20 updates)."""
@@ -608,6 +712,10 @@ class _RunContext:
         self._since_publish = 0
         if self.run_id is not None:
             self.store.update_run_counts(self.run_id, self.usage.report.as_counts())
+
+
+def _shorten(text: str, limit: int = 400) -> str:
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
 
 
 @register_judge("openai")

@@ -29,7 +29,7 @@ from ..codebook import Codebook, render_markdown
 from ..records import Segment, Trace, sha256_text
 
 #: Bump when the template text below changes: its hash is part of the cache key and label provenance.
-PROMPT_TEMPLATE_VERSION = "judge-prompt-v1"
+PROMPT_TEMPLATE_VERSION = "judge-prompt-v2"
 
 SYSTEM_TEMPLATE = """You label the segments of a reasoning trace written by a model while it solved a problem.
 Each segment is marked in the trace by its id in guillemets, like «12», placed right before the segment's text.
@@ -50,6 +50,13 @@ TRACE_TEMPLATE = """<problem>
 IDS_TEMPLATE = """
 Label exactly these segment ids ({n}): {ids}"""
 
+#: Appended after the ids when an answer could not be used, so the retry is never the identical
+#: request (a temperature-0 model would repeat the same unusable answer). It comes last, after
+#: the shared prefix, so the provider's prompt cache still applies.
+RETRY_TEMPLATE = """
+
+Your previous answer could not be used: {problem}. Answer again with the JSON object only: no reasoning, no code fence, no text before or after it."""
+
 #: Extra tokens reserved for message framing and the id list when sizing a window.
 _RESERVED_TOKENS = 512
 _TOKEN_RE = re.compile(r"\d{1,3}|[^\W\d_]+|[^\w\s]|\s*\n", re.UNICODE)
@@ -69,7 +76,7 @@ def approx_tokens(text: str) -> int:
 
 def template_hash() -> str:
     """sha256 of the prompt templates: recorded on every label and part of the cache key."""
-    return sha256_text("\x1f".join([PROMPT_TEMPLATE_VERSION, SYSTEM_TEMPLATE, TRACE_TEMPLATE, IDS_TEMPLATE]))
+    return sha256_text("\x1f".join([PROMPT_TEMPLATE_VERSION, SYSTEM_TEMPLATE, TRACE_TEMPLATE, IDS_TEMPLATE, RETRY_TEMPLATE]))
 
 
 def marker(segment_index: int) -> str:
@@ -155,6 +162,7 @@ def build_messages(
     max_tokens: int,
     system: str | None = None,
     full_trace_block: str | None = None,
+    retry_problem: str | None = None,
 ) -> tuple[list[dict[str, str]], bool]:
     """Chat messages asking for the labels of segment ids ``ids`` of ``trace``.
 
@@ -170,6 +178,8 @@ def build_messages(
         The model's context window and the output limit, in tokens (windowing budget).
     system, full_trace_block : str, optional
         Precomputed :func:`system_message` and full trace block (saves work for long traces).
+    retry_problem : str, optional
+        Why the previous answer to this request could not be used; adds :data:`RETRY_TEMPLATE`.
 
     Returns
     -------
@@ -186,6 +196,8 @@ def build_messages(
         block = TRACE_TEMPLATE.format(problem=trace.problem or "(not given)", trace=marked_trace(trace, segments, window=window))
         windowed = True
     user = block + IDS_TEMPLATE.format(n=len(ids), ids=", ".join(str(i) for i in ids))
+    if retry_problem:
+        user += RETRY_TEMPLATE.format(problem=retry_problem)
     return [{"role": "system", "content": system}, {"role": "user", "content": user}], windowed
 
 

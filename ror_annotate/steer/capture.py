@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
@@ -255,6 +256,44 @@ class _Writer:
             fh.close()
 
 
+_REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)?$")
+
+
+def check_model_source(path: str | Path) -> tuple[str, bool]:
+    """Say what ``--model`` names before transformers sees it, so a typo gets our error, not the hub's.
+
+    Parameters
+    ----------
+    path : str or Path
+        A local checkpoint directory, or a ``name`` / ``org/name`` already in the local cache.
+
+    Returns
+    -------
+    (str, bool)
+        The string to pass to ``from_pretrained`` and whether it is a local folder (``False``: a
+        cached name, to be loaded with ``local_files_only=True``: models are never downloaded).
+
+    Raises
+    ------
+    SteerError
+        If a local path does not exist, is not a folder, or has no ``config.json``; or if the
+        string is neither an existing folder nor shaped like a model name.
+    """
+    text = str(path)
+    local = Path(text).expanduser()
+    if local.exists():
+        if not local.is_dir():
+            raise SteerError(f"model {text!r} is a file; pass the checkpoint folder (the one with config.json)",
+                             code="E901")
+        if not (local / "config.json").exists():
+            raise SteerError(f"model folder {text!r} has no config.json; is it a transformers checkpoint folder?",
+                             code="E901")
+        return str(local), True
+    if text.startswith((".", "/", "~")) or text.endswith("/") or not _REPO_ID.match(text):
+        raise SteerError(f"model folder {text!r} does not exist (looked in {local.resolve()})", code="E901")
+    return text, False
+
+
 def load_model(path: str, *, device: str = "cpu", dtype: str = "auto") -> Any:
     """Load a causal MoE model for capture or steering, with hub kernels off.
 
@@ -275,22 +314,78 @@ def load_model(path: str, *, device: str = "cpu", dtype: str = "auto") -> Any:
     Raises
     ------
     SteerError
-        If the checkpoint cannot be loaded.
+        If the checkpoint cannot be loaded; code ``E901`` when ``path`` names no model folder
+        (:func:`check_model_source`).
     """
     torch = require_torch()
     import transformers
 
+    source, is_local = check_model_source(path)
     torch_dtype = "auto" if dtype == "auto" else getattr(torch, dtype)
     errors = []
-    for auto in (transformers.AutoModelForCausalLM, transformers.AutoModelForImageTextToText):
+    options: dict[str, Any] = {"dtype": torch_dtype} if is_local else {"dtype": torch_dtype, "local_files_only": True}
+    autos: tuple[Any, ...] = (transformers.AutoModelForCausalLM, transformers.AutoModelForImageTextToText)
+    for auto in autos:
         try:
-            model = auto.from_pretrained(path, dtype=torch_dtype)
+            model = auto.from_pretrained(source, **options)
             return model.to(device).eval()
+        except OSError as exc:
+            if not is_local:
+                raise SteerError(f"no model folder {path!r} here and no cached copy of a model named {path!r} "
+                                 "(models are never downloaded: pass the checkpoint's local folder)",
+                                 code="E901") from None
+            raise SteerError(f"cannot load model {path!r}: {exc}") from None
         except (ValueError, KeyError) as exc:  # unknown architecture for this auto class: try the next
             errors.append(f"{auto.__name__}: {exc}")
-        except OSError as exc:
-            raise SteerError(f"cannot load model {path!r}: {exc}") from None
     raise SteerError(f"cannot load model {path!r} as a causal or image-text-to-text LM: {'; '.join(errors)}")
+
+
+def model_tokenizer(path: str) -> Any:
+    """The tokenizer saved with a local checkpoint, or ``None`` when the folder has none.
+
+    Used only to compare vocabularies with the export (:func:`~ror_annotate.steer.tokens.check_model_tokenizer`).
+    """
+    source, is_local = check_model_source(path)
+    if is_local and not any((Path(source) / f).exists() for f in ("tokenizer.json", "tokenizer_config.json")):
+        return None
+    require_torch()
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(source, **({} if is_local else {"local_files_only": True}))
+    except (OSError, ValueError):
+        return None
+
+
+class _SplitRows:
+    """Rows of one split of the tokens dataset, read column-wise from Arrow once.
+
+    Reading ``ds[i]`` row by row decodes every feature of every row in Python (most of a capture's
+    host time on a small model); here the ids are one flat numpy array sliced per row.
+    """
+
+    COLUMNS = ("trace_id", "dataset", "tokenizer", "tokenizer_vocab_sha256")
+
+    def __init__(self, ds: Any) -> None:
+        import pyarrow.compute as pc
+
+        # with_format, not select_columns: the latter deep-copies an in-memory table
+        table = ds.with_format("arrow", columns=[c for c in (*self.COLUMNS, "input_ids") if c in ds.column_names])[:]
+        ids = table.column("input_ids").combine_chunks()
+        self.lengths = pc.fill_null(pc.list_value_length(ids), 0).to_numpy(zero_copy_only=False).astype(np.int64)
+        self.starts = np.concatenate([[0], np.cumsum(self.lengths)])
+        self.flat = ids.flatten().to_numpy(zero_copy_only=False)
+        self.columns = {c: table.column(c).to_pylist() for c in self.COLUMNS if c in table.column_names}
+        self.trace_ids = self.columns["trace_id"]
+
+    def __len__(self) -> int:
+        return len(self.trace_ids)
+
+    def row(self, i: int) -> dict:
+        """``{trace_id, dataset, input_ids (int64 ndarray), tokenizer..}`` of row ``i``."""
+        out = {c: values[i] for c, values in self.columns.items()}
+        out["input_ids"] = self.flat[self.starts[i]:self.starts[i + 1]].astype(np.int64)
+        return out
 
 
 def _batches(lengths: Sequence[int], batch_size: int, max_batch_tokens: int | None) -> Iterable[list[int]]:
@@ -306,6 +401,57 @@ def _batches(lengths: Sequence[int], batch_size: int, max_batch_tokens: int | No
         batch.append(i)
     if batch:
         yield batch
+
+
+def _padded_batch(sequences: Sequence[Sequence[int]], padding_side: str, pad_token_id: int, device: Any) -> dict:
+    """Model inputs for one padded batch (``position_ids`` from the mask when left-padded)."""
+    torch = require_torch()
+    if padding_side not in ("left", "right"):
+        raise SteerError(f"padding_side must be 'left' or 'right', got {padding_side!r}")
+    longest = max(len(s) for s in sequences)
+    ids = torch.full((len(sequences), longest), pad_token_id, dtype=torch.long)
+    mask = torch.zeros((len(sequences), longest), dtype=torch.long)
+    for row, seq in enumerate(sequences):
+        sl = slice(0, len(seq)) if padding_side == "right" else slice(longest - len(seq), longest)
+        ids[row, sl] = torch.as_tensor(np.asarray(seq, dtype=np.int64))
+        mask[row, sl] = 1
+    kwargs: dict[str, Any] = {"input_ids": ids.to(device), "attention_mask": mask.to(device), "use_cache": False}
+    if padding_side == "left":
+        kwargs["position_ids"] = (mask.cumsum(-1) - 1).clamp(min=0).to(device)
+    return kwargs
+
+
+class _BatchRecorder:
+    """Router hook target: writes each router's logits and selections into one device buffer per batch.
+
+    One preallocated ``[batch, seq, n_layers, n_experts]`` buffer in the storage dtype per forward:
+    each router's output is converted and copied into its slot on the device (one kernel per layer,
+    no host synchronisation), and the whole batch later crosses to the host in one copy, at half
+    the bytes of float32 when stored as float16.
+    """
+
+    def __init__(self, sites: Sequence[RouterSite], logits_dtype: Any) -> None:
+        self.slot = {s.position: i for i, s in enumerate(sites)}
+        self.n_experts, self.top_k = sites[0].n_experts, sites[0].top_k
+        self.logits_dtype = logits_dtype
+        self.logits: Any = None
+        self.selected: Any = None
+        self.shape: tuple[int, int] = (0, 0)
+
+    def start(self, ids: Any, device: Any) -> None:
+        """New buffers for a forward over ``ids`` ``[batch, seq]``."""
+        torch = require_torch()
+        n = len(self.slot)
+        batch, seq = int(ids.shape[0]), int(ids.shape[1])
+        self.shape = (batch, seq)
+        self.logits = torch.empty((batch, seq, n, self.n_experts), dtype=self.logits_dtype, device=device)
+        self.selected = torch.empty((batch, seq, n, self.top_k), dtype=torch.int16, device=device)
+
+    def on_route(self, site: RouterSite, logits: Any, output: tuple) -> None:
+        i = self.slot.get(site.position)
+        if i is not None and self.logits is not None:
+            self.logits[:, :, i].copy_(logits.detach().view(*self.shape, -1))
+            self.selected[:, :, i].copy_(output[2].detach().view(*self.shape, -1))
 
 
 def forward_router_logits(model: Any, sequences: Sequence[Sequence[int]], *, sites: list[RouterSite] | None = None,
@@ -331,36 +477,99 @@ def forward_router_logits(model: Any, sequences: Sequence[Sequence[int]], *, sit
     """
     torch = require_torch()
     sites = sites if sites is not None else find_router_sites(model)
-    if padding_side not in ("left", "right"):
-        raise SteerError(f"padding_side must be 'left' or 'right', got {padding_side!r}")
     device = next(model.parameters()).device
-    longest = max(len(s) for s in sequences)
-    ids = torch.full((len(sequences), longest), pad_token_id, dtype=torch.long)
-    mask = torch.zeros((len(sequences), longest), dtype=torch.long)
-    for row, seq in enumerate(sequences):
-        sl = slice(0, len(seq)) if padding_side == "right" else slice(longest - len(seq), longest)
-        ids[row, sl] = torch.as_tensor(list(seq), dtype=torch.long)
-        mask[row, sl] = 1
-    kwargs: dict[str, Any] = {"input_ids": ids.to(device), "attention_mask": mask.to(device), "use_cache": False}
-    if padding_side == "left":
-        kwargs["position_ids"] = (mask.cumsum(-1) - 1).clamp(min=0).to(device)
-    got: dict[int, tuple[Any, Any]] = {}
-
-    def on_route(site, logits, output):
-        got[site.position] = (logits.detach(), output[2].detach())
-        return None
-
-    with torch.inference_mode(), RouterHooks(model, on_route, sites=sites):
+    kwargs = _padded_batch(sequences, padding_side, pad_token_id, device)
+    recorder = _BatchRecorder(sites, torch.float32)
+    recorder.start(kwargs["input_ids"], device)
+    with torch.inference_mode(), RouterHooks(model, recorder.on_route, sites=sites):
         model(**kwargs)
-    b, s = ids.shape
-    # accumulate on the device, copy once (a per-layer .cpu() forces a sync per layer)
-    logits = torch.stack([got[site.position][0].reshape(b, s, -1).float() for site in sites], dim=2).cpu()
-    selected = torch.stack([got[site.position][1].reshape(b, s, -1) for site in sites], dim=2).cpu()
-    out = []
-    for row in range(b):
-        keep = mask[row].bool()
-        out.append((logits[row, keep], selected[row, keep].long()))
-    return out
+    logits, selected = recorder.logits.cpu(), recorder.selected.cpu()
+    return [(logits[row, sl], selected[row, sl].long())
+            for row, sl in enumerate(_real_slices([len(s) for s in sequences], logits.shape[1], padding_side))]
+
+
+def _real_slices(lengths: Sequence[int], longest: int, padding_side: str) -> list[slice]:
+    """Positions of the real tokens of each row of a padded batch."""
+    if padding_side == "right":
+        return [slice(0, n) for n in lengths]
+    return [slice(longest - n, longest) for n in lengths]
+
+
+class _HostCopy:
+    """A device batch on its way to the host: pinned buffers and a CUDA event on a GPU, the tensors on CPU."""
+
+    def __init__(self, logits: Any, selected: Any) -> None:
+        torch = require_torch()
+        self.event = None
+        if logits.device.type == "cuda":
+            self.logits = torch.empty(logits.shape, dtype=logits.dtype, pin_memory=True)
+            self.selected = torch.empty(selected.shape, dtype=selected.dtype, pin_memory=True)
+            self.logits.copy_(logits, non_blocking=True)
+            self.selected.copy_(selected, non_blocking=True)
+            self.event = torch.cuda.Event()
+            self.event.record()
+        else:
+            self.logits, self.selected = logits.cpu(), selected.cpu()
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """Wait for the copy (GPU) and return numpy views."""
+        if self.event is not None:
+            self.event.synchronize()
+        return self.logits.numpy(), self.selected.numpy()
+
+
+class _BackgroundWriter:
+    """Writes batches in a thread so the device runs the next forward meanwhile (GPU only).
+
+    Batches are written in submission order by one thread, so the index stays append-only and a
+    crash still leaves a resumable capture. At most ``depth`` batches wait (bounded pinned memory).
+    An error in the thread is raised in the caller at the next ``submit`` or at ``close``.
+    """
+
+    def __init__(self, writer: "_Writer", *, threaded: bool, depth: int = 2) -> None:
+        import queue
+        import threading
+
+        self.writer = writer
+        self.error: BaseException | None = None
+        self.queue: Any = queue.Queue(maxsize=depth) if threaded else None
+        self.thread = threading.Thread(target=self._run, name="ror-capture-writer", daemon=True) if threaded else None
+        if self.thread is not None:
+            self.thread.start()
+
+    def _write(self, job: tuple) -> None:
+        infos, copy, slices = job
+        logits, selected = copy.arrays()
+        self.writer.append([(info, logits[row, sl], selected[row, sl])
+                            for row, (info, sl) in enumerate(zip(infos, slices))])
+
+    def _run(self) -> None:
+        while True:
+            job = self.queue.get()
+            if job is None:
+                return
+            if self.error is None:
+                try:
+                    self._write(job)
+                except BaseException as exc:  # surfaced in the caller's thread
+                    self.error = exc
+
+    def _raise(self) -> None:
+        if self.error is not None:
+            raise self.error
+
+    def submit(self, infos: list[dict], copy: _HostCopy, slices: list[slice]) -> None:
+        self._raise()
+        if self.queue is None:
+            self._write((infos, copy, slices))
+        else:
+            self.queue.put((infos, copy, slices))
+
+    def close(self) -> None:
+        if self.thread is not None:
+            self.queue.put(None)
+            self.thread.join()
+        self._raise()
 
 
 def _embedding_rows(model: Any) -> int | None:
@@ -373,6 +582,8 @@ def _embedding_rows(model: Any) -> int | None:
 
 def _check_vocab(rows: Sequence[dict], vocab_rows: int | None, split: str) -> None:
     """Refuse token ids the model cannot embed: the export was tokenized for another model."""
+    from .tokens import TokenizerProvenance
+
     if vocab_rows is None:
         return
     for r in rows:
@@ -380,9 +591,10 @@ def _check_vocab(rows: Sequence[dict], vocab_rows: int | None, split: str) -> No
         outside = ids[(ids < 0) | (ids >= vocab_rows)]
         if outside.size:
             bad = int(outside[0])
+            prov = TokenizerProvenance(r.get("tokenizer"), r.get("tokenizer_vocab_sha256"))
             raise SteerError(
                 f"{split}: trace {r['trace_id']!r} has token id {bad} but the model embeds ids 0..{vocab_rows - 1}; "
-                f"the export was tokenized with {r.get('tokenizer') or 'another tokenizer'!r}, not this model's. "
+                f"the export was tokenized with {prov.describe()}, not this model's tokenizer. "
                 "Re-export with --tokenizer set to this model's directory, or capture with the matching model")
 
 
@@ -390,7 +602,8 @@ def capture_router_logits(model: Any, tokens: Any, out_dir: str | Path, *, model
                           splits: Sequence[str] | None = None, layers: Sequence[int] | None = None,
                           batch_size: int = 8, max_batch_tokens: int | None = 16384, padding_side: str = "right",
                           pad_token_id: int | None = None, logits_dtype: str = "float16", overwrite: bool = False,
-                          limit: int | None = None, progress: Callable[[int], None] | None = None) -> CaptureReport:
+                          limit: int | None = None, progress: Callable[[int], None] | None = None,
+                          background_writer: bool | None = None) -> CaptureReport:
     """Capture router logits of every trace of the ``tokens`` dataset into ``out_dir``.
 
     Parameters
@@ -422,6 +635,10 @@ def capture_router_logits(model: Any, tokens: Any, out_dir: str | Path, *, model
         Capture at most this many new traces (smoke runs).
     progress : callable, optional
         Called with the number of traces finished after each batch.
+    background_writer : bool, optional
+        Write to disk in a background thread while the next batch runs (default: on CUDA, where the
+        device->host copy goes to pinned buffers asynchronously; on CPU the forward and the write
+        share the same cores, so it is off).
 
     Returns
     -------
@@ -434,7 +651,7 @@ def capture_router_logits(model: Any, tokens: Any, out_dir: str | Path, *, model
     """
     import time
 
-    require_torch()
+    torch = require_torch()
     if logits_dtype not in STORE_DTYPES:
         raise SteerError(f"logits_dtype must be one of {sorted(STORE_DTYPES)}, got {logits_dtype!r}")
     sites = find_router_sites(model)
@@ -457,38 +674,48 @@ def capture_router_logits(model: Any, tokens: Any, out_dir: str | Path, *, model
     if unknown_splits:
         raise SteerError(f"splits {unknown_splits} not in the tokens dataset; it has {list(tokens.keys())}")
     writer = _Writer(Path(out_dir), meta, overwrite=overwrite)
+    device = next(model.parameters()).device
+    recorder = _BatchRecorder(sites, getattr(torch, logits_dtype))
+    threaded = device.type == "cuda" if background_writer is None else background_writer
+    background = _BackgroundWriter(writer, threaded=threaded)
     report = CaptureReport(out_dir=str(out_dir))
     start = time.perf_counter()
     try:
-        for split in splits:
-            columns = [c for c in ("trace_id", "dataset", "input_ids", "tokenizer") if c in tokens[split].column_names]
-            ds = tokens[split].select_columns(columns)
-            todo = [i for i, tid in enumerate(ds["trace_id"]) if tid not in writer.done]
-            report.skipped += len(ds) - len(todo)
-            if limit is not None:
-                todo = todo[: max(0, limit - report.captured)]
-            lengths = [len(ds[i]["input_ids"]) for i in todo]
-            for group in _batches(lengths, batch_size, max_batch_tokens):
-                rows = [ds[todo[j]] for j in group]
-                empty = [r["trace_id"] for r in rows if not r["input_ids"]]
-                if empty:
-                    raise SteerError(f"{split}: trace(s) {empty[:3]} have no input_ids; re-export them")
-                _check_vocab(rows, vocab_rows, split)
-                results = forward_router_logits(model, [r["input_ids"] for r in rows], sites=sites,
-                                                 padding_side=padding_side, pad_token_id=pad_token_id)
-                store = STORE_DTYPES[logits_dtype]
-                writer.append([({"trace_id": r["trace_id"], "split": split, "dataset": r["dataset"]},
-                                lg.numpy().astype(store), sel.numpy().astype(SELECTED_DTYPE))
-                               for r, (lg, sel) in zip(rows, results)])
-                report.captured += len(rows)
-                report.tokens += sum(len(r["input_ids"]) for r in rows)
-                report.splits[split] = report.splits.get(split, 0) + len(rows)
-                if progress is not None:
-                    progress(len(rows))
+        with torch.inference_mode(), RouterHooks(model, recorder.on_route, sites=sites):
+            for split in splits:
+                split_rows = _SplitRows(tokens[split])
+                todo = [i for i, tid in enumerate(split_rows.trace_ids) if tid not in writer.done]
+                report.skipped += len(split_rows) - len(todo)
+                if limit is not None:
+                    todo = todo[: max(0, limit - report.captured)]
+                lengths = [int(split_rows.lengths[i]) for i in todo]
+                for group in _batches(lengths, batch_size, max_batch_tokens):
+                    rows = [split_rows.row(todo[j]) for j in group]
+                    empty = [r["trace_id"] for r in rows if not len(r["input_ids"])]
+                    if empty:
+                        raise SteerError(f"{split}: trace(s) {empty[:3]} have no input_ids; re-export them")
+                    _check_vocab(rows, vocab_rows, split)
+                    seqs = [r["input_ids"] for r in rows]
+                    kwargs = _padded_batch(seqs, padding_side, pad_token_id, device)
+                    recorder.start(kwargs["input_ids"], device)
+                    model(**kwargs)
+                    copy = _HostCopy(recorder.logits, recorder.selected)
+                    slices = _real_slices([len(q) for q in seqs], recorder.shape[1], padding_side)
+                    background.submit([{"trace_id": r["trace_id"], "split": split, "dataset": r["dataset"]}
+                                       for r in rows], copy, slices)
+                    report.captured += len(rows)
+                    report.tokens += sum(len(q) for q in seqs)
+                    report.splits[split] = report.splits.get(split, 0) + len(rows)
+                    if progress is not None:
+                        progress(len(rows))
+        background.close()
     finally:
+        if background.thread is not None and background.thread.is_alive():
+            background.queue.put(None)
+            background.thread.join()
         writer.close()
     report.seconds = time.perf_counter() - start
     return report
 
 
-__all__ = ["Capture", "CaptureMeta", "CaptureReport", "capture_router_logits", "forward_router_logits", "load_model"]
+__all__ = ["check_model_source", "model_tokenizer", "Capture", "CaptureMeta", "CaptureReport", "capture_router_logits", "forward_router_logits", "load_model"]

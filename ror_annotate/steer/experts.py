@@ -275,6 +275,48 @@ def analyze(selected: np.ndarray, labels: np.ndarray, dataset: np.ndarray, segme
     return ExpertReport(rd, top, corr, summary, jac, transfer, list(dataset_names), list(layers))
 
 
+def resolve_steer_size(steer_size: int | None, *, set_size: int, n_experts: int, router_top_k: int) -> int:
+    """Experts per layer in the ``steer_suppress_*.json`` specs.
+
+    Parameters
+    ----------
+    steer_size : int or None
+        Asked for; ``None`` picks the default, ``0`` writes no spec.
+    set_size : int
+        Size of each behavior's expert set (``--top-k``).
+    n_experts, router_top_k : int
+        Routed experts per layer and experts the router selects per token.
+
+    Returns
+    -------
+    int
+        ``steer_size``, or by default the expert-set size capped so that ``router_top_k`` experts
+        remain selectable (``min(set_size, n_experts - router_top_k)``).
+
+    Raises
+    ------
+    InputError
+        If suppressing ``steer_size`` experts leaves fewer than ``router_top_k`` to select.
+    """
+    from ..errors import InputError
+
+    limit = n_experts - router_top_k
+    if steer_size is None:
+        return max(0, min(set_size, limit))
+    if steer_size > limit:
+        raise InputError(f"--steer-size {steer_size}: suppressing more than {limit} of {n_experts} experts leaves "
+                         f"fewer than top-{router_top_k}")
+    return steer_size
+
+
+def set_size_warning(set_size: int, n_experts: int) -> str | None:
+    """A warning when every expert is in every top-k set (Jaccard 1 and p = 1 by construction)."""
+    if set_size >= n_experts:
+        return (f"--top-k {set_size} >= {n_experts} experts per layer: every expert is in every set, so the Jaccard "
+                f"overlap is 1 and its permutation p-value 1 by construction; choose --top-k below {n_experts}")
+    return None
+
+
 def write_report(report: ExpertReport, out_dir: str | Path, *, steer_size: int | None = None) -> list[Path]:
     """Write the tables (CSV), plots (PNG) and steering specs (JSON) of an :class:`ExpertReport`.
 
@@ -408,6 +450,8 @@ def _file_stems(names: Sequence[str]) -> list[str]:
 
 
 __all__ = [
+    "resolve_steer_size",
+    "set_size_warning",
     "ExpertReport",
     "analyze",
     "jaccard",

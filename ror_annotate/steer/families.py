@@ -300,15 +300,22 @@ def log_probs(logits: "torch.Tensor") -> "torch.Tensor":
     return torch.log_softmax(logits.float(), dim=-1)
 
 
-def route(site: RouterSite, logp: "torch.Tensor") -> tuple["torch.Tensor", "torch.Tensor"]:
-    """Recompute top-k routing from (possibly edited) fp32 log-probabilities with the family's rules.
+def route(site: RouterSite, scores: "torch.Tensor") -> tuple["torch.Tensor", "torch.Tensor"]:
+    """Recompute top-k routing from fp32 scores with the family's own rules and computation order.
+
+    The order mirrors the transformers 5.x routers (``modeling_<family>.py``): ``softmax_topk``
+    families take ``softmax(scores, dtype=float32)``, then ``topk``, then divide the k values by
+    their sum in place when they renormalise, then (Gemma 4) multiply by ``per_expert_scale[idx]``;
+    ``topk_softmax`` (GPT-OSS) takes ``topk`` of the scores, then the softmax over the k. Softmax is
+    shift-invariant, so ``scores`` may be raw logits or log-probabilities (edited or not). The caller
+    casts to the router's output dtype last, as the routers do.
 
     Parameters
     ----------
     site : RouterSite
         The router whose rules apply.
-    logp : torch.Tensor of shape (n_tokens, n_experts), float32
-        Log-probabilities; edited entries need not be normalised (a softmax follows).
+    scores : torch.Tensor of shape (n_tokens, n_experts), float32
+        Logits or log-probabilities; edited entries need not be normalised (a softmax follows).
 
     Returns
     -------
@@ -320,16 +327,15 @@ def route(site: RouterSite, logp: "torch.Tensor") -> tuple["torch.Tensor", "torc
     import torch
 
     if site.family.scoring == "topk_softmax":
-        top, indices = torch.topk(logp, site.top_k, dim=-1)
-        weights = torch.softmax(top, dim=-1)
+        top, indices = torch.topk(scores, site.top_k, dim=-1)
+        weights = torch.softmax(top, dim=-1, dtype=torch.float32)
     else:
-        probs = torch.softmax(logp, dim=-1)
+        probs = torch.softmax(scores, dim=-1, dtype=torch.float32)
         weights, indices = torch.topk(probs, site.top_k, dim=-1)
         if site.renormalize:
-            weights = weights / weights.sum(dim=-1, keepdim=True)
+            weights /= weights.sum(dim=-1, keepdim=True)
     if site.family.post_scale_attr is not None:
-        scale = _get_path(site.module, site.family.post_scale_attr)
-        weights = weights * scale.float()[indices]
+        weights = weights * _get_path(site.module, site.family.post_scale_attr)[indices]
     return weights, indices
 
 

@@ -11,9 +11,12 @@ Features (Routes of Reasoning, ../shared/DESIGN.md "Probe"):
 Probe: L2-regularised multinomial logistic regression (scikit-learn ``LogisticRegression`` with
 lbfgs; features standardised on train), ``C`` and the layer / window chosen by macro-F1 on the
 validation split, reported on test next to the majority-class baseline (the train split's most
-frequent class predicted everywhere). Macro-F1 averages over the classes present in train or test,
-the same set for probe and baseline (``sklearn.metrics.f1_score(average="macro", labels=...,
-zero_division=0)``).
+frequent class predicted everywhere). Macro-F1 averages over the classes present in the reference
+of that evaluation (the dev labels for choosing C, the test labels for the reported figure), the
+same set for probe and baseline (``sklearn.metrics.f1_score(average="macro", labels=...,
+zero_division=0)``): a behavior absent from the test split has no F1 to average (counting it as 0
+would cap a perfect probe at 4/6 when two behaviors are absent); the absent ones are listed next
+to the figure (:attr:`ProbeFit.absent_test`).
 
 Token level: one row per labeled token. Segment level: one row per segment, features averaged
 over its tokens, label = its tokens' label.
@@ -27,6 +30,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from ..errors import SteerError
+from ..records import BEHAVIORS
 from .capture import Capture
 from .table import TokenTable
 
@@ -132,6 +136,9 @@ class ProbeFit:
     dev_f1, test_f1, baseline_f1 : float
         Macro-F1 on validation and test, and the majority baseline's on test.
     dev_by_C : dict of float to float
+    absent_test : list of int
+        Classes of train or validation absent from the test reference (not averaged into the
+        test macro-F1).
     """
 
     C: float
@@ -139,6 +146,7 @@ class ProbeFit:
     test_f1: float
     baseline_f1: float
     dev_by_C: dict[float, float] = field(default_factory=dict)
+    absent_test: list[int] = field(default_factory=list)
 
 
 def fit_probe(x_train: Any, y_train: np.ndarray, x_dev: Any, y_dev: np.ndarray, x_test: Any, y_test: np.ndarray, *,
@@ -179,9 +187,12 @@ def fit_probe(x_train: Any, y_train: np.ndarray, x_dev: Any, y_dev: np.ndarray, 
             raise SteerError(f"the {name} split has no labeled rows; the probe needs train, validation and test")
     if np.unique(y_train).size < 2:
         raise SteerError("the train split has fewer than two behaviors; a probe cannot be fitted")
-    labels = sorted(set(np.unique(y_train)) | set(np.unique(y_test)))
+    # macro-F1 over the classes present in each reference (scikit-learn's labels=)
+    test_labels = sorted(int(c) for c in np.unique(y_test))
+    dev_labels = sorted(int(c) for c in np.unique(y_dev))
+    absent = sorted(int(c) for c in np.union1d(y_train, y_dev) if int(c) not in test_labels)
     majority = np.bincount(y_train).argmax()
-    baseline = macro_f1(y_test, np.full_like(y_test, majority), labels)
+    baseline = macro_f1(y_test, np.full_like(y_test, majority), test_labels)
     sparse_input = hasattr(x_train, "tocsr")
     best: tuple[float, float, Any] | None = None
     dev_by_c: dict[float, float] = {}
@@ -191,18 +202,23 @@ def fit_probe(x_train: Any, y_train: np.ndarray, x_dev: Any, y_dev: np.ndarray, 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)
             model.fit(x_train, y_train)
-        dev = macro_f1(y_dev, model.predict(x_dev), labels)
+        dev = macro_f1(y_dev, model.predict(x_dev), dev_labels)
         dev_by_c[float(C)] = dev
         if best is None or dev > best[0]:
             best = (dev, float(C), model)
     assert best is not None
-    test = macro_f1(y_test, best[2].predict(x_test), labels)
-    return ProbeFit(C=best[1], dev_f1=best[0], test_f1=test, baseline_f1=baseline, dev_by_C=dev_by_c)
+    test = macro_f1(y_test, best[2].predict(x_test), test_labels)
+    return ProbeFit(C=best[1], dev_f1=best[0], test_f1=test, baseline_f1=baseline, dev_by_C=dev_by_c,
+                    absent_test=absent)
 
 
 @dataclass
 class ProbeRow:
-    """One line of the probe table (the method's layout)."""
+    """One line of the probe table (the method's layout).
+
+    ``absent_in_test``: comma-separated behaviors with no row in the test split, which the test
+    macro-F1 does not average over.
+    """
 
     features: str
     layers: str
@@ -212,6 +228,7 @@ class ProbeRow:
     dev_f1: float
     test_f1: float
     baseline_f1: float
+    absent_in_test: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -297,7 +314,10 @@ def run_probes(capture: Capture, table: TokenTable, *, level: str = "token", win
         if level == "segment":
             feats, labels, split = segment_means(table, feats)
         fit = fit_probe(*_split_arrays(feats, labels, split), Cs=Cs, seed=seed)
-        return ProbeRow(name, layers, level, int(feats.shape[1]), fit.C, fit.dev_f1, fit.test_f1, fit.baseline_f1)
+        present = set(np.unique(labels[split == "test"]).tolist())
+        absent = ",".join(b for c, b in enumerate(BEHAVIORS) if c not in present)
+        return ProbeRow(name, layers, level, int(feats.shape[1]), fit.C, fit.dev_f1, fit.test_f1, fit.baseline_f1,
+                        absent)
 
     rows: list[ProbeRow] = []
     curves: dict[str, dict[int, float]] = {}

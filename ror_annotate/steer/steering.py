@@ -23,7 +23,7 @@ from typing import Any, Iterator, Mapping, Sequence
 
 from ..errors import SteerError
 from . import require_torch
-from .families import RouterSite, find_router_sites, log_probs, route
+from .families import RouterSite, find_router_sites, route
 from .hooks import RouterHooks
 
 ExpertSets = Mapping[int, Sequence[int]]
@@ -234,22 +234,116 @@ def random_expert_sets(edit: RoutingEdit, sites: Sequence[RouterSite], *, seed: 
 
 
 @dataclass
+class LayerEdit:
+    """One MoE layer's edit, prepared once per steering context on the router's device.
+
+    Attributes
+    ----------
+    site : RouterSite
+    activate, suppress : torch.Tensor of shape (n_experts,), bool, or None
+        Expert masks (``None`` when the set is empty), on the router's device.
+    eps : float
+        Margin in nats.
+    """
+
+    site: RouterSite
+    activate: Any
+    suppress: Any
+    eps: float
+
+    @classmethod
+    def prepare(cls, site: RouterSite, edit: RoutingEdit, device: Any) -> "LayerEdit | None":
+        """Masks for ``site`` on ``device``, or ``None`` when ``edit`` leaves the layer alone."""
+        torch = require_torch()
+
+        def mask(ids: Sequence[int]):
+            if not ids:
+                return None
+            out = torch.zeros(site.n_experts, dtype=torch.bool)
+            out[list(ids)] = True
+            return out.to(device)
+
+        act, sup = edit.activate.get(site.layer, ()), edit.suppress.get(site.layer, ())
+        if not act and not sup:
+            return None
+        return cls(site, mask(act), mask(sup), float(edit.eps))
+
+
+def edited_routing(layer: LayerEdit, logits, output: tuple, token_rows=None) -> tuple:
+    """The router output with the SteerMoE edit applied: one fused computation per layer.
+
+    The edit is applied to the raw logits upcast to fp32 (``activate -> max + eps``, ``suppress ->
+    min - eps``, max and min over the unedited row). Setting ``log p`` to ``max(log p) + eps`` is the
+    same as setting the logit to ``max(logit) + eps``, because ``log p = logit - logsumexp`` shifts a
+    whole row by one constant and the softmax that follows is shift-invariant; working on the logits
+    spares a log-softmax and keeps the router's own order: softmax in fp32 over the (edited) logits,
+    top-k, normalisation as the family does (:func:`~ror_annotate.steer.families.route`), cast to the
+    router's weight dtype last. fp32 because in bf16 ``min - eps`` rounds back onto ``min``.
+
+    No host synchronisation, no ``.item()``, no host-side index lists: the masks are device tensors
+    prepared once per context, and rows outside ``token_rows`` get the router's own weights and
+    indices back bit for bit (``torch.where``).
+
+    Parameters
+    ----------
+    layer : LayerEdit
+    logits : torch.Tensor of shape (n_tokens, n_experts)
+        Raw router logits in the model dtype.
+    output : tuple
+        The router's own ``(scores, weights [n_tokens, top_k], indices [n_tokens, top_k])``.
+    token_rows : torch.Tensor of shape (n_tokens, 1), bool, optional
+        Tokens the edit applies to (``None``: all).
+
+    Returns
+    -------
+    tuple
+        ``(output[0], weights, indices)``, dtypes as the router's.
+    """
+    torch = require_torch()
+    x = logits.float()
+    lo, hi = torch.aminmax(x, dim=-1, keepdim=True)
+    if layer.suppress is not None:
+        x = torch.where(layer.suppress, lo - layer.eps, x)
+    if layer.activate is not None:
+        x = torch.where(layer.activate, hi + layer.eps, x)
+    weights, indices = route(layer.site, x)
+    weights, indices = weights.to(output[1].dtype), indices.to(output[2].dtype)
+    if token_rows is not None:
+        if token_rows.device != weights.device:  # layers spread over devices (device_map)
+            token_rows = token_rows.to(weights.device, non_blocking=True)
+        weights = torch.where(token_rows, weights, output[1])
+        indices = torch.where(token_rows, indices, output[2])
+    return (output[0], weights, indices)
+
+
+@dataclass
 class SteeringHandle:
     """What :func:`steer_routing` yields: counters and, if asked, the selections made.
 
     Attributes
     ----------
     sites : list of RouterSite
+        Every MoE router of the model.
     hooks : RouterHooks
-        ``hooks.forwards`` and ``hooks.fired`` count forwards and router calls.
+        ``hooks.forwards`` and ``hooks.fired`` count forwards and router calls (hooks sit only on
+        the layers the edit touches, or on all layers when ``record=True``).
     selections : list of dict
         When ``record=True``: one dict per forward, site position -> selected experts
         ``[batch, seq, top_k]`` (CPU int64), and ``"active"`` -> rows steered at that forward.
+    recomputed : int
+        Router calls whose routing was recomputed (layers and forwards the edit applied to).
     """
 
     sites: list[RouterSite]
     hooks: RouterHooks
     selections: list[dict] = field(default_factory=list)
+    recomputed: int = 0
+
+
+def _router_device(site: RouterSite):
+    for param in site.module.parameters():
+        return param.device
+    return None
 
 
 @contextmanager
@@ -258,9 +352,12 @@ def steer_routing(model: Any, edit: RoutingEdit | None = None, *, schedule: Any 
     """Steer a loaded MoE model's routing while the context is open.
 
     Works with ``model(...)`` and ``model.generate(...)`` (with the KV cache): the edit is applied
-    at every forward, on every MoE layer, to the tokens the schedule marks active. With an empty
-    edit the routing is still recomputed through the family's rules, which must reproduce the
-    router's own output (a test of each family's adapter).
+    at every forward, on every MoE layer it names, to the tokens the schedule marks active
+    (:func:`edited_routing`). Everything else is the router's own output, untouched: layers the
+    edit does not name get no hook at all (unless ``record``), a forward in which the schedule
+    marks no row active recomputes nothing, and inactive rows of a partly active batch get the
+    router's weights and indices back bit for bit. So an empty edit, or a schedule that never
+    fires, gives outputs bit-identical to the model without the context.
 
     Parameters
     ----------
@@ -269,11 +366,13 @@ def steer_routing(model: Any, edit: RoutingEdit | None = None, *, schedule: Any 
     edit : RoutingEdit, optional
         Experts to activate / suppress per layer; ``None`` means none.
     schedule : AlwaysOn or AfterFirstAnswer, optional
-        Default :class:`AlwaysOn`.
+        Default :class:`AlwaysOn`. Any object with ``observe(input_ids)`` and
+        ``active_rows(batch) -> None | bool tensor [batch]`` works.
     record : bool, default False
-        Keep every forward's recomputed selections in ``handle.selections`` (tests, audits).
+        Keep every forward's selections in ``handle.selections`` (tests, audits; copies to the
+        host at every layer, so slow on a GPU).
     check_fired : bool, default True
-        Raise if a router did not fire in some forward.
+        Raise if a hooked router did not fire in some forward.
 
     Yields
     ------
@@ -290,39 +389,46 @@ def steer_routing(model: Any, edit: RoutingEdit | None = None, *, schedule: Any 
     schedule = schedule or AlwaysOn()
     sites = find_router_sites(model)
     edit.validate(sites)
-    state: dict[str, Any] = {"rows": None}
+    layer_edits = {s.position: LayerEdit.prepare(s, edit, _router_device(s)) for s in sites}
+    layer_edits = {pos: le for pos, le in layer_edits.items() if le is not None}
+    hooked = sites if record else [s for s in sites if s.position in layer_edits]
+    # per forward: "skip" (no row active), None (all rows active) or a bool mask [batch*seq, 1]
+    state: dict[str, Any] = {"rows": None, "shape": None}
+    device = _router_device(sites[0])
     handle: SteeringHandle
 
     def on_route(site: RouterSite, logits, output):
-        batch_shape = hooks.batch_shape
+        layer = layer_edits.get(site.position)
         rows = state["rows"]
-        token_rows = None
-        if rows is not None and batch_shape is not None:
-            token_rows = rows.to(logits.device).repeat_interleave(batch_shape[1])
-        logp = log_probs(logits)
-        act, sup = edit.activate.get(site.layer, ()), edit.suppress.get(site.layer, ())
-        if act or sup:
-            logp = edit_log_probs(logp, act, sup, edit.eps, rows=token_rows)
-        weights, indices = route(site, logp)
-        if record and batch_shape is not None and handle.selections:
-            handle.selections[-1][site.position] = indices.detach().cpu().reshape(*batch_shape, site.top_k)
-        return (output[0], weights.to(output[1].dtype), indices.to(output[2].dtype))
+        new = None
+        if layer is not None and not isinstance(rows, str):
+            new = edited_routing(layer, logits, output, rows)
+            handle.recomputed += 1
+        if record and state["shape"] is not None and handle.selections:
+            indices = (new or output)[2]
+            handle.selections[-1][site.position] = indices.detach().cpu().reshape(*state["shape"], site.top_k)
+        return new
 
-    hooks = RouterHooks(model, on_route, sites=sites, check_fired=check_fired)
+    hooks = RouterHooks(model, on_route, sites=hooked, check_fired=check_fired)
     handle = SteeringHandle(sites=sites, hooks=hooks)
 
     def observe(_module, args, kwargs):
-        shape_source = kwargs.get("input_ids")
-        if shape_source is None and args and torch.is_tensor(args[0]):
-            shape_source = args[0]
-        if shape_source is not None:
-            schedule.observe(shape_source)
-            state["rows"] = schedule.active_rows(int(shape_source.shape[0]))
+        source = kwargs.get("input_ids")
+        if source is None and args and torch.is_tensor(args[0]):
+            source = args[0]
+        if source is None:
+            source = kwargs.get("inputs_embeds")
+        rows = None
+        if source is not None:
+            state["shape"] = (int(source.shape[0]), int(source.shape[1]))
+            if kwargs.get("input_ids") is not None or (args and torch.is_tensor(args[0])):
+                schedule.observe(source)
+            rows = schedule.active_rows(state["shape"][0])
         else:
-            state["rows"] = None
+            state["shape"] = None
         if record:
-            rows = state["rows"]
             handle.selections.append({"active": None if rows is None else rows.clone()})
+        state["rows"] = _token_rows(rows, state["shape"], device)
 
     with hooks:
         schedule_handle = model.register_forward_pre_hook(observe, with_kwargs=True)
@@ -332,12 +438,32 @@ def steer_routing(model: Any, edit: RoutingEdit | None = None, *, schedule: Any 
             schedule_handle.remove()
 
 
+def _token_rows(rows, shape, device):
+    """Per-forward row state: "skip", None (all rows) or a [batch*seq, 1] mask on the routers' device.
+
+    Built once per forward (not per layer). The schedule's rows live on the host, so deciding
+    "none" / "all" costs no device synchronisation; a mixed batch is copied to the device once.
+    """
+    if rows is None:
+        return None
+    if rows.device.type == "cpu":
+        if not bool(rows.any()):
+            return "skip"
+        if bool(rows.all()):
+            return None
+    if shape is None:
+        return None
+    return rows.to(device, non_blocking=True).repeat_interleave(shape[1])[:, None]
+
+
 __all__ = [
     "AfterFirstAnswer",
     "AlwaysOn",
+    "LayerEdit",
     "RoutingEdit",
     "SteeringHandle",
     "edit_log_probs",
+    "edited_routing",
     "random_expert_sets",
     "steer_routing",
 ]

@@ -1,0 +1,92 @@
+"""The LLM judge's options as one validated record (:class:`JudgeConfig`).
+
+Every option of ``make_judge("openai:MODEL", **options)`` and of the ``ror label``/``ror run``
+judge flags lands here. Unknown names are refused (``LLMJudge("m", chunksize=3)`` used to run with
+the default chunk size without a word), and each value is checked against its bounds; both give a
+:class:`~ror_annotate.errors.ConfigError` naming the command-line flag.
+"""
+
+from __future__ import annotations
+
+import difflib
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ..codebook import DEFAULT_CODEBOOK
+from ..errors import ConfigError
+
+#: The OpenAI Batch API's documented per-batch limits: requests per batch and input file size (bytes).
+BATCH_MAX_REQUESTS = 50_000
+BATCH_MAX_BYTES = 200 * 1024 * 1024
+
+
+class JudgeConfig(BaseModel):
+    """Validated options of the LLM judge (see :class:`~ror_annotate.judge.llm.LLMJudge` for their meaning).
+
+    Units: ``timeout``, ``backoff_base`` and ``batch_poll_s`` in seconds; ``context_tokens`` and
+    ``max_tokens`` in the judge model's tokens; ``batch_max_bytes`` in bytes of JSONL.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    base_url: str | None = None
+    codebook: str = DEFAULT_CODEBOOK
+    mode: Literal["chunked", "per-segment"] = "chunked"
+    chunk_size: int = Field(24, ge=1)
+    concurrency: int = Field(8, ge=1)
+    temperature: float | None = Field(None, ge=0.0)
+    seed: int | None = None
+    max_tokens: int | None = Field(None, ge=16)
+    samples: int = Field(1, ge=1)
+    max_attempts: int = Field(4, ge=1)
+    context_tokens: int = Field(128_000, ge=1024)
+    prices: str | None = None
+    retry_failed: bool = True
+    batch: bool = False
+    batch_id: str | None = None
+    batch_poll_s: float = Field(30.0, gt=0.0)
+    batch_requeue: Literal["interactive", "batch"] = "interactive"
+    batch_max_requests: int = Field(BATCH_MAX_REQUESTS, ge=1, le=BATCH_MAX_REQUESTS)
+    batch_max_bytes: int = Field(BATCH_MAX_BYTES, ge=1024, le=BATCH_MAX_BYTES)
+    timeout: float = Field(120.0, gt=0.0)
+    backoff_base: float = Field(1.0, ge=0.0)
+
+    @classmethod
+    def from_options(cls, options: dict[str, Any], *, judge: str = "openai") -> "JudgeConfig":
+        """Validate keyword options; ``None`` values mean "not given" and take the default.
+
+        Raises
+        ------
+        ConfigError
+            An unknown option (with the closest known name) or a value out of bounds, named as its
+            command-line flag (``--chunk-size must be >= 1, got 0``).
+        """
+        known = list(cls.model_fields)
+        unknown = [name for name in options if name not in cls.model_fields]
+        if unknown:
+            hints = []
+            for name in unknown:
+                close = difflib.get_close_matches(name, known, n=1)
+                hints.append(f"{name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+            raise ConfigError(f"unknown option(s) for the {judge} judge: {', '.join(hints)}; known options: {', '.join(known)}")
+        given = {k: v for k, v in options.items() if v is not None}
+        try:
+            return cls(**given)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            name = str(err["loc"][0]) if err["loc"] else "options"
+            flag = f"--{name.replace('_', '-')}"
+            value = given.get(name)
+            raise ConfigError(f"{flag} {_expected(err)}, got {value!r}") from exc
+
+
+def _expected(err: Any) -> str:
+    ctx = err.get("ctx") or {}
+    bounds = {"greater_than_equal": ">=", "greater_than": ">", "less_than_equal": "<=", "less_than": "<"}
+    if err["type"] in bounds:
+        limit = next(iter(ctx.values()), "?")
+        return f"must be {bounds[err['type']]} {limit}"
+    if err["type"] == "literal_error":
+        return f"must be {ctx.get('expected', 'one of the allowed values')}"
+    return f"is invalid: {err['msg'][0].lower()}{err['msg'][1:]}"
