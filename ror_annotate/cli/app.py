@@ -201,7 +201,7 @@ def progress_display() -> Any:
     )
 
     return Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                    TimeElapsedColumn(), console=err_console, transient=True)
+                    TimeElapsedColumn(), console=err_console, transient=True, disable=not err_console.is_terminal)
 
 
 def parse_fractions(text: str, flag: str = "--split-fractions") -> tuple[float, float, float]:
