@@ -8,7 +8,7 @@ and prints the summaries. A notebook gets the same behaviour::
     import ror_annotate as ror
 
     with ror.Store("ror.duckdb") as store:
-        summary = ror.pipeline.run(store, ror.traces.sample_path(), out="exports/sample")
+        summary = ror.pipeline.run(store, ror.sample_path(), out="exports/sample")
     print(summary.segment.segments, summary.export.n_rows)
 
 ``progress`` arguments take any object with rich's ``Progress`` task API (``add_task``, ``update``,
@@ -23,7 +23,7 @@ trace or chunk, and the export is built aside and swapped in. Re-running the sam
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -157,6 +157,16 @@ class _TrackedProgress:
         self._store.report_progress(task["description"], done=int(task["completed"]), total=None if total is None else int(total), info=task["info"])
 
 
+def _every(n: int, update: Callable[[int, int | None], None]) -> Callable[[int, int | None], None]:
+    """A per-record progress callback that passes on every ``n``-th call only (cheap on 1M records)."""
+
+    def callback(done: int, total: int | None) -> None:
+        if done % n == 0:
+            update(done, total)
+
+    return callback
+
+
 @contextmanager
 def _stage(store: "Store", run: Run | None, command: str, parameters: dict[str, Any], progress: Any) -> Iterator[tuple[Run, _TrackedProgress]]:
     """The run to record into (the enclosing job's, or a new one) and a progress tracker."""
@@ -280,7 +290,8 @@ def ingest(
     with _stage(store, run, "ingest", params, progress) as (the_run, tracked):
         task = tracked.add_task("ingest", total=None)
         result = load_traces(
-            text, columns=mapping, preset=preset, split=split, skip_invalid=skip_invalid, limit=limit, format=format, allow_markers=allow_markers
+            text, columns=mapping, preset=preset, split=split, skip_invalid=skip_invalid, limit=limit, format=format,
+            allow_markers=allow_markers, progress=_every(250, lambda n, t: tracked.update(task, completed=n, total=t)),
         )
         tracked.update(task, total=len(result.traces), completed=len(result.traces))
         counts = store.upsert_traces(result.traces, run_id=the_run.run_id)
@@ -482,8 +493,9 @@ def export(
             store, out_dir, label_source=labels, tokenizer=tokenizer, chat_template=chat_template, seed=split_seed,
             split_fractions=split_fractions, stratify_by=stratify_by, name=name, license=license,
             source_licenses=source_licenses, trace_ids=trace_ids,
+            progress=lambda done, total: tracked.update(task, completed=done, total=total),
         )
-        tracked.update(task, total=summary.n_segments, completed=summary.n_segments)
+        tracked.update(task, total=summary.n_traces, completed=summary.n_traces)
         counts = {"traces": summary.n_traces, "segments": summary.n_segments, "tokens": summary.n_tokens,
                   "straddling_tokens": summary.n_straddling, "out_dir": str(summary.out_dir), "seconds": round(summary.seconds, 2)}
         if run is None:
