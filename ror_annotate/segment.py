@@ -39,10 +39,12 @@ Offsets are Python string indices (code points), as everywhere in ror_annotate.
 from __future__ import annotations
 
 import bisect
+import os
 import re
 import statistics
 import unicodedata
-from collections.abc import Iterable, Sequence
+from collections import deque
+from collections.abc import Iterable, Iterator, Sequence
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -60,12 +62,22 @@ __all__ = [
     "check_segments",
     "find_protected_spans",
     "make_token_counter",
+    "MAX_SEGMENT_TOKENS",
+    "METHOD_LENGTH_PROFILE",
+    "segment_many",
     "segment_stats",
     "segment_text",
 ]
 
-#: Versioned id of the rule set below; change it whenever a rule changes the output.
+#: Versioned id of the rule set below; change it whenever a rule changes the output (the store
+#: compares it to skip re-segmenting traces already segmented by the same rules).
 SEGMENTER_NAME = "ror-clause-v1"
+#: The method's hard cap on a segment's length, in tokens of the subject model's tokenizer.
+MAX_SEGMENT_TOKENS = 125
+#: Length profile of the method's segment corpus (Routes of Reasoning), in tokens: the reference
+#: that ``ror segment --stats`` and the dataset card print next to ours. ``segments_per_trace``
+#: is its mean number of segments per trace; ``max`` is the cap.
+METHOD_LENGTH_PROFILE: dict[str, float] = {"segments_per_trace": 239, "median": 16, "p5": 3, "p95": 47, "max": MAX_SEGMENT_TOKENS}
 #: Name of the built-in token-count approximation (see :class:`ApproxTokenCounter`).
 APPROX_COUNTER_NAME = "approx:regex-v1"
 
@@ -433,9 +445,9 @@ class Segmenter:
 
     name = SEGMENTER_NAME
 
-    def __init__(self, *, max_tokens: int = 125, token_counter: TokenCounter | None = None) -> None:
+    def __init__(self, *, max_tokens: int = MAX_SEGMENT_TOKENS, token_counter: TokenCounter | None = None) -> None:
         if max_tokens < 2 * MIN_CLAUSE_TOKENS:
-            raise ConfigError(f"max_tokens={max_tokens} is too small; use at least {2 * MIN_CLAUSE_TOKENS} (the method uses 125)")
+            raise ConfigError(f"max_tokens={max_tokens} is too small; use at least {2 * MIN_CLAUSE_TOKENS} (the method uses {MAX_SEGMENT_TOKENS})")
         self.max_tokens = max_tokens
         self.soft_max_tokens = min(SOFT_MAX_TOKENS, max_tokens)
         self.token_counter: TokenCounter = token_counter if token_counter is not None else ApproxTokenCounter()
@@ -783,7 +795,7 @@ def segment_stats(segments: Iterable[Segment]) -> dict[str, float]:
         ``median``, ``p5``, ``p95``, ``max``, ``mean``. Percentiles use linear interpolation
         between order statistics (``statistics.quantiles(method="inclusive")``, the same as
         ``numpy.percentile``'s default). With no segments the length figures are NaN.
-        Reference (the method's corpus): median 16, p5 3, p95 47, max 125.
+        The method's reference profile is :data:`METHOD_LENGTH_PROFILE`.
     """
     lengths: list[int] = []
     traces: set[str] = set()
@@ -808,3 +820,124 @@ def segment_stats(segments: Iterable[Segment]) -> dict[str, float]:
         "max": float(max(lengths)),
         "mean": float(statistics.fmean(lengths)),
     }
+
+
+# --------------------------------------------------------------------------- many traces
+#: Characters of trace text sent to a worker process per task: large enough that the cost of
+#: moving the task and its segments between processes stays small, small enough that every
+#: worker gets many tasks (load balance) and memory in flight stays bounded.
+TASK_CHARS = 200_000
+
+_WORKER_SEGMENTER: Segmenter | None = None
+
+
+def _init_worker(segmenter: Segmenter) -> None:
+    global _WORKER_SEGMENTER
+    _WORKER_SEGMENTER = segmenter
+    _nlp()  # load spaCy once per worker, before the first task
+
+
+def _segment_task(batch: list[tuple[str, str]]) -> list[list[tuple[int, int, int]]]:
+    """Spans with counts of each ``(trace_id, text)`` (checked in the worker, rebuilt by the parent)."""
+    assert _WORKER_SEGMENTER is not None
+    return [[(s.char_start, s.char_end, s.n_tokens) for s in _WORKER_SEGMENTER.segment(text, tid)] for tid, text in batch]
+
+
+def _batches(items: Iterable[tuple[str, str]], task_chars: int) -> Iterator[list[tuple[str, str]]]:
+    batch: list[tuple[str, str]] = []
+    size = 0
+    for trace_id, text in items:
+        batch.append((trace_id, text))
+        size += len(text)
+        if size >= task_chars:
+            yield batch
+            batch, size = [], 0
+    if batch:
+        yield batch
+
+
+def default_workers() -> int:
+    """Number of CPU cores this process may run on (``os.sched_getaffinity``, else ``os.cpu_count``)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def segment_many(
+    items: Iterable[tuple[str, str]],
+    *,
+    segmenter: Segmenter | None = None,
+    workers: int | None = None,
+    task_chars: int = TASK_CHARS,
+) -> Iterator[list[Segment]]:
+    """Segment many traces, in parallel over CPU cores, yielding results in input order.
+
+    Parameters
+    ----------
+    items : iterable of (str, str)
+        ``(trace_id, text)`` pairs; consumed lazily (at most about ``4 * workers`` tasks of
+        ``task_chars`` characters are in flight), so a corpus of any size streams through.
+    segmenter : Segmenter, optional
+        The configured segmenter (cap, token counter); default ``Segmenter()``. It is pickled
+        to each worker, so its token counter must be picklable (:class:`ApproxTokenCounter` and
+        :class:`HFTokenCounter` are).
+    workers : int, optional
+        Worker processes. ``None`` (default): every core this process may use
+        (:func:`default_workers`). ``1``: segment in this process, no pool.
+    task_chars : int, default :data:`TASK_CHARS`
+        Characters of text per task sent to a worker.
+
+    Yields
+    ------
+    list of Segment
+        The segments of each input trace, in input order: the same list, byte for byte, as
+        ``segmenter.segment(text, trace_id)`` (each worker runs that very method, invariant
+        check included).
+
+    Raises
+    ------
+    ConfigError
+        ``workers`` or ``task_chars`` is below 1.
+    SegmentationError
+        From the first trace whose segmentation breaks an invariant (a bug); traces before it
+        have already been yielded.
+    """
+    segmenter = segmenter if segmenter is not None else Segmenter()
+    workers = default_workers() if workers is None else workers
+    if workers < 1 or task_chars < 1:
+        raise ConfigError(f"workers={workers} and task_chars={task_chars} must both be at least 1")
+    if workers == 1:
+        for trace_id, text in items:
+            yield segmenter.segment(text, trace_id)
+        return
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    # forkserver/spawn, not fork: a forked copy of a process that already runs threads (the
+    # Rust tokenizer's pool, DuckDB) can deadlock.
+    method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
+    context = multiprocessing.get_context(method)
+    with ProcessPoolExecutor(workers, mp_context=context, initializer=_init_worker, initargs=(segmenter,)) as pool:
+        pending: deque = deque()
+        batches = _batches(items, task_chars)
+        try:
+            for batch in batches:
+                pending.append((batch, pool.submit(_segment_task, batch)))
+                if len(pending) >= 4 * workers:
+                    yield from _collect(*pending.popleft())
+            while pending:
+                yield from _collect(*pending.popleft())
+        finally:
+            for _, future in pending:
+                future.cancel()
+
+
+def _collect(batch: list[tuple[str, str]], future: Any) -> Iterator[list[Segment]]:
+    # The worker already checked every invariant on these spans: build the records unvalidated.
+    construct = Segment.model_construct
+    for (trace_id, text), spans in zip(batch, future.result()):
+        yield [
+            construct(trace_id=trace_id, segment_index=i, char_start=s, char_end=e, text=text[s:e], n_tokens=n)
+            for i, (s, e, n) in enumerate(spans)
+        ]
