@@ -85,8 +85,10 @@ APPROX_COUNTER_NAME = "approx:regex-v1"
 #: measured with the ``approx:regex-v1`` counter whatever tokenizer is configured, so the rules
 #: (not the cap) give the same segments for every tokenizer and stay fast.
 MIN_CLAUSE_TOKENS = 4
-#: Pieces longer than this (approximate tokens) are split again at weaker clause punctuation.
-SOFT_MAX_TOKENS = 40
+#: A sentence (or a cue-led clause) longer than this many approximate tokens is cut at its most
+#: central strong clause mark (``; ``, ``, so``, ``, but`` ...), else at weaker clause punctuation,
+#: until every piece fits; a shorter one stays whole, like the reference clause segmentations.
+SOFT_MAX_TOKENS = 80
 #: Lines longer than this (characters) are handed to spaCy in whitespace-cut chunks, far
 #: below spaCy's ``max_length`` (1,000,000) so memory stays flat on any trace length.
 SPACY_CHUNK_CHARS = 20_000
@@ -297,15 +299,18 @@ def _load_named_tokenizer(spec: str) -> HFTokenCounter:
 
 
 # --------------------------------------------------------------------------- protected spans
-_NO_BLANK = r"(?:(?!\n[ \t\r]*\n).)"  # any char, but never across a blank line
+# Line ends as Markdown and LaTeX read them: LF, CRLF or a lone CR (old Mac, some exports).
+_EOL = r"(?:\r\n?|\n)"
+_NO_BLANK = rf"(?:(?!{_EOL}[ \t]*{_EOL}).)"  # any char, but never across a blank line
 _PROTECTED = re.compile(
-    r"(?P<fence>^[ \t]*(?P<ticks>`{3,}|~{3,})[^\n]*(?:\n.*?(?:\n[ \t]*(?P=ticks)[ \t]*(?=\n|\Z))|.*\Z))"
+    rf"(?P<fence>(?:^|(?<=\r))[ \t]*(?P<ticks>`{{3,}}|~{{3,}})[^\r\n]*"
+    rf"(?:{_EOL}.*?(?:{_EOL}[ \t]*(?P=ticks)[ \t]*(?=[\r\n]|\Z))|.*\Z))"
     rf"|(?P<dd>\$\${_NO_BLANK}+?\$\$)"
     rf"|(?P<brk>\\\[{_NO_BLANK}+?\\\])"
     rf"|(?P<env>\\begin\{{(?P<envname>[A-Za-z]+\*?)\}}{_NO_BLANK}*?\\end\{{(?P=envname)\}})"
     rf"|(?P<par>\\\({_NO_BLANK}+?\\\))"
-    r"|(?P<dollar>(?<![\\$])\$(?=[^\s$])[^$\n]*?(?<=[^\s\\$])\$(?![\d$]))"
-    r"|(?P<code>`[^`\n]+`)",
+    r"|(?P<dollar>(?<![\\$])\$(?=[^\s$])[^$\r\n]*?(?<=[^\s\\$])\$(?![\d$]))"
+    r"|(?P<code>`[^`\r\n]+`)",
     re.MULTILINE | re.DOTALL,
 )
 
@@ -355,7 +360,8 @@ _ENUMERATOR = re.compile(rf"[ \t]*(?:{_ENUM_MARK}\s+)+")
 # Sentence punctuation followed by whitespace, with closing quotes/brackets/emphasis between.
 _SENT_END = re.compile(r"(?:[.!?]+|…)[\"'”’»)\]}*_]*\s+(?=\S)")
 _HAS_SENT_PUNCT = re.compile(r"[.!?…]")
-_CJK_END = re.compile(r"[。！？]+[」』”’）)】〕〉》]*\s*(?=\S)")
+# Full-width sentence enders (CJK text needs no space after them).
+_CJK_END = re.compile(r"[。！？｡]+[」』”’）)】〕〉》]*\s*(?=\S)")
 # Openers that belong to the next sentence when spaCy leaves them on the previous one.
 _OPENERS = "\"'“‘«([{*_"
 _CLOSERS = "\"'”’»)]}*_"
@@ -403,16 +409,27 @@ def _nlp() -> Any:
 
 
 # Clause boundaries: the cut is at the end of each match (the next clause's first character).
+# A cue that opens a new reasoning step: always a clause start, whatever the sentence length.
+_CLAUSE_CUE = re.compile(
+    r"[,;]\s+(?=(?:(?:but|and|no|oh|or)[,\s]+)?(?:wait|hmm+|alternatively)\b)"
+    r"|\s+[—–]\s+(?=(?:wait|hmm+|alternatively)\b)",
+    re.IGNORECASE,
+)
+# Cheap pre-check: most sentences hold no cue at all.
+_CLAUSE_CUE_HINT = re.compile(r"wait|hmm|alternatively", re.IGNORECASE)
+# Where a long sentence is cut first: discourse markers and clause punctuation (ASCII and full width).
 _CLAUSE_STRONG = re.compile(
-    r";\s+(?=\S)"
-    r"|,\s+(?=(?:so|but|wait|hmm+|alternatively|however|therefore|thus|hence|otherwise|whereas|"
+    r";\s+(?=\S)|；\s*(?=\S)"
+    r"|,\s+(?=(?:so|but|however|therefore|thus|hence|otherwise|whereas|"
     r"which\s+(?:means|gives|implies)|meaning|that\s+means)\b)"
+    r"|，\s*(?=所以|但是|但|因此|然而|那么|不过|于是|因而|可是)"
     r"|\s+[—–]\s+(?=\S)"
     r"|(?<=\w)—(?=\w)",
     re.IGNORECASE,
 )
+# Weaker clause punctuation, for a long piece without a strong mark.
 _CLAUSE_WEAK = re.compile(
-    r"[,:]\s+(?=\S)"
+    r"[,:]\s+(?=\S)|[，：、]\s*(?=\S)"
     r"|\s+(?=(?:and|but|so|then|where|which|because|since|while|if|or|giving|yielding)\s)",
     re.IGNORECASE,
 )
@@ -568,7 +585,8 @@ class Segmenter:
         word_start = prev_end
         while word_start > line_start and not text[word_start - 1].isspace():
             word_start -= 1
-        prev = text[word_start:prev_end].rstrip(_CLOSERS)
+        raw_prev = text[word_start:prev_end]
+        prev = raw_prev.rstrip(_CLOSERS)
         if not prev or prev[-1] not in ".!?…":
             return None  # spaCy can start a sentence after a bare closer; not a sentence end
         nxt = text[gap:line_end].lstrip(_OPENERS)
@@ -582,8 +600,11 @@ class Segmenter:
                 return None
         if not (nxt[0].isalnum() or nxt[0] in _OPENERS or nxt[0] in "\\$¿¡"):
             return None  # "8! / 2", "x? = y": an operator cannot open a sentence
-        if nxt[0].isalpha() and nxt[0].islower() and prev[-1] in ".!…":
-            return None  # "approx. twelve", "etc. and", "5! ways", "so... then": same sentence
+        if nxt[0].isalpha() and nxt[0].islower() and (prev[-1] in ".!…" or len(prev) < len(raw_prev)):
+            # "approx. twelve", "etc. and", "5! ways", "so... then", and a quoted or bracketed
+            # question: 'I ask "is n even?" and', '(does it hold?) for': same sentence. A bare
+            # "? lowercase" still ends one: traces often skip the capital after a question.
+            return None
         if len(word_core := prev[:-1].lstrip(_OPENERS)) == 1 and word_core.isupper() and prev[-1] == "." and nxt[0].isdigit():
             return None  # an option letter before its value: "A. 0.85"
         return gap
@@ -593,35 +614,36 @@ class Segmenter:
     # ``n_tokens`` use the configured counter. Each piece is counted O(1) times, so a sentence
     # costs O(length) however many clause markers it holds.
     def _split_clauses(self, text: str, s: int, e: int, protected: _Spans, out: list[tuple[int, int, int]]) -> None:
-        """Append the clause spans of sentence ``[s, e)`` to ``out``."""
+        """Append the clause spans of sentence ``[s, e)`` to ``out``.
+
+        A cue that opens a new reasoning step (``, wait``, ``; hmm``, ``, alternatively``) always
+        starts a clause; the rest of the sentence is cut only when long (:meth:`_split_long`).
+        """
         approx = self._approx.count
-        n = approx(text[s:e])
-        pieces = []
         last = s
-        if n >= 2 * MIN_CLAUSE_TOKENS:
-            consumed = 0
-            for m in _CLAUSE_STRONG.finditer(text, s, e):
+        if _CLAUSE_CUE_HINT.search(text, s, e) and approx(text[s:e]) >= 2 * MIN_CLAUSE_TOKENS:
+            for m in _CLAUSE_CUE.finditer(text, s, e):
                 cut = m.end()
                 if cut >= e or protected.inside(cut) or protected.inside(m.start() + 1):
                     continue
-                left = approx(text[last:cut].rstrip())
-                if left >= MIN_CLAUSE_TOKENS and n - consumed - left >= MIN_CLAUSE_TOKENS:
-                    pieces.append((last, cut))
-                    consumed += left
+                if approx(text[last:cut]) >= MIN_CLAUSE_TOKENS and approx(text[cut:e]) >= MIN_CLAUSE_TOKENS:
+                    ps, pe = _trim(text, last, cut)
+                    self._split_long(text, ps, pe, protected, out)
                     last = cut
-        pieces.append((last, e))
-        for ps, pe in pieces:
-            ps, pe = _trim(text, ps, pe)
-            self._soft_split(text, ps, pe, protected, out)
+        ps, pe = _trim(text, last, e)
+        self._split_long(text, ps, pe, protected, out)
 
-    def _soft_split(self, text: str, s: int, e: int, protected: _Spans, out: list[tuple[int, int, int]]) -> None:
-        n = self._approx.count(text[s:e])
+    def _split_long(self, text: str, s: int, e: int, protected: _Spans, out: list[tuple[int, int, int]], n: int = -1) -> None:
+        """Halve a piece longer than the soft limit at its most central strong, else weak, clause mark."""
+        n = self._approx.count(text[s:e]) if n < 0 else n
         if n > self.soft_max_tokens:
-            cut = self._best_cut(text, s, e, protected, _CLAUSE_WEAK, min_side=MIN_CLAUSE_TOKENS)
+            cut = self._best_cut(text, s, e, protected, _CLAUSE_STRONG, min_side=MIN_CLAUSE_TOKENS) or self._best_cut(
+                text, s, e, protected, _CLAUSE_WEAK, min_side=MIN_CLAUSE_TOKENS
+            )
             if cut is not None:
                 for ps, pe in ((s, cut), (cut, e)):
                     ps, pe = _trim(text, ps, pe)
-                    self._soft_split(text, ps, pe, protected, out)
+                    self._split_long(text, ps, pe, protected, out)
                 return
         if self._exact_is_approx:
             self._cap(text, s, e, n, protected, out)
@@ -702,14 +724,30 @@ def _starts_grapheme(ch: str) -> bool:
     return not (unicodedata.combining(ch) or ch in "\u200d\ufe0e\ufe0f" or "\U0001f3fb" <= ch <= "\U0001f3ff")
 
 
+# Marks that close or continue what precedes them: a segment must not start with one.
+_NO_START = frozenset(",.;:!?%)]}»”’、，。；：！？）」』】〕〉》…｡")
+
+
 def _char_cut(text: str, s: int, e: int) -> int | None:
-    """A cut between two non-space characters as near the middle as possible."""
+    """A cut between two non-space characters as near the middle as possible.
+
+    Never inside a grapheme cluster. In order of preference: just after a punctuation mark within
+    a quarter of the span from the middle; any character that is not a closing or continuing mark
+    (a segment must not start with ``，`` or ``)``); any character. None when no cut is allowed.
+    """
     mid = (s + e) // 2
-    for offset in range(0, (e - s) // 2 + 1):
-        for cut in (mid - offset, mid + offset):
-            if s < cut < e and not text[cut].isspace() and _starts_grapheme(text[cut]) and text[cut - 1] != "\u200d":
-                return cut
-    return None
+    order = [c for offset in range((e - s) // 2 + 1) for c in (mid - offset, mid + offset) if s < c < e]
+    allowed = [c for c in order if not text[c].isspace() and _starts_grapheme(text[c]) and text[c - 1] != "\u200d"]
+    reach = (e - s) // 4
+    for cut in allowed:
+        if abs(cut - mid) > reach:
+            break
+        if text[cut] not in _NO_START and unicodedata.category(text[cut - 1])[0] == "P":
+            return cut
+    for cut in allowed:
+        if text[cut] not in _NO_START:
+            return cut
+    return allowed[0] if allowed else None
 
 
 # --------------------------------------------------------------------------- invariants
