@@ -1,31 +1,42 @@
 """Split a reasoning trace into sentence- and clause-level segments with exact offsets.
 
-The segmenter is spaCy's blank English pipeline (its tokenizer and rule-based
-``sentencizer``; no downloaded model) plus rules for the text reasoning models write:
+The segmenter follows spaCy's rule-based ``sentencizer`` (a mark of its punctuation list,
+``Sentencizer.default_punct_chars``, ends a sentence) and spaCy's English tokenizer
+exceptions (abbreviations), read directly on characters, plus rules for the text reasoning
+models write. It does not run spaCy's pipeline: on every trace the pipeline's sentence starts
+were a subset of the character rule's (spaCy keeps ``x.`` or ``Inc.`` as one token, so it
+alone misses ``value of x. Then``), and tokenizing every line cost more than all the rules.
 
 1. **Protected spans** are found first and never contain a boundary: code fences
    (```` ``` ```` / ``~~~``), display math (``$$...$$``, ``\\[...\\]``,
    ``\\begin{env}...\\end{env}``), inline math (``\\(...\\)``, ``$...$`` with Pandoc's
    delimiter rule) and inline code. Math may not run over a blank line (LaTeX rejects a
-   paragraph break inside math), so one unclosed delimiter cannot swallow the trace.
+   paragraph break inside math), so one unclosed delimiter cannot swallow the trace. Line
+   ends are LF, CRLF or a lone CR everywhere.
 2. **Line breaks** outside protected spans always end a segment (paragraphs, list items,
    headings, display equations each start their own segment).
-3. **Sentence ends** come from spaCy's sentencizer, plus a rule for sentence punctuation
-   glued to math (``$x$. Then``) and for CJK enders (``。！？``). A candidate is dropped when
-   it would cut inside a protected span, between an enumerator and its item (``1.``,
-   ``(a)``, ``- ``), after an abbreviation (spaCy's English tokenizer exceptions plus a
-   list for technical prose: ``approx.``, ``incl.``, ``e.g.``, ``Eq. 3`` ...) or before a
-   lowercase word, and when no whitespace separates the two sides (decimals, file names).
-4. **Clauses**: a sentence is split before strong discourse markers of reasoning traces
-   (``; ``, ``, so``, ``, but``, ``, wait``, ``, hmm``, ``, alternatively``, ``, therefore``
-   ...) when both sides keep at least :data:`MIN_CLAUSE_TOKENS` tokens; a piece still longer
-   than :data:`SOFT_MAX_TOKENS` is split at weaker clause punctuation (``, ``, ``: ``,
-   before ``and``/``then``/``where``...), as near its middle as possible. These two sizes
-   are measured with the ``approx:regex-v1`` counter whatever tokenizer is configured, so
-   the rules are fast and do not depend on the tokenizer; only the cap does.
+3. **Sentence ends**: a sentence mark of any script (``.!?…``, ``।``, ``؟`` ...) with closing
+   quotes or brackets, then whitespace; full-width CJK enders (``。！？``) need no whitespace.
+   A candidate is dropped when it would cut inside a protected span, between an enumerator and
+   its item (``1.``, ``(a)``, ``- ``), after an abbreviation (spaCy's English tokenizer
+   exceptions plus a list for technical prose: ``approx.``, ``incl.``, ``e.g.``, ``Eq. 3``
+   ...), before a lowercase word (except after a bare question mark: ``is it? yes`` ends a
+   sentence, ``"is it?" and`` does not), and when no whitespace separates the two sides
+   (decimals, file names).
+4. **Clauses**, at the method's granularity (a sentence stays whole unless it is long or a new
+   reasoning step starts inside it): a cue that opens a new step (``, wait``, ``; hmm``,
+   ``, alternatively``, ``, but wait``) always starts a clause when both sides keep at least
+   :data:`MIN_CLAUSE_TOKENS` tokens; a piece longer than :data:`SOFT_MAX_TOKENS` is halved at
+   its most central strong clause mark (``; ``, ``, so``, ``, but``, ``, therefore``, ``；``
+   ...), else at weaker clause punctuation (``, ``, ``: ``, ``，``, ``：``, ``、``, before
+   ``and``/``then``/``where``...), until every piece fits. These sizes are measured with the
+   ``approx:regex-v1`` counter whatever tokenizer is configured, so the rules are fast and do
+   not depend on the tokenizer; only the cap does.
 5. **Hard cap**: a piece over ``max_tokens`` is split at the best available boundary: clause
-   punctuation, then whitespace outside math, then whitespace inside math, then any
-   character that does not start a combining sequence. The cap always wins.
+   punctuation (ASCII or full width), then whitespace outside math, then whitespace inside
+   math, then a character cut that prefers the position after a punctuation mark and never
+   starts a segment with a closing mark such as ``，`` when any other cut exists. The cap
+   always wins.
 
 Every returned segment satisfies ``text[char_start:char_end] == segment.text``, has no
 leading or trailing whitespace, and the segments are ordered, non-overlapping and cover
@@ -309,7 +320,7 @@ def _load_named_tokenizer(spec: str) -> HFTokenCounter:
 
 # --------------------------------------------------------------------------- protected spans
 # Line ends as Markdown and LaTeX read them: LF, CRLF or a lone CR (old Mac, some exports).
-_EOL = r"(?:\r\n?|\n)"
+_EOL = r"(?:\r\n|\r(?!\n)|\n)"  # never "\r" alone when "\n" follows: CRLF is one line end
 _NO_BLANK = rf"(?:(?!{_EOL}[ \t]*{_EOL}).)"  # any char, but never across a blank line
 _PROTECTED = re.compile(
     rf"(?P<fence>(?:^|(?<=\r))[ \t]*(?P<ticks>`{{3,}}|~{{3,}})[^\r\n]*"
