@@ -50,6 +50,7 @@ Offsets are Python string indices (code points), as everywhere in ror_annotate.
 from __future__ import annotations
 
 import bisect
+import itertools
 import os
 import re
 import statistics
@@ -406,22 +407,26 @@ _ENUMERATOR = re.compile(rf"[ \t]*(?:{_ENUM_MARK}\s+)+")
 @lru_cache(maxsize=1)
 def _spacy_sentence_enders() -> str:
     """spaCy's sentencizer punctuation (``Sentencizer.default_punct_chars``: ``.!?``, ``。！？``,
-    ``।``, ``؟``, ``።`` and the enders of other scripts), plus ``…``."""
+    ``।``, ``؟``, ``።`` and the enders of other scripts), plus ``…``. Imports spaCy (seconds),
+    so it is called when a :class:`Segmenter` is built, not when this module is imported."""
     from spacy.pipeline.sentencizer import Sentencizer
 
     return "".join(sorted(set(Sentencizer.default_punct_chars) | {"…"}))
 
 
-_ENDERS = _spacy_sentence_enders()
+def _sentence_end_patterns(enders: str) -> tuple[re.Pattern[str], re.Pattern[str]]:
+    """``(all, bmp)``: sentence punctuation followed by whitespace, closing quotes, brackets and
+    emphasis allowed between (spaCy's sentencizer rule, a token of its punctuation list ends a
+    sentence, read on characters). ``bmp`` leaves out the enders beyond U+FFFF: a character
+    class with astral members makes ``re`` test every position the slow way (10x slower on the
+    real traces), so ``bmp`` serves every text without an astral character."""
+    tail = r"[\"'”’»)\]}*_]*\s+(?=\S)"
+    bmp = "".join(c for c in enders if c <= "\uffff")
+    return re.compile(f"[{re.escape(enders)}]+{tail}"), re.compile(f"[{re.escape(bmp)}]+{tail}")
+
+
 # Question marks of any script: a quoted or bracketed question may continue its sentence.
 _QUESTION_MARKS = frozenset("?？؟﹖⸮፧⁇")
-# Sentence punctuation followed by whitespace, with closing quotes/brackets/emphasis between:
-# spaCy's sentencizer rule (a token of its punctuation list ends a sentence) read on characters.
-_SENT_END = re.compile(rf"[{re.escape(_ENDERS)}]+[\"'”’»)\]}}*_]*\s+(?=\S)")
-# The same without the enders outside the Basic Multilingual Plane: a character class with
-# astral members makes ``re`` test every position the slow way (10x slower on the real traces),
-# so this one serves every text that has no astral character.
-_SENT_END_BMP = re.compile(rf"[{re.escape(''.join(c for c in _ENDERS if c <= chr(0xFFFF)))}]+[\"'”’»)\]}}*_]*\s+(?=\S)")
 # Full-width sentence enders of scripts written without spaces (CJK needs no space after them).
 _CJK_END = re.compile(r"[。！？｡]+[」』”’）)】〕〉》]*\s*(?=\S)")
 # Openers that belong to the next sentence when spaCy leaves them on the previous one.
@@ -523,6 +528,10 @@ class Segmenter:
         self._exact_is_approx = type(self.token_counter) is ApproxTokenCounter
         self._abbrev_any = ABBREVIATIONS_NEVER_FINAL
         self._abbrev_num = ABBREVIATIONS_BEFORE_NUMBER | _spacy_abbreviations()
+        # Built here, not at import: spaCy's data costs seconds to import. The patterns and sets
+        # travel with the object when segment_many pickles it to worker processes.
+        self._enders = _spacy_sentence_enders()
+        self._sent_end, self._sent_end_bmp = _sentence_end_patterns(self._enders)
 
     def __repr__(self) -> str:
         return f"Segmenter(name={self.name!r}, max_tokens={self.max_tokens}, token_counter={self.token_counter.name!r})"
@@ -605,7 +614,7 @@ class Segmenter:
     # ------------------------------------------------------------------ sentences
     def _sentences(self, text: str, lines: list[tuple[int, int]], protected: _Spans) -> Iterable[tuple[int, int, list[int]]]:
         """Yield ``(line_start, line_end, sentence_starts)`` with accepted sentence cuts."""
-        sent_end = _SENT_END if not text.isascii() and max(text) > "\uffff" else _SENT_END_BMP
+        sent_end = self._sent_end if not text.isascii() and max(text) > "\uffff" else self._sent_end_bmp
         for s, e in lines:
             candidates = {m.end() for m in sent_end.finditer(text, s, e)}
             cjk = {m.end() for m in _CJK_END.finditer(text, s, e)}
@@ -640,7 +649,7 @@ class Segmenter:
             word_start -= 1
         raw_prev = text[word_start:prev_end]
         prev = raw_prev.rstrip(_CLOSERS)
-        if not prev or prev[-1] not in _ENDERS:
+        if not prev or prev[-1] not in self._enders:
             return None  # spaCy can start a sentence after a bare closer; not a sentence end
         nxt = text[gap:line_end].lstrip(_OPENERS)
         if not nxt:
@@ -902,7 +911,6 @@ _WORKER_SEGMENTER: Segmenter | None = None
 def _init_worker(segmenter: Segmenter) -> None:
     global _WORKER_SEGMENTER
     _WORKER_SEGMENTER = segmenter
-    _spacy_abbreviations()  # load spaCy's data once per worker, before the first task
 
 
 def _segment_task(batch: list[tuple[str, str]]) -> list[list[tuple[int, int, int]]]:
@@ -952,7 +960,8 @@ def segment_many(
         :class:`HFTokenCounter` are).
     workers : int, optional
         Worker processes. ``None`` (default): every core this process may use
-        (:func:`default_workers`). ``1``: segment in this process, no pool.
+        (:func:`default_workers`). ``1``: segment in this process, no pool. An input that fits
+        one task is also segmented in this process (starting workers would cost more).
     task_chars : int, default :data:`TASK_CHARS`
         Characters of text per task sent to a worker.
 
@@ -968,37 +977,53 @@ def segment_many(
     ConfigError
         ``workers`` or ``task_chars`` is below 1.
     SegmentationError
-        From the first trace whose segmentation breaks an invariant (a bug); traces before it
-        have already been yielded.
+        From the first trace whose segmentation breaks an invariant (a bug) or that has an
+        empty trace id; traces before it have already been yielded.
+
+    Notes
+    -----
+    Workers are started with ``forkserver`` (``spawn`` where it does not exist), which re-imports
+    the caller's ``__main__`` module: a script that calls this with ``workers > 1`` needs the
+    usual ``if __name__ == "__main__":`` guard, as for any ``multiprocessing`` pool.
     """
     segmenter = segmenter if segmenter is not None else Segmenter()
     workers = default_workers() if workers is None else workers
-    if workers < 1 or task_chars < 1:
+    if workers < 1 or task_chars < 1:  # checked here, at the call, not at the first next()
         raise ConfigError(f"workers={workers} and task_chars={task_chars} must both be at least 1")
     if workers == 1:
-        for trace_id, text in items:
-            yield segmenter.segment(text, trace_id)
-        return
+        return (segmenter.segment(text, trace_id) for trace_id, text in items)
+    return _segment_in_pool(items, segmenter, workers, task_chars)
+
+
+def _segment_in_pool(items: Iterable[tuple[str, str]], segmenter: Segmenter, workers: int, task_chars: int) -> Iterator[list[Segment]]:
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    # forkserver/spawn, not fork: a forked copy of a process that already runs threads (the
-    # Rust tokenizer's pool, DuckDB) can deadlock.
+    batches = _batches(items, task_chars)
+    first = next(batches, None)
+    second = next(batches, None) if first is not None else None
+    if second is None:  # the whole input fits one task: starting worker processes would only cost
+        for trace_id, text in first or []:
+            yield segmenter.segment(text, trace_id)
+        return
+    # forkserver (else spawn), not fork: a forked copy of a process that already runs threads
+    # (the Rust tokenizer's pool, DuckDB) can deadlock. The server imports this module once, so
+    # each worker starts as a cheap fork of it; workers are started on demand, up to ``workers``.
     method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
     context = multiprocessing.get_context(method)
-    with ProcessPoolExecutor(workers, mp_context=context, initializer=_init_worker, initargs=(segmenter,)) as pool:
-        pending: deque = deque()
-        batches = _batches(items, task_chars)
-        try:
-            for batch in batches:
-                pending.append((batch, pool.submit(_segment_task, batch)))
-                if len(pending) >= 4 * workers:
-                    yield from _collect(*pending.popleft())
-            while pending:
+    if method == "forkserver":
+        context.set_forkserver_preload([__name__])
+    pool = ProcessPoolExecutor(min(workers, 61) if os.name == "nt" else workers, mp_context=context, initializer=_init_worker, initargs=(segmenter,))
+    pending: deque = deque()
+    try:
+        for batch in itertools.chain((first, second), batches):
+            pending.append((batch, pool.submit(_segment_task, batch)))
+            if len(pending) >= 4 * workers:  # bounded read-ahead: memory stays flat on any corpus
                 yield from _collect(*pending.popleft())
-        finally:
-            for _, future in pending:
-                future.cancel()
+        while pending:
+            yield from _collect(*pending.popleft())
+    finally:  # also when the caller stops early or a task failed: drop what is queued
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _collect(batch: list[tuple[str, str]], future: Any) -> Iterator[list[Segment]]:
