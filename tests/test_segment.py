@@ -668,3 +668,19 @@ def test_line_end_style_does_not_change_the_segmentation(pieces: list[str]) -> N
     expected = [(x.text, x.n_tokens) for x in segment_text(text)]
     for eol in ("\r\n", "\r"):
         assert [(x.text.replace(eol, "\n"), x.n_tokens) for x in segment_text(text.replace("\n", eol))] == expected
+
+
+def test_segments_equal_validated_records(eol: str) -> None:
+    # Segments are built without validation after the invariant check: they must be the very
+    # records pydantic would build (equality, hash, fields set, JSON) and still frozen.
+    segments = segment_text("So x = 4.\nWait, that is wrong. Let me redo it.".replace("\n", eol))
+    assert len(segments) == 3
+    for s in segments:
+        ref = Segment(**s.model_dump())
+        assert s == ref and hash(s) == hash(ref)
+        assert s.model_fields_set == ref.model_fields_set
+        assert s.model_dump_json() == ref.model_dump_json()
+        with pytest.raises(Exception, match="frozen"):
+            s.n_tokens = 99  # type: ignore[misc]
+    with pytest.raises(SegmentationError, match="trace_id"):
+        segment_text("Some text.", trace_id="")
