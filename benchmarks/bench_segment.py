@@ -34,6 +34,8 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+# The shared data folder: $ROR_SHARED, else ../shared next to the repository.
+SHARED = Path(os.environ.get("ROR_SHARED", REPO.parent / "shared"))
 sys.path.insert(0, str(REPO))
 
 from ror_annotate.segment import Segmenter, default_workers, make_token_counter, segment_many, segment_stats  # noqa: E402
@@ -75,7 +77,7 @@ def _scaling(segmenter: Segmenter, texts: list[str], repeat: int, n_workers: int
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--data", type=Path, default=REPO.parent / "shared" / "data" / "traces.jsonl")
+    ap.add_argument("--data", type=Path, default=SHARED / "data" / "traces.jsonl")
     ap.add_argument("--limit", type=int, default=None, help="use only the first N traces")
     ap.add_argument("--no-pysbd", action="store_true", help="skip pysbd (the slowest)")
     ap.add_argument("--rounds", type=int, default=3, help="single-core runs per segmenter; the best is reported")

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -27,6 +28,8 @@ from collections import defaultdict
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+# The shared data folder: $ROR_SHARED, else ../shared next to the repository.
+SHARED = Path(os.environ.get("ROR_SHARED", REPO.parent / "shared"))
 sys.path.insert(0, str(REPO))
 
 from ror_annotate.segment import METHOD_LENGTH_PROFILE, Segmenter, segment_many  # noqa: E402
@@ -59,7 +62,7 @@ def profile(counts: list[int]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--data", type=Path, default=REPO.parent / "shared" / "data", help="folder with traces.jsonl and labeled_segments.jsonl")
+    ap.add_argument("--data", type=Path, default=SHARED / "data", help="folder with traces.jsonl and labeled_segments.jsonl")
     ap.add_argument("--vocab", type=int, default=32000, help="BPE vocabulary size (default 32000)")
     ap.add_argument("--limit", type=int, default=None, help="use only the first N traces")
     args = ap.parse_args(argv)
