@@ -68,6 +68,12 @@ class SchemaVersionError(StoreError):
     code = "E202"
 
 
+class StoreReadOnlyError(StoreError):
+    """A write was attempted on a store opened read-only (``Store(..., read_only=True)``)."""
+
+    code = "E203"
+
+
 class SegmentationError(RorError, ValueError):
     """The segmenter produced, or was given, segments that break the offset invariants."""
 

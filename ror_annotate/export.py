@@ -373,7 +373,7 @@ class ExportSummary:
     seconds: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-able dict."""
+        """JSON-able dict (local paths as they are: :func:`export_dataset` writes the manifest without them)."""
         d = asdict(self)
         d["out_dir"] = str(self.out_dir)
         return d
@@ -776,7 +776,10 @@ def _write_files(store, out_dir, tables, summary, per_trace_analytics) -> None:
         )
         manifest = summary.to_dict()
         manifest.pop("seconds")  # not known until the files are written
-        manifest["created_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        # The export's own folder is where the user put it: record paths inside it, never the local path.
+        manifest["out_dir"] = out_dir.name
+        manifest["paths"] = {k: _relative_to(v, out_dir) for k, v in summary.paths.items()}
+        manifest["created_at"] = _build_time()
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, default=str), encoding="utf-8")
         _swap_in(tmp, out_dir)
     except BaseException:
@@ -903,3 +906,19 @@ def publish_export(
             f"check the network, HF_TOKEN's write access and HF_HUB_OFFLINE. The local export at {out_dir} is unchanged"
         ) from None
     return str(getattr(info, "commit_url", info))
+
+
+def _relative_to(path: str, root: Path) -> str:
+    try:
+        return str(Path(path).relative_to(root))
+    except ValueError:
+        return Path(path).name
+
+
+def _build_time() -> str:
+    """UTC time of the export, or ``SOURCE_DATE_EPOCH`` when set (the reproducible-builds convention),
+    so two builds of the same store can be byte-identical."""
+    import os
+
+    epoch = os.environ.get("SOURCE_DATE_EPOCH")
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(int(epoch) if epoch else None))

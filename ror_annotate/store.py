@@ -26,13 +26,13 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, NamedTuple
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import duckdb
 import pyarrow as pa
 
-from .errors import SchemaVersionError, StoreError, StoreLockedError
+from .errors import SchemaVersionError, StoreError, StoreLockedError, StoreReadOnlyError
 from .records import Label, Run, Segment, Trace, utc_now
 
 DEFAULT_DB = "ror.duckdb"
@@ -94,13 +94,41 @@ CORE_MIGRATIONS: tuple[str, ...] = (
         counts VARCHAR
     );
     """,
+    # v2: tables of other stages that refer to a trace's segments, and what re-segmenting does to them
+    """
+    CREATE TABLE trace_dependents (
+        table_name VARCHAR PRIMARY KEY,
+        policy VARCHAR NOT NULL,
+        component VARCHAR NOT NULL
+    );
+    """,
 )
+
+#: Tables owned by this module; anything else with a ``trace_id`` column belongs to a stage.
+CORE_TABLES = ("traces", "segmentations", "segments", "labels", "runs", "trace_dependents", "schema_versions")
+
+#: What :meth:`Store.replace_segments` does to a stage's rows of a re-segmented trace.
+DependentPolicy = Literal["cascade", "refuse"]
 
 _SECRET_KEY = re.compile(r"(api[_-]?key|token|secret|password|authorization)", re.IGNORECASE)
 _URL_PASSWORD = re.compile(r"(//[^/?#@:]*):[^/?#@]*@")
 
-# One shared connection per resolved path inside this process: [connection, refcount].
-_OPEN: dict[str, list[Any]] = {}
+class _Shared:
+    """One DuckDB connection per resolved path inside this process, shared by every :class:`Store`
+    handle on that path: a reference count and the transaction depth live here, not on a handle, so
+    two handles on one file join one transaction instead of nesting ``BEGIN`` (a raw
+    ``TransactionException`` in DuckDB)."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, read_only: bool) -> None:
+        self.con = con
+        self.read_only = read_only
+        self.refs = 0
+        self.tx_depth = 0
+        self.lock = threading.RLock()
+        self.temp_components: set[str] = set()
+
+
+_OPEN: dict[str, _Shared] = {}
 _OPEN_LOCK = threading.Lock()
 
 
@@ -169,12 +197,35 @@ def _is_lock_error(exc: BaseException) -> bool:
     return "lock" in text.lower() and ("Could not set lock" in text or "Conflicting lock" in text)
 
 
-def _connect_with_retry(path: str, lock_timeout: float) -> duckdb.DuckDBPyConnection:
+def translate_duckdb_error(exc: BaseException, path: str, what: str = "") -> BaseException:
+    """The project's view of a DuckDB exception: an interrupted query (Ctrl-C inside DuckDB) becomes
+    :class:`KeyboardInterrupt`, a write to a read-only store :class:`StoreReadOnlyError`, anything else a
+    :class:`StoreError` naming the store file; other exceptions are returned unchanged."""
+    if isinstance(exc, duckdb.InterruptException):
+        return KeyboardInterrupt()
+    if not isinstance(exc, duckdb.Error):
+        return exc
+    text = " ".join(str(exc).split())
+    if "read-only" in text.lower() or "read only" in text.lower():
+        return StoreReadOnlyError(f"the store {path} is open read-only{': ' + what if what else ''}; {text}")
+    return StoreError(f"store {path}{': ' + what if what else ''}: {text}")
+
+
+@contextmanager
+def duckdb_errors(path: str, what: str = "") -> Iterator[None]:
+    """Re-raise DuckDB exceptions inside the block as the project's coded errors (:func:`translate_duckdb_error`)."""
+    try:
+        yield
+    except duckdb.Error as exc:
+        raise translate_duckdb_error(exc, path, what) from exc
+
+
+def _connect_with_retry(path: str, lock_timeout: float, read_only: bool = False) -> duckdb.DuckDBPyConnection:
     deadline = time.monotonic() + max(lock_timeout, 0.0)
     delay = 0.05
     while True:
         try:
-            return duckdb.connect(path)
+            return duckdb.connect(path, read_only=read_only)
         except duckdb.IOException as exc:
             if not _is_lock_error(exc):
                 raise StoreError(f"cannot open the store {path}: {exc}") from exc
@@ -190,42 +241,156 @@ def _connect_with_retry(path: str, lock_timeout: float) -> duckdb.DuckDBPyConnec
             delay = min(delay * 2, 1.0)
 
 
+class SegmentLength(NamedTuple):
+    """A segment's trace and length in tokens (see :meth:`Store.segment_lengths`)."""
+
+    trace_id: str
+    n_tokens: int
+
+
+class ProgressFile:
+    """A small JSON file beside the store (``<db>.progress.json``) that a writing command keeps up to date.
+
+    DuckDB lets no other process open a file, even read-only, while one process writes it (see
+    ``shared/pitfalls/DB-01``), so ``ror status`` reads this file to show a running job. It is written
+    atomically (temporary file + rename), at most once per ``min_interval`` seconds for progress
+    updates, and always at a run's start and end. It holds counts and stage names only: never
+    parameters, so no secret can reach it.
+    """
+
+    def __init__(self, path: Path, min_interval: float | None = None) -> None:
+        import os
+
+        self.path = path
+        # ROR_PROGRESS_INTERVAL (seconds) lets a watcher (or a test) ask for finer updates.
+        self.min_interval = float(os.environ.get("ROR_PROGRESS_INTERVAL", "1.0")) if min_interval is None else min_interval
+        self._last = 0.0
+        self._state: dict[str, Any] = {}
+
+    @classmethod
+    def for_store(cls, db_path: str) -> "ProgressFile | None":
+        """The progress file of the store at ``db_path`` (None for in-memory stores)."""
+        return None if db_path == ":memory:" else cls(Path(db_path + ".progress.json"))
+
+    def start(self, run: Run) -> None:
+        import os
+
+        self._state = {
+            "run_id": run.run_id, "command": run.command, "pid": os.getpid(), "status": "running",
+            "started_at": run.started_at.isoformat(), "stages": {},
+        }
+        self._write(force=True)
+
+    def update(self, stage: str, *, done: int, total: int | None, info: str = "") -> None:
+        """Record that ``stage`` has done ``done`` of ``total`` units (throttled)."""
+        if not self._state:
+            return
+        first = stage not in self._state["stages"]
+        self._state["stages"][stage] = {"done": done, "total": total, "info": info}
+        self._write(force=first or (total is not None and done >= total))
+
+    def finish(self, run: Run, status: str) -> None:
+        if not self._state:
+            return
+        self._state["status"] = status
+        self._state["counts"] = run.counts
+        self._state["ended_at"] = utc_now().isoformat()
+        self._write(force=True)
+
+    def _write(self, *, force: bool) -> None:
+        now = time.monotonic()
+        if not force and now - self._last < self.min_interval:
+            return
+        self._last = now
+        self._state["updated_at"] = utc_now().isoformat()
+        tmp = self.path.with_name(self.path.name + f".{uuid.uuid4().hex[:6]}.tmp")
+        try:
+            tmp.write_text(json.dumps(self._state, default=str), encoding="utf-8")
+            tmp.replace(self.path)
+        except OSError:
+            tmp.unlink(missing_ok=True)  # read-only media or a full disk must not fail the job itself
+
+    @staticmethod
+    def read(db_path: str | Path) -> dict[str, Any] | None:
+        """The last state written beside the store at ``db_path``, or None."""
+        path = Path(str(Path(db_path).expanduser().resolve()) + ".progress.json")
+        try:
+            return json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+
+
 class Store:
     """A DuckDB-backed store of traces, segments, labels and runs.
 
     Parameters
     ----------
     path : str or Path, default ``"ror.duckdb"``
-        The database file; created (with parents) if missing. ``":memory:"`` works for tests.
+        The database file; created (with parents) if missing, unless ``read_only``. ``":memory:"``
+        works for tests.
     lock_timeout : float, default 10.0
         Seconds to keep retrying (with backoff) while another process holds the file's lock.
+    read_only : bool, default False
+        Open without writing anything (no migration, no run record): for commands that only read
+        (``status``, ``agree``) and for stores on read-only media. Writes raise
+        :class:`StoreReadOnlyError`.
 
     Raises
     ------
     StoreLockedError
         The file stayed locked by another process for ``lock_timeout`` seconds.
     SchemaVersionError
-        The file was written by a newer ror_annotate.
+        The file was written by a newer ror_annotate (or, read-only, by an older one that needs a
+        migration first).
+    StoreError
+        ``read_only`` and there is no store file at ``path``; or DuckDB could not open it.
     """
 
-    def __init__(self, path: str | Path = DEFAULT_DB, *, lock_timeout: float = 10.0) -> None:
+    def __init__(self, path: str | Path = DEFAULT_DB, *, lock_timeout: float = 10.0, read_only: bool = False) -> None:
         self.path = str(path) if str(path) == ":memory:" else str(Path(path).expanduser().resolve())
-        if self.path != ":memory:":
+        self.read_only = read_only and self.path != ":memory:"
+        if self.read_only and not Path(self.path).is_file():
+            raise StoreError(f"no store at {self.path}; check --db (or ROR_DB), or create one with `ror ingest FILE`")
+        if self.path != ":memory:" and not self.read_only:
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-        self._tx_depth = 0
         self._closed = False
+        self._progress: ProgressFile | None = None
         with _OPEN_LOCK:
             entry = _OPEN.get(self.path) if self.path != ":memory:" else None
+            if entry is not None and entry.read_only and not self.read_only:
+                raise StoreError(
+                    f"the store {self.path} is already open read-only in this process; close that handle before writing"
+                )
             if entry is None:
-                con = _connect_with_retry(self.path, lock_timeout)
-                entry = [con, 0]
+                entry = _Shared(_connect_with_retry(self.path, lock_timeout, self.read_only), self.read_only)
                 if self.path != ":memory:":
                     _OPEN[self.path] = entry
-            entry[1] += 1
-            self._entry = entry
-        self.con: duckdb.DuckDBPyConnection = entry[0]
-        self._ensure_versions_table()
-        self.migrate("core", CORE_MIGRATIONS)
+            entry.refs += 1
+            self._shared = entry
+        self.con: duckdb.DuckDBPyConnection = entry.con
+        try:
+            if entry.read_only:
+                self._check_readable()
+            else:
+                self._ensure_versions_table()
+                self.migrate("core", CORE_MIGRATIONS)
+        except BaseException:
+            self.close()
+            raise
+
+    def _check_readable(self) -> None:
+        found = self.con.execute(
+            "SELECT count(*) FROM information_schema.tables WHERE table_name = 'schema_versions'"
+        ).fetchone()[0]
+        version = self.schema_version("core") if found else 0
+        if version != len(CORE_MIGRATIONS):
+            raise SchemaVersionError(
+                f"the store {self.path} has core schema v{version} and this ror_annotate expects v{len(CORE_MIGRATIONS)}; "
+                "it cannot be opened read-only until a writing command (e.g. `ror status --write`, `ror ingest`) "
+                "has migrated it" if version < len(CORE_MIGRATIONS) else
+                f"the store {self.path} has core schema v{version}, newer than this ror_annotate knows "
+                f"(v{len(CORE_MIGRATIONS)}): upgrade ror_annotate"
+            )
 
     # ------------------------------------------------------------------ lifecycle
     def close(self) -> None:
@@ -234,10 +399,11 @@ class Store:
             return
         self._closed = True
         with _OPEN_LOCK:
-            self._entry[1] -= 1
-            if self._entry[1] <= 0:
+            self._shared.refs -= 1
+            if self._shared.refs <= 0:
                 self.con.close()
-                _OPEN.pop(self.path, None)
+                if _OPEN.get(self.path) is self._shared:
+                    _OPEN.pop(self.path, None)
 
     def __enter__(self) -> "Store":
         return self
@@ -245,23 +411,46 @@ class Store:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def _require_writable(self, what: str) -> None:
+        if self.read_only:
+            raise StoreReadOnlyError(f"cannot {what}: the store {self.path} is open read-only")
+
     @contextmanager
     def transaction(self) -> Iterator["Store"]:
-        """All writes inside the block land together or not at all (nested blocks join the outer one)."""
-        if self._tx_depth == 0:
-            self.con.execute("BEGIN TRANSACTION")
-        self._tx_depth += 1
-        try:
-            yield self
-        except BaseException:
-            self._tx_depth -= 1
-            if self._tx_depth == 0:
-                self.con.execute("ROLLBACK")
-            raise
-        else:
-            self._tx_depth -= 1
-            if self._tx_depth == 0:
-                self.con.execute("COMMIT")
+        """All writes inside the block land together or not at all.
+
+        Nested blocks, and blocks opened through another :class:`Store` handle on the same file in
+        this process, join the outermost one. DuckDB errors inside the block roll it back and are
+        re-raised as :class:`StoreError` (an interrupted query as :class:`KeyboardInterrupt`).
+        """
+        shared = self._shared
+        with shared.lock:
+            if shared.tx_depth == 0:
+                with duckdb_errors(self.path, "begin transaction"):
+                    self.con.execute("BEGIN TRANSACTION")
+            shared.tx_depth += 1
+            try:
+                yield self
+            except BaseException as exc:
+                shared.tx_depth -= 1
+                if shared.tx_depth == 0:
+                    try:
+                        self.con.execute("ROLLBACK")
+                    except duckdb.Error:
+                        pass  # the failed statement may already have aborted the transaction
+                if isinstance(exc, duckdb.Error):
+                    raise translate_duckdb_error(exc, self.path) from exc
+                raise
+            else:
+                shared.tx_depth -= 1
+                if shared.tx_depth == 0:
+                    with duckdb_errors(self.path, "commit"):
+                        self.con.execute("COMMIT")
+
+    @property
+    def in_transaction(self) -> bool:
+        """Whether a :meth:`transaction` block is open on this file in this process."""
+        return self._shared.tx_depth > 0
 
     # ------------------------------------------------------------------ schema
     def _ensure_versions_table(self) -> None:
@@ -283,6 +472,21 @@ class Store:
         Raises :class:`SchemaVersionError` when the store is newer than ``migrations``.
         """
         current = self.schema_version(component)
+        if self.read_only and current < len(migrations):
+            if current == 0:
+                # The stage never ran on this store: give its readers empty tables for this
+                # connection only (DuckDB allows temporary tables on a read-only file).
+                if component in self._shared.temp_components:
+                    return 0
+                self._shared.temp_components.add(component)
+                for version in range(len(migrations)):
+                    for statement in _split_sql(migrations[version]):
+                        self.con.execute(re.sub(r"\bCREATE\s+TABLE\b", "CREATE TEMP TABLE", statement, count=1, flags=re.IGNORECASE))
+                return 0
+            raise SchemaVersionError(
+                f"the store {self.path} has {component} schema v{current} and this ror_annotate expects "
+                f"v{len(migrations)}; open it once with a writing command to migrate it"
+            )
         if current > len(migrations):
             raise SchemaVersionError(
                 f"the store {self.path} has {component} schema v{current}, but this ror_annotate knows only "
@@ -300,8 +504,13 @@ class Store:
 
     # ------------------------------------------------------------------ generic access
     def execute(self, sql: str, params: Sequence[Any] | dict[str, Any] | None = None) -> duckdb.DuckDBPyConnection:
-        """Run one SQL statement on the shared connection (for stages' own tables)."""
-        return self.con.execute(sql, params) if params is not None else self.con.execute(sql)
+        """Run one SQL statement on the shared connection, for a stage's own tables.
+
+        Core tables (traces, segmentations, segments, labels, runs) are written only through this
+        class's methods. DuckDB errors are raised as :class:`StoreError` (see :func:`duckdb_errors`).
+        """
+        with duckdb_errors(self.path):
+            return self.con.execute(sql, params) if params is not None else self.con.execute(sql)
 
     def query_arrow(self, sql: str, params: Sequence[Any] | None = None) -> pa.Table:
         """Run a query and return the result as a ``pyarrow.Table``."""
@@ -344,6 +553,7 @@ class Store:
         StoreError
             A stored trace has the same id but different text (ids must be stable); nothing is written.
         """
+        self._require_writable("store traces")
         traces = list(traces)
         if not traces:
             return {"inserted": 0, "unchanged": 0}
@@ -423,6 +633,39 @@ class Store:
         rows = self.con.execute("SELECT trace_id, segmenter, token_counter, n_segments FROM segmentations").fetchall()
         return {r[0]: (r[1], r[2], int(r[3])) for r in rows}
 
+    def register_trace_dependent(self, table: str, policy: DependentPolicy, *, component: str) -> None:
+        """Declare that ``table`` (a stage's own table with a ``trace_id`` column) refers to segments.
+
+        ``policy`` says what :meth:`replace_segments` does with that table's rows of a trace whose
+        segmentation changes: ``"cascade"`` deletes them in the same transaction (derived data such
+        as cached judge responses), ``"refuse"`` makes re-segmenting fail while any exist (review
+        items and tasks that a Label Studio server also holds). A table with a ``trace_id`` column
+        that nobody registered is treated as ``"refuse"``. Stages call this from their migrations.
+        """
+        if policy not in ("cascade", "refuse"):
+            raise StoreError(f"unknown dependent policy {policy!r} for table {table!r}: use 'cascade' or 'refuse'")
+        if self.read_only:
+            return
+        with duckdb_errors(self.path, f"register {table}"):
+            self.con.execute("INSERT OR REPLACE INTO trace_dependents VALUES (?, ?, ?)", [table, policy, component])
+
+    def _trace_dependents(self, trace_id: str) -> dict[str, tuple[str, int]]:
+        """``{table: (policy, n_rows)}`` for every stage table holding rows of ``trace_id``."""
+        tables = [
+            r[0] for r in self.con.execute(
+                "SELECT DISTINCT table_name FROM information_schema.columns WHERE column_name = 'trace_id' "
+                "AND table_schema = current_schema()"
+            ).fetchall()
+            if r[0] not in CORE_TABLES
+        ]
+        policies = dict(self.con.execute("SELECT table_name, policy FROM trace_dependents").fetchall())
+        found: dict[str, tuple[str, int]] = {}
+        for table in sorted(tables):
+            n = int(self.con.execute(f'SELECT count(*) FROM "{table}" WHERE trace_id = ?', [trace_id]).fetchone()[0])
+            if n:
+                found[table] = (policies.get(table, "refuse"), n)
+        return found
+
     def replace_segments(
         self,
         trace_id: str,
@@ -437,42 +680,47 @@ class Store:
 
         Returns ``"inserted"``, ``"unchanged"`` (same spans already stored) or ``"replaced"``.
 
+        A segment is identified by ``(trace_id, segment_index)``; that identity must never silently
+        point at new text. So when the spans change:
+
+        - labels of the trace: without ``force`` re-segmenting is refused; with ``force`` they are
+          deleted;
+        - rows of other stages (registered with :meth:`register_trace_dependent`): ``cascade``
+          tables lose the trace's rows in the same transaction, ``refuse`` tables (and unregistered
+          ones) make re-segmenting fail, even with ``force``, while they hold rows of the trace.
+
         Raises
         ------
         StoreError
-            The trace already has a different segmentation that labels refer to, and ``force`` is
-            False (re-segmenting would orphan them). With ``force`` those labels are deleted.
+            The trace is segmented differently and labels refer to it (without ``force``), or a
+            ``refuse`` table refers to it; nothing is written.
         """
+        self._require_writable("store segments")
         spans = [(s.char_start, s.char_end, s.n_tokens) for s in segments]
-        old = self.con.execute(
-            "SELECT char_start, char_end, n_tokens FROM segments WHERE trace_id = ? ORDER BY segment_index", [trace_id]
-        ).fetchall()
-        if old and [tuple(r) for r in old] == spans:
-            # Same spans under another rule-set id: record the new provenance, keep every label.
-            self.con.execute(
-                "UPDATE segmentations SET segmenter = ?, token_counter = ? WHERE trace_id = ? AND (segmenter <> ? OR token_counter <> ?)",
-                [segmenter, token_counter, trace_id, segmenter, token_counter],
-            )
-            return "unchanged"
-        n_labels = self.con.execute("SELECT count(*) FROM labels WHERE trace_id = ?", [trace_id]).fetchone()[0]
-        if old and n_labels and not force:
-            raise StoreError(
-                f"trace {trace_id!r} is already segmented differently in {self.path} and {n_labels} labels refer to "
-                "those segments; re-segmenting would orphan them. Use another --db, or --force to drop those labels"
-            )
-        table = pa.table(
-            {
-                "trace_id": [trace_id] * len(segments),
-                "segment_index": pa.array([s.segment_index for s in segments], type=pa.int32()),
-                "char_start": pa.array([s.char_start for s in segments], type=pa.int32()),
-                "char_end": pa.array([s.char_end for s in segments], type=pa.int32()),
-                "text": [s.text for s in segments],
-                "n_tokens": pa.array([s.n_tokens for s in segments], type=pa.int32()),
-            }
-        )
-        with self.transaction():
+        with duckdb_errors(self.path, f"segments of {trace_id!r}"), self.transaction():
+            old = self.con.execute(
+                "SELECT char_start, char_end, n_tokens FROM segments WHERE trace_id = ? ORDER BY segment_index", [trace_id]
+            ).fetchall()
+            if old and [tuple(r) for r in old] == spans:
+                # Same spans under another rule-set id: record the new provenance, keep every label.
+                self.con.execute(
+                    "UPDATE segmentations SET segmenter = ?, token_counter = ? WHERE trace_id = ? AND (segmenter <> ? OR token_counter <> ?)",
+                    [segmenter, token_counter, trace_id, segmenter, token_counter],
+                )
+                return "unchanged"
             if old:
-                self.con.execute("DELETE FROM labels WHERE trace_id = ?", [trace_id])
+                self._clear_dependents(trace_id, force)
+            table = pa.table(
+                {
+                    "trace_id": [trace_id] * len(segments),
+                    "segment_index": pa.array([s.segment_index for s in segments], type=pa.int32()),
+                    "char_start": pa.array([s.char_start for s in segments], type=pa.int32()),
+                    "char_end": pa.array([s.char_end for s in segments], type=pa.int32()),
+                    "text": [s.text for s in segments],
+                    "n_tokens": pa.array([s.n_tokens for s in segments], type=pa.int32()),
+                }
+            )
+            if old:
                 self.con.execute("DELETE FROM segments WHERE trace_id = ?", [trace_id])
             self.insert_arrow("segments", table)
             self.con.execute(
@@ -480,6 +728,27 @@ class Store:
                 [trace_id, segmenter, token_counter, len(segments), to_naive_utc(utc_now()), run_id],
             )
         return "replaced" if old else "inserted"
+
+    def _clear_dependents(self, trace_id: str, force: bool) -> None:
+        """Refuse, or delete what refers to the old segments of ``trace_id`` (see :meth:`replace_segments`)."""
+        n_labels = self.con.execute("SELECT count(*) FROM labels WHERE trace_id = ?", [trace_id]).fetchone()[0]
+        if n_labels and not force:
+            raise StoreError(
+                f"trace {trace_id!r} is already segmented differently in {self.path} and {n_labels} labels refer to "
+                "those segments; re-segmenting would orphan them. Use another --db, or --force to drop those labels"
+            )
+        dependents = self._trace_dependents(trace_id)
+        refusing = {t: n for t, (policy, n) in dependents.items() if policy == "refuse"}
+        if refusing:
+            listed = ", ".join(f"{t} ({n} rows)" for t, n in refusing.items())
+            raise StoreError(
+                f"trace {trace_id!r} cannot be re-segmented in {self.path}: other stages refer to its segments "
+                f"({listed}), e.g. a review study whose tasks a Label Studio server holds. Re-segmenting would make "
+                "those rows point at new text. Use another --db for the new segmentation"
+            )
+        self.con.execute("DELETE FROM labels WHERE trace_id = ?", [trace_id])
+        for table in dependents:
+            self.con.execute(f'DELETE FROM "{table}" WHERE trace_id = ?', [trace_id])
 
     def segments(self, trace_id: str | None = None) -> list[Segment]:
         """Stored segments of one trace (or of all traces), ordered by trace then index.
@@ -513,6 +782,7 @@ class Store:
 
         Raises :class:`StoreError` if a label names a segment that is not stored.
         """
+        self._require_writable("store labels")
         labels = list(labels)
         if not labels:
             return 0
@@ -552,6 +822,20 @@ class Store:
         finally:
             self._unregister(view)
         return len(labels)
+
+    def delete_labels(self, label_ids: Iterable[str]) -> int:
+        """Delete the labels with these :attr:`Label.label_id` values, in one transaction.
+
+        Returns how many were stored (and are now deleted); unknown ids are ignored.
+        """
+        self._require_writable("delete labels")
+        ids = list(label_ids)
+        if not ids:
+            return 0
+        with duckdb_errors(self.path, "delete labels"), self.transaction():
+            n = int(self.con.execute("SELECT count(*) FROM labels WHERE list_contains(?, label_id)", [ids]).fetchone()[0])
+            self.con.execute("DELETE FROM labels WHERE list_contains(?, label_id)", [ids])
+        return n
 
     def labels(
         self,
@@ -604,6 +888,32 @@ class Store:
             for r in rows
         ]
 
+    def label_counts(self, trace_ids: Sequence[str] | None = None) -> dict[tuple[str, str], dict[str, int]]:
+        """``{(source, annotator): {label: n_labels}}`` over all traces or ``trace_ids`` (counted in SQL)."""
+        sql = "SELECT source, annotator, label, count(*) FROM labels"
+        params: list[Any] = []
+        if trace_ids is not None:
+            sql += " WHERE list_contains(?, trace_id)"
+            params.append(list(trace_ids))
+        out: dict[tuple[str, str], dict[str, int]] = {}
+        with duckdb_errors(self.path, "count labels"):
+            for source, annotator, name, n in self.con.execute(sql + " GROUP BY ALL ORDER BY ALL", params).fetchall():
+                out.setdefault((source, annotator), {})[name] = int(n)
+        return out
+
+    def segment_lengths(self, trace_ids: Sequence[str] | None = None) -> list[SegmentLength]:
+        """``(trace_id, n_tokens)`` of every stored segment (of ``trace_ids``), without loading texts.
+
+        Accepted by :func:`ror_annotate.segment.segment_stats` like full segments.
+        """
+        sql = "SELECT trace_id, n_tokens FROM segments"
+        params: list[Any] = []
+        if trace_ids is not None:
+            sql += " WHERE list_contains(?, trace_id)"
+            params.append(list(trace_ids))
+        with duckdb_errors(self.path, "read segments"):
+            return [SegmentLength(r[0], int(r[1])) for r in self.con.execute(sql + " ORDER BY trace_id, segment_index", params).fetchall()]
+
     def annotators(self) -> list[tuple[str, str, int]]:
         """``(source, annotator, n_labels)`` for every annotator with labels in the store."""
         return [
@@ -615,40 +925,92 @@ class Store:
 
     # ------------------------------------------------------------------ runs
     def start_run(self, command: str, parameters: dict[str, Any] | None = None) -> Run:
-        """Record the start of a command; secrets in ``parameters`` are scrubbed before writing."""
+        """Record the start of a command; secrets in ``parameters`` are scrubbed before writing.
+
+        Prefer :meth:`run`, which also records how the command ended.
+        """
         from .provenance import package_versions
 
+        self._require_writable("record a run")
         run = Run(
             run_id=f"run-{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}",
             command=command,
             parameters=scrub_secrets(parameters or {}),
             package_versions=package_versions(),
         )
-        self.con.execute(
-            "INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            [
-                run.run_id, run.command, json.dumps(run.parameters, default=str), json.dumps(run.package_versions),
-                to_naive_utc(run.started_at), None, run.status, json.dumps(run.counts),
-            ],
-        )
+        with duckdb_errors(self.path, "record a run"):
+            self.con.execute(
+                "INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                [
+                    run.run_id, run.command, json.dumps(run.parameters, default=str), json.dumps(run.package_versions),
+                    to_naive_utc(run.started_at), None, run.status, json.dumps(run.counts),
+                ],
+            )
         return run
 
     def finish_run(self, run_id: str, *, status: str = "ok", counts: dict[str, Any] | None = None) -> None:
         """Record the end of a run with its final status and counts (merged into any stored counts)."""
-        row = self.con.execute("SELECT counts FROM runs WHERE run_id = ?", [run_id]).fetchone()
-        merged = json.loads(row[0]) if row and row[0] else {}
-        merged.update(counts or {})
-        self.con.execute(
-            "UPDATE runs SET ended_at = ?, status = ?, counts = ? WHERE run_id = ?",
-            [to_naive_utc(utc_now()), status, json.dumps(merged, default=str), run_id],
-        )
+        with duckdb_errors(self.path, "record a run"):
+            row = self.con.execute("SELECT counts FROM runs WHERE run_id = ?", [run_id]).fetchone()
+            merged = json.loads(row[0]) if row and row[0] else {}
+            merged.update(counts or {})
+            self.con.execute(
+                "UPDATE runs SET ended_at = ?, status = ?, counts = ? WHERE run_id = ?",
+                [to_naive_utc(utc_now()), status, json.dumps(merged, default=str), run_id],
+            )
 
     def update_run_counts(self, run_id: str, counts: dict[str, Any]) -> None:
         """Merge ``counts`` into a running run's counts (e.g. live usage accounting)."""
-        row = self.con.execute("SELECT counts FROM runs WHERE run_id = ?", [run_id]).fetchone()
-        merged = json.loads(row[0]) if row and row[0] else {}
-        merged.update(counts)
-        self.con.execute("UPDATE runs SET counts = ? WHERE run_id = ?", [json.dumps(merged, default=str), run_id])
+        with duckdb_errors(self.path, "record a run"):
+            row = self.con.execute("SELECT counts FROM runs WHERE run_id = ?", [run_id]).fetchone()
+            merged = json.loads(row[0]) if row and row[0] else {}
+            merged.update(counts)
+            self.con.execute("UPDATE runs SET counts = ? WHERE run_id = ?", [json.dumps(merged, default=str), run_id])
+
+    @contextmanager
+    def run(self, command: str, parameters: dict[str, Any] | None = None) -> Iterator[Run]:
+        """Track one command as a run: the one way every command records itself.
+
+        Yields the :class:`Run` (fill ``run.counts`` as the work goes). On exit the run is recorded
+        ``ok``, ``interrupted`` (KeyboardInterrupt, which SIGTERM also becomes in the CLI) or
+        ``failed`` (any other exception, whose type and message are kept in ``counts["error"]``,
+        secrets scrubbed), and the exception propagates. Secrets in ``parameters`` are scrubbed
+        once, by :meth:`start_run`. The progress file beside the store (:class:`ProgressFile`)
+        records the same outcome, so ``ror status`` can show it while the store is locked.
+        """
+        run = self.start_run(command, parameters)
+        progress = ProgressFile.for_store(self.path)
+        outer, self._progress = self._progress, progress
+        if progress is not None:
+            progress.start(run)
+        status = "failed"
+        try:
+            yield run
+            status = "ok"
+        except KeyboardInterrupt:
+            status = "interrupted"
+            raise
+        except duckdb.InterruptException as exc:  # Ctrl-C while DuckDB ran a query
+            status = "interrupted"
+            raise KeyboardInterrupt() from exc
+        except SystemExit as exc:
+            status = "ok" if exc.code in (0, None) else "failed"
+            raise
+        except BaseException as exc:
+            run.counts["error"] = scrub_url(f"{type(exc).__name__}: {' '.join(str(exc).split())}")[:500]
+            raise
+        finally:
+            self._progress = outer
+            try:
+                self.finish_run(run.run_id, status=status, counts=run.counts)
+            finally:
+                if progress is not None:
+                    progress.finish(run, status)
+
+    def report_progress(self, stage: str, *, done: int, total: int | None, info: str = "") -> None:
+        """Note a running stage's progress in the progress file (no-op outside :meth:`run`)."""
+        if self._progress is not None:
+            self._progress.update(stage, done=done, total=total, info=info)
 
     def runs(self) -> list[Run]:
         """All recorded runs, oldest first."""

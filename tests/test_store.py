@@ -12,7 +12,7 @@ import pytest
 
 from ror_annotate.errors import SchemaVersionError, StoreError, StoreLockedError
 from ror_annotate.records import Label, Segment, Trace
-from ror_annotate.store import Store, scrub_secrets
+from ror_annotate.store import CORE_MIGRATIONS, Store, scrub_secrets
 
 from .conftest import load_pitfall
 
@@ -104,7 +104,7 @@ def test_transaction_rolls_back_on_error(db_path: Path) -> None:
 
 def test_schema_versions_and_stage_migrations(db_path: Path) -> None:
     with Store(db_path) as store:
-        assert store.schema_version("core") == 1
+        assert store.schema_version("core") == len(CORE_MIGRATIONS)
         store.migrate("demo", ["CREATE TABLE demo (x INTEGER)", "ALTER TABLE demo ADD COLUMN y INTEGER"])
         assert store.schema_version("demo") == 2
         store.migrate("demo", ["CREATE TABLE demo (x INTEGER)", "ALTER TABLE demo ADD COLUMN y INTEGER"])  # no-op
@@ -168,22 +168,22 @@ def test_db01_lock_across_processes(db_path: Path) -> None:
 
 def test_resegmenting_with_the_same_rules_does_no_work(db_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A re-run skips traces segmented by the same rule set, cap and counter; a new cap re-segments."""
-    from ror_annotate.cli.core import do_segment
-    from ror_annotate.segment import Segmenter
+    from ror_annotate import pipeline
+    from ror_annotate.segment import SEGMENTER_NAME, Segmenter
 
     with Store(db_path) as store:
         store.upsert_traces([_trace()])
-        first = do_segment(store, ["t1"], tokenizer=None, max_tokens=125, force=False, run_id="r1", progress=None)
-        assert first["inserted"] == 1 and first["segments"] == len(store.segments("t1"))
+        first = pipeline.segment(store, ["t1"], max_tokens=125)
+        assert first.inserted == 1 and first.segments == len(store.segments("t1"))
 
         def must_not_run(self, text, trace_id):
             raise AssertionError("segmenter ran again on an unchanged trace")
 
         monkeypatch.setattr(Segmenter, "segment", must_not_run)
-        again = do_segment(store, ["t1"], tokenizer=None, max_tokens=125, force=False, run_id="r2", progress=None)
-        assert again == {"unchanged": 1, "segments": first["segments"]}
+        again = pipeline.segment(store, ["t1"], max_tokens=125)
+        assert (again.unchanged, again.inserted, again.replaced, again.segments) == (1, 0, 0, first.segments)
         monkeypatch.undo()
-        other_cap = do_segment(store, ["t1"], tokenizer=None, max_tokens=64, force=False, run_id="r3", progress=None)
+        other_cap = pipeline.segment(store, ["t1"], max_tokens=64)
         # the short trace splits the same way under a 64-token cap: spans kept, provenance updated
-        assert other_cap == {"unchanged": 1, "segments": first["segments"]}
-        assert store.segmentation_of("t1") == ("ror-clause-v1:max64", "approx:regex-v1")
+        assert (other_cap.unchanged, other_cap.replaced, other_cap.segments) == (1, 0, first.segments)
+        assert store.segmentation_of("t1") == (f"{SEGMENTER_NAME}:max64", "approx:regex-v1")

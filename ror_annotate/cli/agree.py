@@ -116,7 +116,7 @@ def agree(
     else:
         if categories is not None:
             raise InputError("--categories applies to --from-csv; labels in the store always use the six behaviors")
-        with open_store(db, lock_timeout, must_exist=True) as store:
+        with open_store(db, lock_timeout, must_exist=True, read_only=True) as store:
             result = agreement_summary(
                 store, annotators=annotator or None, sources=source or None, study=study, with_judge=with_judge,
                 codebook_version=codebook_version, reference=ref, n_resamples=resamples, confidence_level=confidence, seed=seed,

@@ -22,10 +22,31 @@ console = Console()
 err_console = Console(stderr=True)
 
 
+def _sigterm_as_interrupt() -> None:
+    """SIGTERM (``kill``, a scheduler's stop) ends a command like Ctrl-C: one line, exit 130, the run
+    recorded ``interrupted``, finished units of work kept."""
+    import signal
+    import threading
+
+    def handler(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt()
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, handler)
+
+
+def _is_interrupt(exc: BaseException) -> bool:
+    # DuckDB turns Ctrl-C during a query into its own InterruptException ("Query interrupted").
+    if isinstance(exc, KeyboardInterrupt):
+        return True
+    return type(exc).__name__ == "InterruptException" and "duckdb" in type(exc).__module__
+
+
 class RorGroup(TyperGroup):
     """Top-level command group that turns :class:`RorError` into one clear line and exit code 2."""
 
     def invoke(self, ctx: click.Context) -> Any:
+        _sigterm_as_interrupt()
         try:
             return super().invoke(ctx)
         except RorError as exc:
@@ -33,7 +54,9 @@ class RorGroup(TyperGroup):
             message = " ".join(exc.message.split())
             err_console.print(f"[bold red]error[/] [{exc.code}]: {escape(message)}", highlight=False, soft_wrap=True)
             raise typer.Exit(2) from None  # typer vendors click: click.exceptions.Exit is not caught
-        except KeyboardInterrupt:
+        except BaseException as exc:
+            if not _is_interrupt(exc):
+                raise
             err_console.print(
                 "interrupted: everything finished before Ctrl-C is stored; run the same command again to resume",
                 highlight=False, soft_wrap=True,
@@ -61,11 +84,12 @@ LockTimeoutOption = Annotated[
 DEFAULT_DB_PATH = Path(os.environ.get("ROR_DB", "ror.duckdb"))
 
 
-def open_store(db: Path, lock_timeout: float = 10.0, *, must_exist: bool = False):
+def open_store(db: Path, lock_timeout: float = 10.0, *, must_exist: bool = False, read_only: bool = False):
     """Open the store for a command (imported lazily so ``ror --help`` stays fast).
 
     Commands that only read (``status``, ``agree``) pass ``must_exist=True``: a mistyped ``--db``
-    then gets an error instead of a new, empty store file.
+    then gets an error instead of a new, empty store file; with ``read_only`` they write nothing
+    and work on read-only media.
 
     Raises
     ------
@@ -77,7 +101,7 @@ def open_store(db: Path, lock_timeout: float = 10.0, *, must_exist: bool = False
 
     if must_exist and str(db) != ":memory:" and not Path(db).expanduser().is_file():
         raise StoreError(f"no store at {Path(db).expanduser().resolve()}; check --db (or ROR_DB), or create one with `ror ingest FILE`")
-    return Store(db, lock_timeout=lock_timeout)
+    return Store(db, lock_timeout=lock_timeout, read_only=read_only)
 
 
 def parse_fractions(text: str, flag: str = "--split") -> tuple[float, float, float]:

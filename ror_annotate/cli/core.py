@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import statistics
-from collections import Counter
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -14,7 +11,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColum
 from rich.table import Table
 from rich.text import Text
 
-from ..errors import InputError
+from rich.markup import escape
+
 from .app import DEFAULT_DB_PATH, DbOption, LockTimeoutOption, app, console, err_console, open_store, parse_fractions
 from .judge_options import (
     JudgeBaseUrlOption,
@@ -64,6 +62,7 @@ TokenizerOption = Annotated[
     typer.Option("--tokenizer", help="Subject-model fast tokenizer (name or local path) for token counts and token alignment; default: a documented approximation."),
 ]
 MaxTokensSegOption = Annotated[int, typer.Option("--max-segment-tokens", min=8, help="Hard cap on segment length in tokens.")]
+WorkersOption = Annotated[int | None, typer.Option("--workers", min=1, help="Processes segmenting in parallel (default: all cores; the segments are the same for any number).")]
 JudgeSpecOption = Annotated[str, typer.Option("--judge", help="baseline (offline cue-phrase rules) or openai:MODEL.")]
 ForceOption = Annotated[bool, typer.Option("--force", help="Re-segment traces whose stored segmentation differs, deleting their labels.")]
 
@@ -82,132 +81,27 @@ def _progress() -> Progress:
     )
 
 
-@contextmanager
-def _tracked_run(store, command: str, parameters: dict[str, Any]) -> Iterator[Any]:
-    """Record a run in the store: ``ok`` on success, ``failed``/``interrupted`` otherwise."""
-    run = store.start_run(command, parameters)
-    counts: dict[str, Any] = {}
-    try:
-        yield run, counts
-    except KeyboardInterrupt:
-        store.finish_run(run.run_id, status="interrupted", counts=counts)
-        raise
-    except BaseException:
-        store.finish_run(run.run_id, status="failed", counts=counts)
-        raise
-    store.finish_run(run.run_id, status="ok", counts=counts)
-
-
-# --------------------------------------------------------------------------- stages as functions
-def _mapping(preset: str | None, columns: dict[str, str]):
-    from ..traces import PRESETS, ColumnMap
-
-    if not columns:
-        return None
-    base = PRESETS[preset].columns.model_dump() if preset in PRESETS else {}
-    base.update(columns)
-    return ColumnMap(**base)
-
-
-def do_ingest(
-    store, source: str, *, preset: str | None, split: str | None, columns: dict[str, str], skip_invalid: bool, limit: int | None, run_id: str
-) -> tuple[dict[str, int], list[str]]:
-    """Read, validate and store traces; nothing is stored unless the whole input validates.
-
-    Returns the counts and the trace ids of this input, in input order.
-    """
-    from ..traces import load_traces
-
-    mapping = _mapping(preset, columns)
-    with err_console.status(f"reading {source or preset} ..."):
-        result = load_traces(source, columns=mapping, preset=preset, split=split, skip_invalid=skip_invalid, limit=limit)
-    for skipped in result.skipped[:20]:
-        err_console.print(f"[yellow]skipped[/] {skipped.reason}", highlight=False)
-    if len(result.skipped) > 20:
-        err_console.print(f"[yellow]... and {len(result.skipped) - 20} more skipped records[/]")
-    counts = store.upsert_traces(result.traces, run_id=run_id)
-    counts["skipped"] = len(result.skipped)
-    counts["read"] = len(result.traces)
-    return counts, [t.trace_id for t in result.traces]
-
-
-def do_segment(store, trace_ids: Sequence[str], *, tokenizer: str | None, max_tokens: int, force: bool, run_id: str, progress: Progress | None) -> dict[str, int]:
-    """Segment traces and store their segments (idempotent; one transaction per trace).
-
-    A trace already segmented by the same versioned rule set, cap and token counter is skipped
-    without re-running the segmenter (re-runs of the main job cost no segmentation); ``force``
-    re-segments everything.
-    """
-    from ..segment import Segmenter, make_token_counter
-
-    segmenter = Segmenter(max_tokens=max_tokens, token_counter=make_token_counter(tokenizer))
-    segmenter_id = f"{segmenter.name}:max{max_tokens}"
-    counter_name = segmenter.token_counter.name
-    done = store.segmentations()
-    outcome: Counter[str] = Counter()
-    task = progress.add_task("segment", total=len(trace_ids), info="") if progress else None
-    for trace in store.iter_traces(trace_ids):
-        prior = done.get(trace.trace_id)
-        if not force and prior is not None and prior[:2] == (segmenter_id, counter_name):
-            outcome["unchanged"] += 1
-            outcome["segments"] += prior[2]
-        else:
-            segments = segmenter.segment(trace.text, trace.trace_id)
-            status = store.replace_segments(
-                trace.trace_id, segments, segmenter=segmenter_id, token_counter=counter_name, run_id=run_id, force=force
-            )
-            outcome[status] += 1
-            outcome["segments"] += len(segments)
-        if progress is not None and task is not None:
-            progress.update(task, advance=1, info=f"{outcome['segments']} segments")
-    return dict(outcome)
-
-
-def make_judge_checked(judge_spec: str, options: dict[str, Any]):
-    """Build the judge before any work, so a bad spec or a missing API key fails first (ConfigError)."""
-    from ..judge import make_judge
-
-    return make_judge(judge_spec, **options)
-
-
-def do_label(store, trace_ids: Sequence[str], *, judge, run, progress: Progress | None) -> dict[str, Any]:
-    """Label every stored segment of ``trace_ids`` with ``judge`` (from :func:`make_judge_checked`)."""
-    report = judge.label(store, list(trace_ids), run=run, progress=progress)
-    return report.as_counts()
-
-
 def _length_table(store, trace_ids: Sequence[str] | None = None) -> Table:
-    from ..segment import segment_stats
+    from ..segment import METHOD_LENGTH_PROFILE, segment_stats
 
-    segments = store.segments()
-    if trace_ids is not None:
-        wanted = set(trace_ids)
-        segments = [s for s in segments if s.trace_id in wanted]
-    stats = segment_stats(segments)
+    stats = segment_stats(store.segment_lengths(trace_ids))
     table = Table(title="segment length (tokens)", show_header=True)
     table.add_column("statistic")
     table.add_column("ours", justify="right")
     table.add_column("method's corpus", justify="right")
-    reference = {"segments_per_trace": "239", "median": "16", "p5": "3", "p95": "47", "max": "125 (cap)"}
     for key in ("n_segments", "n_traces", "segments_per_trace", "median", "p5", "p95", "max", "mean"):
         if key in stats:
             value = stats[key]
-            table.add_row(key, f"{value:.1f}" if isinstance(value, float) else str(value), reference.get(key, ""))
+            reference = METHOD_LENGTH_PROFILE.get(key)
+            ref_text = "" if reference is None else f"{reference:g}" + (" (cap)" if key == "max" else "")
+            table.add_row(key, f"{value:.1f}" if isinstance(value, float) else str(value), ref_text)
     return table
 
 
 def _label_table(store, trace_ids: Sequence[str] | None = None) -> Table:
     from ..records import BEHAVIORS
 
-    # Counted in SQL: loading every label as a record made `ror status` take seconds per 100k labels.
-    sql = "SELECT source, annotator, label, count(*) FROM labels"
-    params: list[Any] = []
-    if trace_ids is not None:
-        sql += " WHERE list_contains(?, trace_id)"
-        params.append(list(trace_ids))
-    per: dict[tuple[str, str], Counter[str]] = {}
-    for source, annotator, name, n in store.execute(sql + " GROUP BY ALL", params).fetchall():
-        per.setdefault((source, annotator), Counter())[name] = int(n)
+    per = store.label_counts(trace_ids)
     # One column per annotator, behaviors as rows: with eight columns of names an 80-column terminal
     # cut every annotator to "openai:…"; now names fold onto a second line instead.
     table = Table(title="labels", show_header=True)
@@ -216,9 +110,16 @@ def _label_table(store, trace_ids: Sequence[str] | None = None) -> Table:
     for source, annotator in keys:
         table.add_column(f"{annotator} ({source})", justify="right", overflow="fold")
     for name in BEHAVIORS:
-        table.add_row(name, *(str(per[k][name]) for k in keys))
+        table.add_row(name, *(str(per[k].get(name, 0)) for k in keys))
     table.add_row("total", *(str(sum(per[k].values())) for k in keys), style="bold")
     return table
+
+
+def _print_skipped(reasons: Sequence[str], n_skipped: int) -> None:
+    for reason in reasons:
+        err_console.print(f"[yellow]skipped[/] {escape(reason)}", highlight=False)
+    if n_skipped > len(reasons):
+        err_console.print(f"[yellow]... and {n_skipped - len(reasons)} more skipped records[/]")
 
 
 # --------------------------------------------------------------------------- commands
@@ -240,32 +141,35 @@ def ingest(
     lock_timeout: LockTimeoutOption = 10.0,
 ) -> None:
     """Read traces into the store (validated first: a bad record stores nothing)."""
+    from .. import pipeline
+
     columns = _columns(text_field, id_field, problem_field, answer_field, gold_field, model_field, dataset_field)
-    _require_source(source, preset)
-    with open_store(db, lock_timeout) as store, _tracked_run(store, "ingest", {"source": source, "preset": preset, "split": split, **columns}) as (run, counts):
-        counts.update(do_ingest(store, source, preset=preset, split=split, columns=columns, skip_invalid=skip_invalid, limit=limit, run_id=run.run_id)[0])
-        console.print(f"traces: {counts['inserted']} new, {counts['unchanged']} already stored, {counts['skipped']} skipped -> {store.path}")
+    pipeline.check_source(source, preset)  # a mistyped path must not create a store
+    with open_store(db, lock_timeout) as store, _progress() as progress:
+        summary = pipeline.ingest(store, source, preset=preset, split=split, columns=columns, skip_invalid=skip_invalid, limit=limit, progress=progress)
+    _print_skipped(summary.skipped_reasons, summary.skipped)
+    console.print(f"traces: {summary.inserted} new, {summary.unchanged} already stored, {summary.skipped} skipped -> {store.path}")
 
 
 @app.command()
 def segment(
     tokenizer: TokenizerOption = None,
     max_segment_tokens: MaxTokensSegOption = 125,
+    workers: WorkersOption = None,
     force: ForceOption = False,
     stats: Annotated[bool, typer.Option("--stats", help="Print the segment length profile (tokens) next to the method's reference figures.")] = False,
     db: DbOption = DEFAULT_DB_PATH,
     lock_timeout: LockTimeoutOption = 10.0,
 ) -> None:
     """Split every stored trace into clause-level segments with exact character offsets."""
+    from .. import pipeline
+
     with open_store(db, lock_timeout, must_exist=True) as store:
-        ids = store.trace_ids()
-        if not ids:
-            raise InputError(f"no traces in {store.path}; run `ror ingest FILE` first")
-        with _tracked_run(store, "segment", {"tokenizer": tokenizer, "max_segment_tokens": max_segment_tokens}) as (run, counts), _progress() as progress:
-            counts.update(do_segment(store, ids, tokenizer=tokenizer, max_tokens=max_segment_tokens, force=force, run_id=run.run_id, progress=progress))
+        with _progress() as progress:
+            summary = pipeline.segment(store, tokenizer=tokenizer, max_tokens=max_segment_tokens, force=force, workers=workers, progress=progress)
         console.print(
-            f"segments: {counts.get('segments', 0)} in {len(ids)} traces "
-            f"({counts.get('inserted', 0)} new, {counts.get('unchanged', 0)} unchanged, {counts.get('replaced', 0)} re-segmented)"
+            f"segments: {summary.segments} in {summary.traces} traces "
+            f"({summary.inserted} new, {summary.unchanged} unchanged, {summary.replaced} re-segmented)"
         )
         if stats:
             console.print(_length_table(store))
@@ -293,20 +197,15 @@ def label(
     lock_timeout: LockTimeoutOption = 10.0,
 ) -> None:
     """Label every stored segment with a judge (the offline baseline by default)."""
+    from .. import pipeline
+
     options = _judge_options_of(locals())
-    the_judge = make_judge_checked(judge, options)
+    the_judge = pipeline.make_judge(judge, options)  # a bad spec or a missing key fails before the store opens
     with open_store(db, lock_timeout, must_exist=True) as store:
-        ids = trace or [t for t in store.trace_ids() if store.segmentation_of(t) is not None]
-        if trace:
-            unknown = sorted(set(trace) - set(store.trace_ids()))
-            if unknown:
-                raise InputError(f"--trace: no trace {', '.join(map(repr, unknown[:5]))}{' ...' if len(unknown) > 5 else ''} in {store.path}; see `ror status`")
-        if not ids:
-            raise InputError(f"no segmented traces in {store.path}; run `ror ingest FILE` and `ror segment` first")
-        with _tracked_run(store, "label", {"judge": judge, **options}) as (run, counts), _progress() as progress:
-            counts.update(do_label(store, ids, judge=the_judge, run=run, progress=progress))
-        console.print(_label_table(store, ids))
-        _print_judge_counts(counts)
+        with _progress() as progress:
+            summary = pipeline.label(store, trace or None, judge=the_judge, judge_options=options, progress=progress)
+        console.print(_label_table(store, None if trace is None else list(trace)))
+    _print_judge_counts(summary.counts())
 
 
 @app.command()
@@ -325,6 +224,7 @@ def run(
     limit: LimitOption = None,
     tokenizer: TokenizerOption = None,
     max_segment_tokens: MaxTokensSegOption = 125,
+    workers: WorkersOption = None,
     judge: JudgeSpecOption = "baseline",
     base_url: JudgeBaseUrlOption = None,
     chunk_size: JudgeChunkSizeOption = None,
@@ -350,30 +250,24 @@ def run(
     lock_timeout: LockTimeoutOption = 10.0,
 ) -> None:
     """The main job: ingest -> segment -> label -> export, with a summary at the end."""
-    from ..export import export_dataset
+    from .. import pipeline
 
-    _require_source(source, preset)
+    pipeline.check_source(source, preset)  # a mistyped path must not create a store
     fractions = parse_fractions(split_fractions, "--split-fractions")
     columns = _columns(text_field, id_field, problem_field, answer_field, gold_field, model_field, dataset_field)
     options = _judge_options_of(locals())
-    the_judge = make_judge_checked(judge, options)
-    out = out or Path("exports") / _dataset_name(source, preset)
-    params = {"source": source, "preset": preset, "split": split, **columns, "tokenizer": tokenizer, "judge": judge, **options, "out": str(out), "labels": labels}
+    the_judge = pipeline.make_judge(judge, options)
     with open_store(db, lock_timeout) as store:
-        with _tracked_run(store, "run", params) as (run_rec, counts):
-            ingested, ids = do_ingest(store, source, preset=preset, split=split, columns=columns, skip_invalid=skip_invalid, limit=limit, run_id=run_rec.run_id)
-            counts["ingest"] = ingested
-            with _progress() as progress:
-                counts["segment"] = do_segment(store, ids, tokenizer=tokenizer, max_tokens=max_segment_tokens, force=False, run_id=run_rec.run_id, progress=progress)
-                counts["label"] = do_label(store, ids, judge=the_judge, run=run_rec, progress=progress)
-            with err_console.status(f"exporting to {out} ..."):
-                summary = export_dataset(
-                    store, out, label_source=labels, tokenizer=tokenizer, chat_template=chat_template, seed=split_seed,
-                    split_fractions=fractions, stratify_by=stratify_by, trace_ids=ids,
-                )
-            counts["export"] = {"out_dir": str(out)}
-        _print_summary(store, ids, ingested, summary)
-        _print_judge_counts(counts["label"])
+        with _progress() as progress:
+            summary = pipeline.run(
+                store, source, preset=preset, split=split, columns=columns, skip_invalid=skip_invalid, limit=limit,
+                tokenizer=tokenizer, max_segment_tokens=max_segment_tokens, workers=workers, judge=the_judge, judge_options=options,
+                out=out, labels=labels, split_seed=split_seed, split_fractions=fractions, stratify_by=stratify_by,
+                chat_template=chat_template, progress=progress,
+            )
+        _print_skipped(summary.ingest.skipped_reasons, summary.ingest.skipped)
+        _print_summary(store, summary)
+    _print_judge_counts(summary.label.counts())
 
 
 # --------------------------------------------------------------------------- helpers
@@ -387,31 +281,18 @@ def _columns(text, id_, problem, answer, gold, model, dataset) -> dict[str, str]
     return {k: v for k, v in given.items() if v is not None}
 
 
-def _require_source(source: str, preset: str | None) -> None:
-    if not source and not preset:
-        raise InputError("no input: give a traces file or dataset name (ror run FILE), or --preset NAME")
+def _print_summary(store, summary) -> None:
+    from ..segment import segment_stats
 
-
-def _dataset_name(source: str, preset: str | None) -> str:
-    if preset and not source:
-        return preset
-    name = Path(source).name if source else "dataset"
-    for suffix in (".jsonl", ".ndjson", ".json", ".parquet"):
-        name = name.removesuffix(suffix)
-    return name.replace("/", "__") or "dataset"
-
-
-def _print_summary(store, ids: Sequence[str], ingested: dict[str, int], summary) -> None:
-    wanted = set(ids)
-    lengths = [s.n_tokens for s in store.segments() if s.trace_id in wanted]
+    ids = summary.ingest.trace_ids
+    stats = segment_stats(store.segment_lengths(ids))
     table = Table(title="ror run: summary", show_header=False)
     table.add_column("what")
     table.add_column("value")
-    table.add_row("input traces", f"{len(ids)} ({ingested.get('inserted', 0)} new, {ingested.get('skipped', 0)} skipped as invalid)")
-    if lengths:
-        q = statistics.quantiles(lengths, n=20, method="inclusive") if len(lengths) > 1 else [lengths[0]] * 19
-        table.add_row("segment tokens median / p5 / p95 / max", f"{statistics.median(lengths):g} / {q[0]:g} / {q[18]:g} / {max(lengths)}")
-    for field, value in summary.table_rows():
+    table.add_row("input traces", f"{len(ids)} ({summary.ingest.inserted} new, {summary.ingest.skipped} skipped as invalid)")
+    if stats["n_segments"]:
+        table.add_row("segment tokens median / p5 / p95 / max", f"{stats['median']:g} / {stats['p5']:g} / {stats['p95']:g} / {stats['max']:g}")
+    for field, value in summary.export.table_rows():
         table.add_row(field, value)
     console.print(table)
 
@@ -430,8 +311,24 @@ def _print_judge_counts(counts: dict[str, Any]) -> None:
 
 @app.command()
 def status(db: DbOption = DEFAULT_DB_PATH, lock_timeout: LockTimeoutOption = 10.0) -> None:
-    """What the store holds: traces, segments, labels per annotator, recent runs."""
-    with open_store(db, lock_timeout, must_exist=True) as store:
+    """What the store holds: traces, segments, labels per annotator, recent runs, and a running job's progress.
+
+    Opens the store read-only (works on read-only media). While another ``ror`` process writes the
+    store (DuckDB then refuses even a read-only open), shows that job's progress instead.
+    """
+    from ..errors import StoreLockedError
+    from ..store import ProgressFile
+
+    try:
+        store = open_store(db, min(lock_timeout, 1.0), must_exist=True, read_only=True)
+    except StoreLockedError:
+        state = ProgressFile.read(db)
+        if state is None:
+            raise
+        console.print(f"{Path(db).expanduser().resolve()}: locked by a running job; its progress:")
+        console.print(_progress_table(state))
+        return
+    with store:
         counts = store.counts()
         console.print(f"{store.path}: {counts['traces']} traces, {counts['segments']} segments, {counts['labels']} labels, {counts['runs']} runs")
         if counts["labels"]:
@@ -448,9 +345,21 @@ def status(db: DbOption = DEFAULT_DB_PATH, lock_timeout: LockTimeoutOption = 10.
             console.print(table)
 
 
+def _progress_table(state: dict[str, Any]) -> Table:
+    table = Table(title=f"{state.get('command', '?')} {state.get('run_id', '')} (pid {state.get('pid', '?')}, updated {state.get('updated_at', '?')})")
+    table.add_column("stage")
+    table.add_column("done", justify="right")
+    table.add_column("total", justify="right")
+    table.add_column("info")
+    for stage, info in (state.get("stages") or {}).items():
+        table.add_row(stage, str(info.get("done", "")), "" if info.get("total") is None else str(info["total"]), str(info.get("info", "")))
+    table.caption = f"status: {state.get('status', '?')}"
+    return table
+
+
 def _run_status(status: str) -> str:
-    # This command holds the store's write lock, so no other process can be running: a run still
-    # marked "running" lost its process (kill -9, power loss, out of memory).
+    # The store opened, so no other process holds it: a run still marked "running" lost its process
+    # (kill -9, power loss, out of memory).
     return "abandoned" if status == "running" else status
 
 

@@ -26,26 +26,15 @@ def export_cmd(
     lock_timeout: LockTimeoutOption = 10.0,
 ) -> None:
     """Export segments (and, with --tokenizer, token-aligned labels) as a Hugging Face dataset with a card."""
-    from ..export import export_dataset
+    from .. import pipeline
 
     fractions = parse_fractions(split)
     out_dir = out or Path("exports") / name
-    params = {"name": name, "out": str(out_dir), "labels": labels, "tokenizer": tokenizer, "chat_template": chat_template,
-              "seed": seed, "split": list(fractions), "stratify_by": stratify_by, "license": license}
-    with open_store(db, lock_timeout) as store:
-        run = store.start_run("export", params)
-        try:
-            with console.status(f"exporting to {out_dir} ..."):
-                summary = export_dataset(
-                    store, out_dir, label_source=labels, tokenizer=tokenizer, chat_template=chat_template, seed=seed,
-                    split_fractions=fractions, stratify_by=stratify_by, name=name, license=license,
-                )
-        except BaseException:
-            store.finish_run(run.run_id, status="failed")
-            raise
-        store.finish_run(run.run_id, counts={"traces": summary.n_traces, "segments": summary.n_segments,
-                                             "tokens": summary.n_tokens, "straddling_tokens": summary.n_straddling,
-                                             "out_dir": str(summary.out_dir), "seconds": round(summary.seconds, 2)})
+    with open_store(db, lock_timeout, must_exist=True) as store, console.status(f"exporting to {out_dir} ..."):
+        summary = pipeline.export(
+            store, out_dir, labels=labels, tokenizer=tokenizer, chat_template=chat_template, split_seed=seed,
+            split_fractions=fractions, stratify_by=stratify_by, name=name, license=license,
+        )
     table = Table(title=f"ror export: {name}", show_header=False)
     table.add_column("what")
     table.add_column("value")

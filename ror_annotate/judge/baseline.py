@@ -30,6 +30,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 BASELINE_NAME = "baseline:cue-v1"
 BASELINE_VERSION = "baseline-cue-v1"
+#: Labels written per transaction: an interrupt loses at most this many, never the whole stage.
+FLUSH_LABELS = 5_000
 
 _I = re.IGNORECASE
 
@@ -180,10 +182,11 @@ class BaselineJudge:
     def label(
         self, store: "Store", trace_ids: Sequence[str], *, run: "Run", progress: "Progress | None" = None
     ) -> JudgeReport:
-        """Label all stored segments of ``trace_ids``; one transaction per call.
+        """Label all stored segments of ``trace_ids``, committing every ``FLUSH_LABELS`` labels.
 
         Idempotent: a segment whose stored baseline label (and rule) is what the rules give now is
         left untouched, with its run and time, and counted as ``skipped``; changed ones are replaced.
+        An interrupt keeps every batch committed before it; re-running labels the rest.
         """
         report = JudgeReport()
         task = progress.add_task("baseline labels", total=len(trace_ids)) if progress else None
@@ -191,12 +194,9 @@ class BaselineJudge:
         for trace in store.iter_traces(trace_ids):
             segments = store.segments(trace.trace_id)
             stored = {
-                (int(r[0]), r[1], r[2])
-                for r in store.execute(
-                    "SELECT segment_index, label, rationale FROM labels WHERE trace_id = ? AND source = 'baseline' "
-                    "AND annotator = ? AND codebook_version = ?",
-                    [trace.trace_id, BASELINE_NAME, BASELINE_VERSION],
-                ).fetchall()
+                (lab.segment_index, lab.label, lab.rationale)
+                for lab in store.labels(source="baseline", annotator=BASELINE_NAME, trace_id=trace.trace_id)
+                if lab.codebook_version == BASELINE_VERSION
             }
             for seg, (behavior, rule) in zip(segments, classify_trace(trace.problem, segments)):
                 if (seg.segment_index, behavior, f"rule:{rule}") in stored:
@@ -208,9 +208,12 @@ class BaselineJudge:
                         annotator=BASELINE_NAME, codebook_version=BASELINE_VERSION, run_id=run.run_id, rationale=f"rule:{rule}",
                     )
                 )
+            if len(labels) >= FLUSH_LABELS:
+                report.labeled += store.upsert_labels(labels)
+                labels = []
             if progress is not None and task is not None:
                 progress.advance(task)
-        report.labeled = store.upsert_labels(labels)
+        report.labeled += store.upsert_labels(labels)
         return report
 
 

@@ -117,6 +117,14 @@ JUDGE_MIGRATIONS: tuple[str, ...] = (
 )
 
 
+def ensure_judge_tables(store: "Store") -> None:
+    """Create or upgrade the judge's tables, and declare them to the store: cached responses and
+    failures of a trace are derived from its segments, so re-segmenting the trace deletes them."""
+    store.migrate("judge", JUDGE_MIGRATIONS)
+    for table in ("judge_cache", "judge_failures"):
+        store.register_trace_dependent(table, "cascade", component="judge")
+
+
 def naive_utc_now():
     """Current UTC time without tzinfo: the store's TIMESTAMP convention."""
     return utc_now().replace(tzinfo=None)
@@ -419,7 +427,7 @@ class LLMJudge:
             The endpoint refused the run as a whole (bad key, unknown model, rejected schema); the
             labels written before stay stored.
         """
-        store.migrate("judge", JUDGE_MIGRATIONS)
+        ensure_judge_tables(store)
         if self.batch:
             from .batch import label_with_batch
 
@@ -429,7 +437,7 @@ class LLMJudge:
     async def label_async(self, store: "Store", trace_ids: Sequence[str], *, run: "Run | None" = None,
                           progress: "Progress | None" = None, report: JudgeReport | None = None) -> JudgeReport:
         """:meth:`label` inside a running event loop (all store writes happen on this loop's thread)."""
-        store.migrate("judge", JUDGE_MIGRATIONS)
+        ensure_judge_tables(store)
         report = report or JudgeReport()
         report.extra.setdefault("unsegmented_traces", 0)
         report.extra.setdefault("windowed_requests", 0)

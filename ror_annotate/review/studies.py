@@ -115,8 +115,12 @@ REVIEW_MIGRATIONS: tuple[str, ...] = (
 
 
 def ensure_tables(store: "Store") -> None:
-    """Create or upgrade the review tables in ``store`` (idempotent)."""
+    """Create or upgrade the review tables in ``store`` (idempotent), and declare the tables that name
+    segments: a Label Studio server holds tasks made from them, so a trace under review must not be
+    re-segmented (the store refuses)."""
     store.migrate("review", REVIEW_MIGRATIONS)
+    for table in ("review_items", "review_assignments", "review_tasks"):
+        store.register_trace_dependent(table, "refuse", component="review")
 
 
 class Study(BaseModel):

@@ -509,8 +509,7 @@ def _write_project(store: "Store", study: Study, ref: ProjectRef, items: list[_P
                 fresh.append(lab)
     stale = [lid for lid in current if lid not in keep]
     if stale:
-        store.execute("DELETE FROM labels WHERE list_contains(?, label_id)", [stale])
-        report.labels_removed += len(stale)
+        report.labels_removed += store.delete_labels(stale)
     report.labels_written += store.upsert_labels(fresh)
     store.execute("DELETE FROM review_annotations WHERE ls_project_id = ?", [ref.ls_project_id])
     if items:

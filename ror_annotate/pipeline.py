@@ -1,0 +1,521 @@
+"""The pipeline as a library: ``ingest -> segment -> label -> export``, and :func:`run`, the main job.
+
+Every function works on an open :class:`~ror_annotate.store.Store`, records itself as a run
+(:meth:`Store.run`) unless it is handed the run of an enclosing job, and returns a typed summary.
+The ``ror`` command line is a thin shell over these functions: it parses options, shows progress
+and prints the summaries. A notebook gets the same behaviour::
+
+    import ror_annotate as ror
+
+    with ror.Store("ror.duckdb") as store:
+        summary = ror.pipeline.run(store, ror.traces.sample_path(), out="exports/sample")
+    print(summary.segment.segments, summary.export.n_rows)
+
+``progress`` arguments take any object with rich's ``Progress`` task API (``add_task``, ``update``,
+``advance``), e.g. a ``rich.progress.Progress``; whatever is given, the stages also keep the
+store's progress file (``<db>.progress.json``) current so ``ror status`` can watch a running job.
+
+Interrupts (Ctrl-C, and SIGTERM in the CLI) stop a stage between units of work: ingest stores
+nothing unless the whole input validated, segmentation commits each trace, judges commit each
+trace or chunk, and the export is built aside and swapped in. Re-running the same call resumes.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .errors import InputError
+from .records import Run
+from .segment import MAX_SEGMENT_TOKENS
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .export import ExportSummary
+    from .judge import Judge
+    from .store import Store
+    from .traces import ColumnMap
+
+__all__ = [
+    "IngestSummary", "SegmentSummary", "LabelSummary", "RunSummary",
+    "check_source", "default_dataset_name", "ingest", "segment", "label", "export", "run",
+]
+
+
+class _Summary(BaseModel):
+    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
+
+
+class IngestSummary(_Summary):
+    """What :func:`ingest` read and stored (counts are traces)."""
+
+    source: str
+    read: int = Field(description="Valid traces read from the input.")
+    inserted: int = Field(description="Traces new to the store.")
+    unchanged: int = Field(description="Traces already stored with the same text.")
+    skipped: int = Field(0, description="Invalid records skipped (only with skip_invalid).")
+    skipped_reasons: list[str] = Field(default_factory=list, description="The first 20 skipped records: where and why.")
+    trace_ids: list[str] = Field(default_factory=list, description="This input's trace ids, in input order.")
+
+    def counts(self) -> dict[str, int]:
+        """The counts recorded with the run."""
+        return {"read": self.read, "inserted": self.inserted, "unchanged": self.unchanged, "skipped": self.skipped}
+
+
+class SegmentSummary(_Summary):
+    """What :func:`segment` did (``segments`` counts the segments of every handled trace)."""
+
+    traces: int
+    segments: int = 0
+    inserted: int = Field(0, description="Traces segmented for the first time.")
+    unchanged: int = Field(0, description="Traces whose stored segmentation was already this one.")
+    replaced: int = Field(0, description="Traces re-segmented (their labels dropped; only with force).")
+    segmenter: str = ""
+    token_counter: str = ""
+
+    def counts(self) -> dict[str, Any]:
+        return self.model_dump()
+
+
+class LabelSummary(_Summary):
+    """What :func:`label` did: the judge's counters (segments, requests, tokens, cost in USD)."""
+
+    annotator: str
+    source: str
+    traces: int
+    labeled: int = 0
+    failed: int = 0
+    skipped: int = 0
+    counts_: dict[str, Any] = Field(default_factory=dict, alias="counts", description="Every counter of the judge's report.")
+
+    def counts(self) -> dict[str, Any]:
+        return dict(self.counts_)
+
+
+class RunSummary(_Summary):
+    """What :func:`run`, the main job, did, stage by stage."""
+
+    run_id: str
+    ingest: IngestSummary
+    segment: SegmentSummary
+    label: LabelSummary
+    export: Any = Field(description="The export's :class:`~ror_annotate.export.ExportSummary`.")
+
+
+# --------------------------------------------------------------------------- progress
+class _TrackedProgress:
+    """Forwards rich's ``Progress`` task calls to an optional display and to the store's progress file."""
+
+    def __init__(self, store: "Store", display: Any = None) -> None:
+        self._store = store
+        self._display = display
+        self._tasks: dict[int, dict[str, Any]] = {}
+
+    def add_task(self, description: str, total: float | None = None, **fields: Any) -> int:
+        task_id = self._display.add_task(description, total=total, **fields) if self._display is not None else len(self._tasks)
+        self._tasks[task_id] = {"description": description, "total": total, "completed": 0, "info": str(fields.get("info", ""))}
+        self._report(task_id)
+        return task_id
+
+    def update(self, task_id: int, *, total: float | None = None, completed: float | None = None,
+               advance: float | None = None, description: str | None = None, **fields: Any) -> None:
+        if self._display is not None:
+            kwargs: dict[str, Any] = {k: v for k, v in (("total", total), ("completed", completed), ("advance", advance), ("description", description)) if v is not None}
+            self._display.update(task_id, **kwargs, **fields)
+        task = self._tasks.setdefault(task_id, {"description": description or "", "total": total, "completed": 0, "info": ""})
+        if total is not None:
+            task["total"] = total
+        if completed is not None:
+            task["completed"] = completed
+        if advance is not None:
+            task["completed"] += advance
+        if description is not None:
+            task["description"] = description
+        if "info" in fields:
+            task["info"] = str(fields["info"])
+        self._report(task_id)
+
+    def advance(self, task_id: int, advance: float = 1) -> None:
+        self.update(task_id, advance=advance)
+
+    def __getattr__(self, name: str) -> Any:  # anything else rich offers (console, remove_task, ...)
+        if self._display is None:
+            raise AttributeError(name)
+        return getattr(self._display, name)
+
+    def _report(self, task_id: int) -> None:
+        task = self._tasks[task_id]
+        total = task["total"]
+        self._store.report_progress(task["description"], done=int(task["completed"]), total=None if total is None else int(total), info=task["info"])
+
+
+@contextmanager
+def _stage(store: "Store", run: Run | None, command: str, parameters: dict[str, Any], progress: Any) -> Iterator[tuple[Run, _TrackedProgress]]:
+    """The run to record into (the enclosing job's, or a new one) and a progress tracker."""
+    tracked = progress if isinstance(progress, _TrackedProgress) else _TrackedProgress(store, progress)
+    if run is not None:
+        yield run, tracked
+        return
+    with store.run(command, parameters) as new_run:
+        yield new_run, tracked
+
+
+# --------------------------------------------------------------------------- input
+def check_source(source: str | Path | None, preset: str | None = None) -> str:
+    """Validate where traces come from before anything is created, and return it as a string.
+
+    A local path must exist and have a known type; a hub name is only checked for form here (no
+    network). Calling this before opening a store means a mistyped path creates no store file.
+
+    Raises
+    ------
+    InputError
+        No input at all, a missing local file, an empty folder or an unknown file type.
+    ConfigError
+        An unknown preset.
+    """
+    from .traces import PRESETS, iter_records
+
+    text = "" if source is None else str(source)
+    if not text and not preset:
+        raise InputError("no input: give a traces file or dataset name (ror run FILE), or --preset NAME")
+    if preset is not None and preset not in PRESETS:
+        from .errors import ConfigError
+
+        raise ConfigError(f"unknown preset {preset!r}. Available presets: {', '.join(sorted(PRESETS))}")
+    if text and text != preset:
+        iter_records(text)  # raises for a missing local file; returns a lazy reader otherwise
+    return text
+
+
+def default_dataset_name(source: str, preset: str | None = None) -> str:
+    """The export's default name for an input: the file name without its suffix, the hub name with
+    ``/`` as ``__``, or the preset's name."""
+    if preset and not source:
+        return preset
+    name = Path(source).name if source else "dataset"
+    for suffix in (".jsonl", ".ndjson", ".json", ".parquet"):
+        name = name.removesuffix(suffix)
+    return name.replace("/", "__") or "dataset"
+
+
+def _column_map(preset: str | None, columns: "dict[str, str] | ColumnMap | None") -> "ColumnMap | None":
+    from .traces import PRESETS, ColumnMap
+
+    if columns is None or isinstance(columns, ColumnMap):
+        return columns
+    if not columns:
+        return None
+    base = PRESETS[preset].columns.model_dump() if preset in PRESETS else {}
+    base.update(columns)
+    return ColumnMap(**base)
+
+
+# --------------------------------------------------------------------------- stages
+def ingest(
+    store: "Store",
+    source: str | Path = "",
+    *,
+    preset: str | None = None,
+    split: str | None = None,
+    columns: "dict[str, str] | ColumnMap | None" = None,
+    skip_invalid: bool = False,
+    limit: int | None = None,
+    run: Run | None = None,
+    progress: Any = None,
+) -> IngestSummary:
+    """Read, validate and store traces; nothing is stored unless the whole input validates.
+
+    Parameters
+    ----------
+    source : str or Path
+        A ``.jsonl``/``.json``/``.parquet`` file, a ``save_to_disk`` folder, or a hub dataset name.
+    preset, split, columns, skip_invalid, limit
+        As in :func:`ror_annotate.traces.load_traces`; ``columns`` maps record fields
+        (``text``, ``trace_id``, ``problem``, ``answer``, ``gold_answer``, ``model``, ``dataset``)
+        to column names and is merged over the preset's mapping.
+    run : Run, optional
+        The enclosing job's run; by default this call records its own ``ingest`` run.
+
+    Raises
+    ------
+    InputError, ConfigError
+        Bad input or options (see :func:`~ror_annotate.traces.load_traces`); nothing is stored.
+    StoreError
+        A trace id already stored with different text; nothing is stored.
+    """
+    from .traces import load_traces
+
+    text = check_source(source, preset)
+    mapping = _column_map(preset, columns)
+    params = {"source": text, "preset": preset, "split": split, **({} if mapping is None else mapping.model_dump(exclude_none=True))}
+    with _stage(store, run, "ingest", params, progress) as (the_run, tracked):
+        task = tracked.add_task("ingest", total=None)
+        result = load_traces(text, columns=mapping, preset=preset, split=split, skip_invalid=skip_invalid, limit=limit)
+        tracked.update(task, total=len(result.traces), completed=len(result.traces))
+        counts = store.upsert_traces(result.traces, run_id=the_run.run_id)
+        summary = IngestSummary(
+            source=result.source, read=len(result.traces), inserted=counts["inserted"], unchanged=counts["unchanged"],
+            skipped=len(result.skipped), skipped_reasons=[f"{s.where}: {s.reason}" if s.reason and s.where not in s.reason else s.reason for s in result.skipped[:20]],
+            trace_ids=[t.trace_id for t in result.traces],
+        )
+        if run is None:
+            the_run.counts.update(summary.counts())
+        return summary
+
+
+def segment(
+    store: "Store",
+    trace_ids: Sequence[str] | None = None,
+    *,
+    tokenizer: Any = None,
+    max_tokens: int = MAX_SEGMENT_TOKENS,
+    force: bool = False,
+    workers: int | None = None,
+    run: Run | None = None,
+    progress: Any = None,
+) -> SegmentSummary:
+    """Segment traces into clause-level segments and store them (idempotent; one commit per trace).
+
+    A trace already segmented by the same versioned rule set, cap and token counter is skipped
+    without running the segmenter, so a re-run costs no segmentation; ``force`` re-segments
+    everything (dropping labels of traces whose segments change; see
+    :meth:`Store.replace_segments` for what other stages' rows do).
+
+    Parameters
+    ----------
+    trace_ids : sequence of str, optional
+        Traces to segment; default every stored trace.
+    tokenizer : str or tokenizer, optional
+        Token counter of the subject model for ``n_tokens`` and the cap (name, local path or a
+        loaded fast tokenizer); default the documented approximation ``approx:regex-v1``.
+    max_tokens : int
+        Hard cap on a segment's length in tokens (the method's 125).
+    workers : int, optional
+        Processes segmenting in parallel (:func:`ror_annotate.segment.segment_many`); default
+        every core, 1 segments in this process. The stored segments are the same for any value.
+
+    Raises
+    ------
+    InputError
+        No traces to segment.
+    StoreError
+        A trace is segmented differently and labels or review items refer to it.
+    """
+    from .segment import Segmenter, make_token_counter, segment_many
+
+    ids = list(store.trace_ids() if trace_ids is None else trace_ids)
+    if not ids:
+        raise InputError(f"no traces in {store.path}; run `ror ingest FILE` first")
+    segmenter = Segmenter(max_tokens=max_tokens, token_counter=make_token_counter(tokenizer))
+    segmenter_id = f"{segmenter.name}:max{max_tokens}"
+    counter_name = segmenter.token_counter.name
+    params = {"tokenizer": tokenizer if tokenizer is None or isinstance(tokenizer, str) else counter_name, "max_segment_tokens": max_tokens, "force": force}
+    with _stage(store, run, "segment", params, progress) as (the_run, tracked):
+        done = store.segmentations()
+        outcome: Counter[str] = Counter()
+        task = tracked.add_task("segment", total=len(ids), info="")
+        queued: deque[str] = deque()  # ids handed to segment_many, whose results come in this order
+
+        def to_segment() -> Iterator[tuple[str, str]]:
+            for trace in store.iter_traces(ids):
+                prior = done.get(trace.trace_id)
+                if not force and prior is not None and prior[:2] == (segmenter_id, counter_name):
+                    outcome["unchanged"] += 1
+                    outcome["segments"] += prior[2]
+                    tracked.update(task, advance=1, info=f"{outcome['segments']} segments")
+                else:
+                    queued.append(trace.trace_id)
+                    yield trace.trace_id, trace.text
+
+        for segments in segment_many(to_segment(), segmenter=segmenter, workers=workers):
+            trace_id = queued.popleft()
+            status = store.replace_segments(trace_id, segments, segmenter=segmenter_id, token_counter=counter_name, run_id=the_run.run_id, force=force)
+            outcome[status] += 1
+            outcome["segments"] += len(segments)
+            tracked.update(task, advance=1, info=f"{outcome['segments']} segments")
+        summary = SegmentSummary(traces=len(ids), segmenter=segmenter_id, token_counter=counter_name, **outcome)
+        if run is None:
+            the_run.counts.update(summary.counts())
+        return summary
+
+
+def make_judge(judge: "str | Judge" = "baseline", options: dict[str, Any] | None = None) -> "Judge":
+    """A judge from a spec (``"baseline"``, ``"openai:MODEL"``) and its options, or ``judge`` itself.
+
+    Build it before any work so a bad spec, an invalid option or a missing API key fails first.
+
+    Raises
+    ------
+    ConfigError
+        Unknown judge, invalid options, missing key.
+    """
+    from .judge import make_judge as _make
+
+    if not isinstance(judge, str):
+        return judge
+    return _make(judge, **(options or {}))
+
+
+def label(
+    store: "Store",
+    trace_ids: Sequence[str] | None = None,
+    *,
+    judge: "str | Judge" = "baseline",
+    judge_options: dict[str, Any] | None = None,
+    run: Run | None = None,
+    progress: Any = None,
+) -> LabelSummary:
+    """Label every stored segment of ``trace_ids`` with a judge (the offline baseline by default).
+
+    Parameters
+    ----------
+    trace_ids : sequence of str, optional
+        Traces to label; default every segmented trace.
+    judge : str or Judge
+        ``"baseline"``, ``"openai:MODEL"``, any registered judge, or a judge object.
+    judge_options : dict, optional
+        Options of the judge factory (``chunk_size``, ``concurrency``, ``base_url`` ...).
+
+    Raises
+    ------
+    InputError
+        Unknown trace ids, or nothing segmented to label.
+    ConfigError, JudgeError
+        From the judge (bad options, unreachable endpoint, missing key).
+    """
+    the_judge = make_judge(judge, judge_options)
+    if trace_ids is None:
+        segmented = store.segmentations()
+        ids = [t for t in store.trace_ids() if t in segmented]
+    else:
+        ids = list(trace_ids)
+        unknown = sorted(set(ids) - set(store.trace_ids()))
+        if unknown:
+            raise InputError(f"no trace {', '.join(map(repr, unknown[:5]))}{' ...' if len(unknown) > 5 else ''} in {store.path}; see `ror status`")
+    if not ids:
+        raise InputError(f"no segmented traces in {store.path}; run `ror ingest FILE` and `ror segment` first")
+    params = {"judge": judge if isinstance(judge, str) else the_judge.annotator, **(judge_options or {})}
+    with _stage(store, run, "label", params, progress) as (the_run, tracked):
+        report = the_judge.label(store, ids, run=the_run, progress=tracked)
+        counts = report.as_counts()
+        summary = LabelSummary(
+            annotator=the_judge.annotator, source=the_judge.source, traces=len(ids),
+            labeled=report.labeled, failed=report.failed, skipped=report.skipped, counts=counts,
+        )
+        if run is None:
+            the_run.counts.update(counts)
+        return summary
+
+
+def export(
+    store: "Store",
+    out: str | Path,
+    *,
+    labels: str = "auto",
+    tokenizer: Any = None,
+    chat_template: bool = False,
+    split_seed: int = 0,
+    split_fractions: Sequence[float] = (0.8, 0.1, 0.1),
+    stratify_by: str | None = None,
+    name: str | None = None,
+    license: str = "other",
+    trace_ids: Sequence[str] | None = None,
+    run: Run | None = None,
+    progress: Any = None,
+) -> "ExportSummary":
+    """Export the store's segmented traces as a Hugging Face dataset with its card.
+
+    See :func:`ror_annotate.export.export_dataset` for the layout, the label choice (``labels``)
+    and the token alignment (``tokenizer``, ``chat_template``). Splits are by trace, seeded by
+    ``split_seed``, with ``split_fractions`` = train, validation, test fractions of traces.
+
+    Raises
+    ------
+    ExportError, ConfigError, AlignmentError
+        From the export; an earlier export at ``out`` is left as it was.
+    """
+    from .export import export_dataset
+
+    out_dir = Path(out)
+    params = {"name": name, "out": str(out_dir), "labels": labels, "tokenizer": tokenizer if tokenizer is None or isinstance(tokenizer, str) else "object",
+              "chat_template": chat_template, "split_seed": split_seed, "split_fractions": list(split_fractions),
+              "stratify_by": stratify_by, "license": license}
+    with _stage(store, run, "export", params, progress) as (the_run, tracked):
+        task = tracked.add_task("export", total=None)
+        summary = export_dataset(
+            store, out_dir, label_source=labels, tokenizer=tokenizer, chat_template=chat_template, seed=split_seed,
+            split_fractions=split_fractions, stratify_by=stratify_by, name=name, license=license, trace_ids=trace_ids,
+        )
+        tracked.update(task, total=summary.n_segments, completed=summary.n_segments)
+        counts = {"traces": summary.n_traces, "segments": summary.n_segments, "tokens": summary.n_tokens,
+                  "straddling_tokens": summary.n_straddling, "out_dir": str(summary.out_dir), "seconds": round(summary.seconds, 2)}
+        if run is None:
+            the_run.counts.update(counts)
+        else:
+            the_run.counts["export"] = counts
+        return summary
+
+
+def run(
+    store: "Store",
+    source: str | Path = "",
+    *,
+    preset: str | None = None,
+    split: str | None = None,
+    columns: "dict[str, str] | ColumnMap | None" = None,
+    skip_invalid: bool = False,
+    limit: int | None = None,
+    tokenizer: Any = None,
+    max_segment_tokens: int = MAX_SEGMENT_TOKENS,
+    workers: int | None = None,
+    judge: "str | Judge" = "baseline",
+    judge_options: dict[str, Any] | None = None,
+    out: str | Path | None = None,
+    labels: str = "auto",
+    split_seed: int = 0,
+    split_fractions: Sequence[float] = (0.8, 0.1, 0.1),
+    stratify_by: str | None = None,
+    chat_template: bool = False,
+    license: str = "other",
+    progress: Any = None,
+) -> RunSummary:
+    """The main job: ingest -> segment -> label -> export this input's traces, recorded as one run.
+
+    Every stage is idempotent, so running the same job again changes nothing and a job stopped
+    at any point resumes where it stopped. ``out`` defaults to ``exports/<input name>``. The other
+    parameters are those of :func:`ingest`, :func:`segment`, :func:`label` and :func:`export`.
+
+    Raises
+    ------
+    InputError, ConfigError, StoreError, JudgeError, ExportError
+        From the stage that failed; what earlier stages stored is kept.
+    """
+    text = check_source(source, preset)
+    the_judge = make_judge(judge, judge_options)  # fail on a bad judge before reading anything
+    out_dir = Path(out) if out is not None else Path("exports") / default_dataset_name(text, preset)
+    mapping = _column_map(preset, columns)
+    params = {
+        "source": text, "preset": preset, "split": split, **({} if mapping is None else mapping.model_dump(exclude_none=True)),
+        "tokenizer": tokenizer if tokenizer is None or isinstance(tokenizer, str) else "object",
+        "judge": judge if isinstance(judge, str) else the_judge.annotator, **(judge_options or {}),
+        "out": str(out_dir), "labels": labels,
+    }
+    with store.run("run", params) as the_run:
+        tracked = _TrackedProgress(store, progress)
+        ingested = ingest(store, text, preset=preset, split=split, columns=mapping, skip_invalid=skip_invalid, limit=limit, run=the_run, progress=tracked)
+        the_run.counts["ingest"] = ingested.counts()
+        segmented = segment(store, ingested.trace_ids, tokenizer=tokenizer, max_tokens=max_segment_tokens, workers=workers, run=the_run, progress=tracked)
+        the_run.counts["segment"] = segmented.counts()
+        labelled = label(store, ingested.trace_ids, judge=the_judge, run=the_run, progress=tracked)
+        the_run.counts["label"] = labelled.counts()
+        exported = export(
+            store, out_dir, labels=labels, tokenizer=tokenizer, chat_template=chat_template, split_seed=split_seed,
+            split_fractions=split_fractions, stratify_by=stratify_by, license=license, trace_ids=ingested.trace_ids,
+            run=the_run, progress=tracked,
+        )
+        return RunSummary(run_id=the_run.run_id, ingest=ingested, segment=segmented, label=labelled, export=exported)

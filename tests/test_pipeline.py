@@ -1,0 +1,257 @@
+"""The pipeline as a library: Store.run, store transactions and errors, dependents of segments,
+read-only stores, the progress file, the lazy public API, and pipeline.run == ``ror run``."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from ror_annotate import pipeline
+from ror_annotate.errors import InputError, StoreError, StoreReadOnlyError
+from ror_annotate.records import Label, Segment, Trace
+from ror_annotate.store import ProgressFile, Store
+
+ROR = [sys.executable, "-c", "from ror_annotate.cli import app; app(prog_name='ror')"]
+
+# Three small traces written for these tests (not produced by the code under test).
+TRACES = [
+    {"trace_id": "p1", "problem": "What is 2 + 3?", "trace": "Let me add 2 and 3. 2 + 3 = 5. Wait, is that right? Yes. So the answer is 5.", "answer": "5"},
+    {"trace_id": "p2", "problem": "Is 7 prime?", "trace": "A prime has no divisors but 1 and itself. 7 is not divisible by 2, 3 or 5. So 7 is prime.", "answer": "yes"},
+    {"trace_id": "p3", "problem": "Ünïcode 😀 test", "trace": "First, restate: the input has emoji 😀 and CJK 中文。Then I check each character. So it works.", "answer": "ok"},
+]
+
+
+def _write_traces(path: Path) -> Path:
+    path.write_text("".join(json.dumps(t, ensure_ascii=False) + "\n" for t in TRACES), encoding="utf-8")
+    return path
+
+
+def _trace(tid: str = "t1", text: str = "One. Two. Three.") -> Trace:
+    return Trace(trace_id=tid, text=text)
+
+
+def _segments(tid: str, spans: list[tuple[int, int]], text: str) -> list[Segment]:
+    return [Segment(trace_id=tid, segment_index=i, char_start=s, char_end=e, text=text[s:e], n_tokens=1) for i, (s, e) in enumerate(spans)]
+
+
+# ----------------------------------------------------------------------------- Store.run
+@pytest.mark.parametrize(
+    ("raised", "status"),
+    [(None, "ok"), (ValueError("boom"), "failed"), (KeyboardInterrupt(), "interrupted")],
+)
+def test_store_run_records_how_the_command_ended(db_path: Path, raised: BaseException | None, status: str) -> None:
+    with Store(db_path) as store:
+        with pytest.raises(type(raised)) if raised is not None else _nothing():
+            with store.run("demo", {"api_key": "sk-secret", "base_url": "http://u:pw@host/v1"}) as run:
+                run.counts["done"] = 3
+                if raised is not None:
+                    raise raised
+        (rec,) = store.runs()
+    assert rec.status == status
+    assert rec.counts["done"] == 3
+    assert rec.parameters == {"api_key": "***", "base_url": "http://u:***@host/v1"}
+    if status == "failed":
+        assert rec.counts["error"] == "ValueError: boom"
+    state = ProgressFile.read(db_path)
+    assert state is not None and state["status"] == status and state["run_id"] == rec.run_id
+    assert "sk-secret" not in json.dumps(state)
+
+
+def test_duckdb_interrupt_is_recorded_as_interrupted(db_path: Path) -> None:
+    with Store(db_path) as store:
+        with pytest.raises(KeyboardInterrupt):
+            with store.run("demo"):
+                raise duckdb.InterruptException("Query interrupted")
+        assert store.runs()[0].status == "interrupted"
+
+
+class _nothing:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> bool:
+        return False
+
+
+# ----------------------------------------------------------------------------- transactions and errors
+def test_two_handles_on_one_file_share_one_transaction(db_path: Path) -> None:
+    with Store(db_path) as a, Store(db_path) as b:
+        with a.transaction():
+            a.upsert_traces([_trace("t1")])
+            with b.transaction():  # joins a's transaction instead of a nested BEGIN
+                b.upsert_traces([_trace("t2", "Other text.")])
+            assert a.in_transaction and b.in_transaction
+        assert not a.in_transaction
+        assert a.trace_ids() == b.trace_ids() and sorted(a.trace_ids()) == ["t1", "t2"]
+        # a failure inside the inner block rolls back the whole outer transaction
+        with pytest.raises(RuntimeError):
+            with a.transaction():
+                a.upsert_traces([_trace("t3", "Third.")])
+                with b.transaction():
+                    raise RuntimeError("inner failure")
+        assert sorted(b.trace_ids()) == ["t1", "t2"]
+
+
+def test_duckdb_errors_become_coded_store_errors(db_path: Path) -> None:
+    with Store(db_path) as store:
+        with pytest.raises(StoreError) as info:
+            store.execute("SELEC 1")
+        assert info.value.code == "E200" and str(db_path.name) in info.value.message
+        with pytest.raises(StoreError):
+            with store.transaction():
+                store.execute("INSERT INTO no_such_table VALUES (1)")
+        assert not store.in_transaction
+        store.upsert_traces([_trace()])  # the store is still usable
+
+
+# ----------------------------------------------------------------------------- segment identity
+def _segmented_store(store: Store) -> str:
+    text = "One. Two. Three."
+    store.upsert_traces([_trace("t1", text)])
+    store.replace_segments("t1", _segments("t1", [(0, 4), (5, 9), (10, 16)], text), segmenter="s", token_counter="c")
+    return text
+
+
+def test_resegmenting_cascades_to_derived_rows(db_path: Path) -> None:
+    from ror_annotate.judge.llm import ensure_judge_tables
+
+    with Store(db_path) as store:
+        text = _segmented_store(store)
+        ensure_judge_tables(store)
+        store.execute(
+            "INSERT INTO judge_failures VALUES ('t1', 1, 'openai:m', 'cb', 'invalid', 4, NULL, now())"
+        )
+        store.upsert_labels([Label(trace_id="t1", segment_index=0, label="execution", source="baseline", annotator="b", codebook_version="v")])
+        with pytest.raises(StoreError, match="1 labels refer"):
+            store.replace_segments("t1", _segments("t1", [(0, 9), (10, 16)], text), segmenter="s2", token_counter="c")
+        assert len(store.segments("t1")) == 3  # nothing changed
+        assert store.replace_segments("t1", _segments("t1", [(0, 9), (10, 16)], text), segmenter="s2", token_counter="c", force=True) == "replaced"
+        assert [(s.char_start, s.char_end) for s in store.segments("t1")] == [(0, 9), (10, 16)]
+        assert store.counts()["labels"] == 0
+        assert store.execute("SELECT count(*) FROM judge_failures").fetchone()[0] == 0
+
+
+@pytest.mark.parametrize("registered", [True, False])
+def test_resegmenting_refuses_while_review_rows_refer_to_the_trace(db_path: Path, registered: bool) -> None:
+    with Store(db_path) as store:
+        text = _segmented_store(store)
+        if registered:
+            from ror_annotate.review.studies import ensure_tables
+
+            ensure_tables(store)
+            store.execute("INSERT INTO review_items VALUES ('pilot', 't1', 1, 0)")
+            table = "review_items"
+        else:  # a stage table nobody declared: refused too (the safe default)
+            store.execute("CREATE TABLE my_notes (trace_id VARCHAR, segment_index INTEGER, note VARCHAR)")
+            store.execute("INSERT INTO my_notes VALUES ('t1', 2, 'interesting')")
+            table = "my_notes"
+        with pytest.raises(StoreError, match=table):
+            store.replace_segments("t1", _segments("t1", [(0, 16)], text), segmenter="s2", token_counter="c", force=True)
+        assert [(s.char_start, s.char_end) for s in store.segments("t1")] == [(0, 4), (5, 9), (10, 16)]
+        assert store.segmentation_of("t1") == ("s", "c")
+
+
+# ----------------------------------------------------------------------------- read-only stores
+def test_read_only_store_reads_and_refuses_writes(db_path: Path) -> None:
+    with Store(db_path) as store:
+        _segmented_store(store)
+    before = db_path.read_bytes()
+    with Store(db_path, read_only=True) as ro:
+        assert ro.trace_ids() == ["t1"] and len(ro.segments("t1")) == 3
+        with pytest.raises(StoreReadOnlyError):
+            ro.upsert_traces([_trace("t2", "x.")])
+        with pytest.raises(StoreReadOnlyError):
+            with ro.run("demo"):
+                pass
+        with pytest.raises(StoreError):
+            ro.execute("DELETE FROM traces")
+    assert db_path.read_bytes() == before
+    with pytest.raises(StoreError, match="no store"):
+        Store(db_path.with_name("missing.duckdb"), read_only=True)
+    assert not db_path.with_name("missing.duckdb").exists()
+
+
+# ----------------------------------------------------------------------------- public API
+def test_import_is_lazy_and_exposes_the_api() -> None:
+    code = (
+        "import sys, ror_annotate as ror\n"
+        "assert callable(ror.pipeline.run) and callable(ror.segment_text) and ror.Store.__name__ == 'Store'\n"
+        "assert callable(ror.agreement.cohen_kappa) and callable(ror.load_traces) and ror.review is not None\n"
+        "heavy = [m for m in ('torch', 'label_studio_sdk', 'transformers') if m in sys.modules]\n"
+        "assert not heavy, heavy\n"
+        "print(len(ror.segment_text('Let me try. Wait, no.')))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert int(done.stdout.strip()) == 2
+
+
+def test_pipeline_functions_return_typed_summaries(tmp_path: Path) -> None:
+    src = _write_traces(tmp_path / "t.jsonl")
+    with Store(tmp_path / "s.duckdb") as store:
+        ing = pipeline.ingest(store, src)
+        assert (ing.read, ing.inserted, ing.trace_ids) == (3, 3, ["p1", "p2", "p3"])
+        seg = pipeline.segment(store)
+        assert seg.traces == 3 and seg.segments == len(store.segments()) and seg.inserted == 3
+        lab = pipeline.label(store, judge="baseline")
+        assert lab.labeled == seg.segments and lab.annotator == "baseline:cue-v1"
+        again = pipeline.label(store)
+        assert (again.labeled, again.skipped) == (0, seg.segments)
+        commands = [(r.command, r.status) for r in store.runs()]
+    assert commands == [("ingest", "ok"), ("segment", "ok"), ("label", "ok"), ("label", "ok")]
+    with pytest.raises(InputError, match="no such file"):
+        pipeline.check_source(tmp_path / "missing.jsonl")
+
+
+def test_missing_input_creates_no_store(tmp_path: Path) -> None:
+    done = subprocess.run([*ROR, "run", "missing.jsonl", "--db", "new.duckdb"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "no such file" in done.stderr
+    assert not (tmp_path / "new.duckdb").exists()
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_library_run_and_cli_run_give_byte_identical_exports(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1700000000")  # the manifest's build time, for both runs
+    src = _write_traces(tmp_path / "traces.jsonl")
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "cli").mkdir()
+    with Store(tmp_path / "lib" / "s.duckdb") as store:
+        summary = pipeline.run(store, src, out=tmp_path / "lib" / "demo")
+    assert summary.segment.segments > 0 and summary.label.labeled == summary.segment.segments
+    done = subprocess.run([*ROR, "run", str(src), "--db", str(tmp_path / "cli" / "s.duckdb"), "--out", str(tmp_path / "cli" / "demo")],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    lib, cli = _tree(tmp_path / "lib" / "demo"), _tree(tmp_path / "cli" / "demo")
+    assert "ror_export.json" in lib and str(tmp_path) not in lib["ror_export.json"].decode()
+    assert sorted(lib) == sorted(cli)
+    different = [name for name in lib if lib[name] != cli[name]]
+    assert different == []
+
+
+def test_status_shows_a_running_jobs_progress(tmp_path: Path) -> None:
+    db = tmp_path / "busy.duckdb"
+    holder = subprocess.Popen(
+        [sys.executable, "-c",
+         "import sys, time\nfrom ror_annotate.store import Store\n"
+         "with Store(sys.argv[1]) as s, s.run('segment') as r:\n"
+         "    s.report_progress('segment', done=7, total=40, info='123 segments')\n"
+         "    print('ready', flush=True); time.sleep(60)\n", str(db)],
+        stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "ready"
+        done = subprocess.run([*ROR, "status", "--db", str(db), "--lock-timeout", "0.2"], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        assert "locked by a running job" in done.stdout
+        assert "segment" in done.stdout and "7" in done.stdout and "40" in done.stdout and "running" in done.stdout
+    finally:
+        holder.kill()
+        holder.wait()
