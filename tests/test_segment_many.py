@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from ror_annotate.errors import ConfigError, SegmentationError
-from ror_annotate.segment import Segmenter, default_workers, make_token_counter, segment_many
+from ror_annotate.segment import TASK_CHARS, Segmenter, default_workers, make_token_counter, segment_many
 
 from .test_segment import _tiny_tokenizer_file
 
@@ -89,3 +89,41 @@ def test_a_bad_record_raises_segmentation_error(workers: int) -> None:
 def test_bad_options(kw: dict) -> None:
     with pytest.raises(ConfigError, match="at least 1"):
         segment_many([("t", "x.")], **kw)
+
+
+# ----------------------------------------------------------------------------- the pipeline's segment stage
+def _big_traces() -> list[dict]:
+    # Over TASK_CHARS characters in all, so segment_many really hands tasks to worker processes.
+    rows = []
+    for k in range(3):
+        body = "".join(f"Step {i}: we add {i} and {k}, so the sum is {i + k}. Wait, is that right? Yes.\r\n" for i in range(1500))
+        rows.append({"trace_id": f"big{k}", "trace": body})
+    assert sum(len(r["trace"]) for r in rows) > TASK_CHARS
+    return rows
+
+
+def test_pipeline_segment_and_cli_store_the_serial_segments_with_workers(tmp_path: Path) -> None:
+    import json
+    import subprocess
+    import sys
+
+    from ror_annotate import pipeline
+    from ror_annotate.store import Store
+
+    rows = _big_traces()
+    src = tmp_path / "big.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    expected = [s for r in rows for s in Segmenter().segment(r["trace"], r["trace_id"])]
+    with Store(tmp_path / "lib.duckdb") as store:
+        pipeline.ingest(store, src)
+        summary = pipeline.segment(store, workers=2)
+        assert summary.segments == len(expected) and summary.inserted == 3
+        assert store.segments() == expected
+    ror = [sys.executable, "-c", "from ror_annotate.cli import app; app(prog_name='ror')"]
+    for args in (["ingest", str(src)], ["segment", "--workers", "2"]):
+        done = subprocess.run([*ror, *args, "--db", "cli.duckdb"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr
+    with Store(tmp_path / "cli.duckdb") as store:
+        assert store.segments() == expected
+    bad = subprocess.run([*ror, "segment", "--workers", "0", "--db", "cli.duckdb"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert bad.returncode == 2 and "--workers" in bad.stderr
