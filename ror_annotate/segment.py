@@ -531,7 +531,7 @@ _WHITESPACE_RUN = re.compile(r"\s+")
 
 
 class Segmenter:
-    """Clause-level segmenter for reasoning traces (spaCy sentencizer + rules).
+    """Clause-level segmenter for reasoning traces (spaCy's sentencizer rule and abbreviations + rules).
 
     Parameters
     ----------
@@ -594,7 +594,8 @@ class Segmenter:
         Raises
         ------
         SegmentationError
-            The result would break an offset invariant (a bug: reported, never returned).
+            ``trace_id`` is empty, or the result would break an offset invariant (a bug:
+            reported, never returned).
         """
         if not isinstance(trace_id, str) or not trace_id:
             raise SegmentationError(f"trace_id must be a non-empty string, got {trace_id!r}")
