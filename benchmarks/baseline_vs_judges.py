@@ -30,8 +30,8 @@ def main() -> None:
     ap.add_argument("--char-level", action="store_true", help="also compare at character level on our segmentation")
     args = ap.parse_args()
     data = Path(args.data)
-    traces = {json.loads(l)["trace_id"]: json.loads(l) for l in (data / "traces.jsonl").open()}
-    rows = [json.loads(l) for l in (data / "labeled_segments.jsonl").open()]
+    traces = {(rec := json.loads(line))["trace_id"]: rec for line in (data / "traces.jsonl").open()}
+    rows = [json.loads(line) for line in (data / "labeled_segments.jsonl").open()]
     by_trace = collections.defaultdict(list)
     for r in rows:
         if r["label_six"] and r["char_start"] is not None:

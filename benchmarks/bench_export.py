@@ -159,7 +159,7 @@ def measure(kind: str, db: Path, tok: Path, out: Path) -> dict:
             break
         except queue.Empty:
             if not p.is_alive():
-                raise SystemExit(f"the {kind!r} run died (exit code {p.exitcode}); see its traceback above")
+                raise SystemExit(f"the {kind!r} run died (exit code {p.exitcode}); see its traceback above") from None
     p.join()
     return result
 

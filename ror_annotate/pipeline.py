@@ -26,7 +26,7 @@ from collections import Counter, deque
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -401,7 +401,7 @@ def label(
         raise InputError(f"no segmented traces in {store.path}; run `ror ingest FILE` and `ror segment` first")
     params = {"judge": judge if isinstance(judge, str) else the_judge.annotator, **(judge_options or {})}
     with _stage(store, run, "label", params, progress) as (the_run, tracked):
-        report = the_judge.label(store, ids, run=the_run, progress=tracked)
+        report = the_judge.label(store, ids, run=the_run, progress=cast(Any, tracked))  # rich Progress duck type
         counts = report.as_counts()
         summary = LabelSummary(
             annotator=the_judge.annotator, source=the_judge.source, traces=len(ids),

@@ -379,9 +379,7 @@ class Store:
             raise
 
     def _check_readable(self) -> None:
-        found = self.con.execute(
-            "SELECT count(*) FROM information_schema.tables WHERE table_name = 'schema_versions'"
-        ).fetchone()[0]
+        found = self._count("SELECT count(*) FROM information_schema.tables WHERE table_name = 'schema_versions'")
         version = self.schema_version("core") if found else 0
         if version != len(CORE_MIGRATIONS):
             raise SchemaVersionError(
@@ -446,6 +444,10 @@ class Store:
                 if shared.tx_depth == 0:
                     with duckdb_errors(self.path, "commit"):
                         self.con.execute("COMMIT")
+
+    def _count(self, sql: str, params: Sequence[Any] | None = None) -> int:
+        row = self.con.execute(sql, params).fetchone() if params is not None else self.con.execute(sql).fetchone()
+        return int(row[0]) if row else 0
 
     @property
     def in_transaction(self) -> bool:
@@ -515,17 +517,17 @@ class Store:
     def query_arrow(self, sql: str, params: Sequence[Any] | None = None) -> pa.Table:
         """Run a query and return the result as a ``pyarrow.Table``."""
         result = self.execute(sql, params)
-        table = result.fetch_arrow_table() if hasattr(result, "fetch_arrow_table") else result.arrow()
+        table = result.fetch_arrow_table() if hasattr(result, "fetch_arrow_table") else result.arrow()  # type: ignore[attr-defined]
         return table if isinstance(table, pa.Table) else table.read_all()
 
     def _register(self, view: str, rows: pa.Table) -> None:
         # DuckDB 2 refuses register()/unregister() while an earlier execute() has rows left
         # unfetched (e.g. after fetchone()); abort() drops that pending result and nothing else.
-        self.con.abort()
+        _drop_pending_result(self.con)
         self.con.register(view, rows)
 
     def _unregister(self, view: str) -> None:
-        self.con.abort()
+        _drop_pending_result(self.con)
         self.con.unregister(view)
 
     def insert_arrow(self, table_name: str, rows: pa.Table, *, on_conflict: str = "") -> None:
@@ -661,7 +663,7 @@ class Store:
         policies = dict(self.con.execute("SELECT table_name, policy FROM trace_dependents").fetchall())
         found: dict[str, tuple[str, int]] = {}
         for table in sorted(tables):
-            n = int(self.con.execute(f'SELECT count(*) FROM "{table}" WHERE trace_id = ?', [trace_id]).fetchone()[0])
+            n = self._count(f'SELECT count(*) FROM "{table}" WHERE trace_id = ?', [trace_id])
             if n:
                 found[table] = (policies.get(table, "refuse"), n)
         return found
@@ -731,7 +733,7 @@ class Store:
 
     def _clear_dependents(self, trace_id: str, force: bool) -> None:
         """Refuse, or delete what refers to the old segments of ``trace_id`` (see :meth:`replace_segments`)."""
-        n_labels = self.con.execute("SELECT count(*) FROM labels WHERE trace_id = ?", [trace_id]).fetchone()[0]
+        n_labels = self._count("SELECT count(*) FROM labels WHERE trace_id = ?", [trace_id])
         if n_labels and not force:
             raise StoreError(
                 f"trace {trace_id!r} is already segmented differently in {self.path} and {n_labels} labels refer to "
@@ -811,9 +813,9 @@ class Store:
                 "ON v.trace_id = s.trace_id AND v.segment_index = s.segment_index LIMIT 1"
             ).fetchall()  # fetchall: DuckDB 2 refuses unregister() while a result is unfinished
             if missing:
-                missing = missing[0]
+                trace_id, index = missing[0]
                 raise StoreError(
-                    f"label for segment {missing[0]}#{missing[1]} names a segment that is not in {self.path}; "
+                    f"label for segment {trace_id}#{index} names a segment that is not in {self.path}; "
                     "segment the trace first (ror segment)"
                 )
             with self.transaction():
@@ -833,7 +835,7 @@ class Store:
         if not ids:
             return 0
         with duckdb_errors(self.path, "delete labels"), self.transaction():
-            n = int(self.con.execute("SELECT count(*) FROM labels WHERE list_contains(?, label_id)", [ids]).fetchone()[0])
+            n = self._count("SELECT count(*) FROM labels WHERE list_contains(?, label_id)", [ids])
             self.con.execute("DELETE FROM labels WHERE list_contains(?, label_id)", [ids])
         return n
 
@@ -863,7 +865,8 @@ class Store:
         list of Label
             Empty when nothing matches (no error); one segment may carry several labels.
         """
-        where, params = [], []
+        where: list[str] = []
+        params: list[Any] = []
         if source is not None:
             sources = [source] if isinstance(source, str) else list(source)
             where.append("list_contains(?, source)")
@@ -1029,9 +1032,17 @@ class Store:
     def counts(self) -> dict[str, int]:
         """Row counts of the core tables."""
         return {
-            t: int(self.con.execute(f"SELECT count(*) FROM {t}").fetchone()[0])
+            t: self._count(f"SELECT count(*) FROM {t}")
             for t in ("traces", "segments", "labels", "runs")
         }
+
+
+def _drop_pending_result(con: duckdb.DuckDBPyConnection) -> None:
+    # DuckDB 2 refuses register()/unregister() while an earlier execute() has rows left unfetched;
+    # abort() (absent before DuckDB 2, which did not refuse) drops that pending result only.
+    abort = getattr(con, "abort", None)
+    if abort is not None:
+        abort()
 
 
 def _split_sql(script: str) -> list[str]:

@@ -168,7 +168,7 @@ def scale_routers(model, std: float = ROUTER_STD, seed: int = 0) -> None:
 
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
-        for name, module in model.named_modules():
+        for _name, module in model.named_modules():
             cls = type(module).__name__
             weight = None
             if cls.endswith("TopKRouter"):

@@ -10,7 +10,6 @@ import os
 from pathlib import Path
 from typing import Annotated, Any
 
-import click
 import typer
 from rich.console import Console
 from rich.markup import escape  # messages may contain [brackets] (paths, lists, extras)
@@ -45,7 +44,7 @@ def _is_interrupt(exc: BaseException) -> bool:
 class RorGroup(TyperGroup):
     """Top-level command group that turns :class:`RorError` into one clear line and exit code 2."""
 
-    def invoke(self, ctx: click.Context) -> Any:
+    def invoke(self, ctx: Any) -> Any:
         _sigterm_as_interrupt()
         try:
             return super().invoke(ctx)
