@@ -1037,7 +1037,7 @@ def _segment_in_pool(items: Iterable[tuple[str, str]], segmenter: Segmenter, wor
     batches = _batches(items, task_chars)
     first = next(batches, None)
     second = next(batches, None) if first is not None else None
-    if second is None:  # the whole input fits one task: starting worker processes would only cost
+    if first is None or second is None:  # the input fits one task: starting workers would only cost
         for trace_id, text in first or []:
             yield segmenter.segment(text, trace_id)
         return
@@ -1048,7 +1048,8 @@ def _segment_in_pool(items: Iterable[tuple[str, str]], segmenter: Segmenter, wor
     context = multiprocessing.get_context(method)
     if method == "forkserver":
         context.set_forkserver_preload([__name__])
-    pool = ProcessPoolExecutor(min(workers, 61) if os.name == "nt" else workers, mp_context=context, initializer=_init_worker, initargs=(segmenter,))
+    workers = min(workers, 61) if os.name == "nt" else workers  # the Windows limit of ProcessPoolExecutor
+    pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_init_worker, initargs=(segmenter,))
     pending: deque = deque()
     try:
         for batch in itertools.chain((first, second), batches):
