@@ -26,7 +26,7 @@ __version__ = "0.1.0"
 #: Submodules reachable as attributes (``ror.pipeline``, ``ror.agreement`` ...).
 _SUBMODULES = frozenset(
     {
-        "agreement", "align", "analytics", "answers", "card", "codebook", "errors", "export", "judge",
+        "agreement", "align", "analytics", "answers", "card", "codebook", "errors", "export", "formats", "judge",
         "pipeline", "records", "reference", "review", "segment", "steer", "store", "traces",
     }
 )

@@ -10,16 +10,21 @@ JSON form (``agreement_summary(store, ...)`` / ``ror agree --json``) and writes
 - ``per_class.png``: per-class F1 per annotator with bootstrap intervals.
 
 The markdown is self-contained apart from the two PNGs (relative links), so the export stage can
-paste it into a dataset card.
+paste it into a dataset card. :func:`confusion_figure` and :func:`per_class_figure` return the
+``matplotlib.figure.Figure`` objects themselves (for a notebook). Neither importing this module
+nor writing a report touches matplotlib's global state (no ``matplotlib.use``, no pyplot).
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import AgreementError, ExportError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from matplotlib.figure import Figure
 
 REPORT_NAME = "agreement.md"
 CONFUSION_PNG = "confusion.png"
@@ -122,24 +127,40 @@ def _disagreement_rows(d: dict[str, Any]) -> list[str]:
     return rows
 
 
-def _plot_confusions(d: dict[str, Any], path: Path) -> bool:
+def _figure(width: float, height: float) -> "Figure":
+    """A matplotlib Figure with its own Agg canvas: no pyplot, no global backend switch, no figure registry.
+
+    ``matplotlib.figure.Figure`` objects built directly are not tracked by pyplot, so nothing
+    leaks between reports and the caller's backend (a notebook's inline one) stays as it was.
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height))
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def confusion_figure(d: dict[str, Any]) -> "Figure | None":
+    """One confusion-matrix heat map per annotator (rows: reference, colour: share of the row); None without per-class figures.
+
+    ``d`` is the dict form of an :class:`~ror_annotate.agreement.AgreementResult`.
+    """
     pc = (d.get("per_class") or {}).get("annotators") or {}
     if not pc:
-        return False
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+        return None
     import numpy as np
 
     cats = d["categories"]
     n = len(pc)
-    fig, axes = plt.subplots(1, n, figsize=(4.2 * n + 0.8, 4.2), squeeze=False)
+    fig = _figure(4.2 * n + 0.8, 4.2)
+    axes = fig.subplots(1, n, squeeze=False)
+    images = []
     for ax, (ann, entry) in zip(axes[0], pc.items()):
         counts = np.asarray(entry["confusion_matrix"], dtype=float)
         rows = counts.sum(1, keepdims=True)
         share = np.divide(counts, rows, out=np.zeros_like(counts), where=rows > 0)
-        im = ax.imshow(share, vmin=0, vmax=1, cmap="Blues")
+        images.append(ax.imshow(share, vmin=0, vmax=1, cmap="Blues"))
         for i in range(len(cats)):
             for j in range(len(cats)):
                 ax.text(j, i, f"{counts[i, j]:g}", ha="center", va="center", fontsize=7,
@@ -148,25 +169,21 @@ def _plot_confusions(d: dict[str, Any], path: Path) -> bool:
         ax.set_yticks(range(len(cats)), cats, fontsize=8)
         ax.set_xlabel(ann)
         ax.set_ylabel(f"reference: {d['per_class']['reference']}")
-    fig.colorbar(im, ax=axes[0].tolist(), shrink=0.8, label="share of reference row")
-    fig.savefig(path, dpi=120, bbox_inches="tight")
-    plt.close(fig)
-    return True
+    fig.colorbar(images[-1], ax=axes[0].tolist(), shrink=0.8, label="share of reference row")
+    return fig
 
 
-def _plot_per_class(d: dict[str, Any], path: Path) -> bool:
+def per_class_figure(d: dict[str, Any]) -> "Figure | None":
+    """Per-class F1 per annotator with bootstrap intervals as error bars; None without per-class figures."""
     pc = (d.get("per_class") or {}).get("annotators") or {}
     if not pc:
-        return False
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+        return None
     import numpy as np
 
     cats = d["categories"]
     width = 0.8 / len(pc)
-    fig, ax = plt.subplots(figsize=(max(6, 1.3 * len(cats)), 3.8))
+    fig = _figure(max(6, 1.3 * len(cats)), 3.8)
+    ax = fig.add_subplot()
     x = np.arange(len(cats))
     for n, (ann, entry) in enumerate(pc.items()):
         f1 = [entry["classes"][c]["f1"] for c in cats]
@@ -180,8 +197,13 @@ def _plot_per_class(d: dict[str, Any], path: Path) -> bool:
     ax.set_ylim(0, 1.05)
     ax.set_ylabel(f"F1 vs {d['per_class']['reference']}")
     ax.legend(fontsize=8)
+    return fig
+
+
+def _save(fig: "Figure | None", path: Path) -> bool:
+    if fig is None:
+        return False
     fig.savefig(path, dpi=120, bbox_inches="tight")
-    plt.close(fig)
     return True
 
 
@@ -240,9 +262,9 @@ def _write_files(d: dict[str, Any], out: Path, title: str) -> Path:
         "",
         *_per_class_section(d),
     ]
-    if _plot_confusions(d, out / CONFUSION_PNG):
+    if _save(confusion_figure(d), out / CONFUSION_PNG):
         lines += [f"![Confusion matrices]({CONFUSION_PNG})", ""]
-    if _plot_per_class(d, out / PER_CLASS_PNG):
+    if _save(per_class_figure(d), out / PER_CLASS_PNG):
         lines += [f"![Per-class F1]({PER_CLASS_PNG})", ""]
     lines += ["## Most frequent disagreements", "", *_disagreement_rows(d), ""]
     used = _reasons_used(d)

@@ -83,4 +83,4 @@ def answers_match(answer: str | None, reference: str | None) -> bool | None:
     if ra and ra != reference:
         return a == normalize_answer(ra) or answers_match(answer, ra) is True
     option = _OPTION_ONLY.match(r.upper())
-    return bool(option) and a.upper() == option.group(1)
+    return option is not None and a.upper() == option.group(1)

@@ -103,6 +103,27 @@ def _fmt(v: Any) -> str:
     return "" if v is None else str(v)
 
 
+def _source_formats(store: "Store", s: "ExportSummary") -> tuple[dict[str, int], str]:
+    """Traces per ``source_format`` and the table's title.
+
+    From the export summary when it carries ``trace_sources["source_formats"]``; else counted in
+    the store over its segmented traces (exactly the exported ones when the totals agree, and said
+    so in the title when they do not).
+    """
+    given = s.trace_sources.get("source_formats")
+    if given:
+        return dict(given), "source format"
+    rows = store.execute(
+        "SELECT coalesce(source_format, '(unknown)'), count(*) FROM traces "
+        "WHERE trace_id IN (SELECT trace_id FROM segmentations) GROUP BY 1 ORDER BY 2 DESC, 1"
+    ).fetchall()
+    counts = {str(f): int(n) for f, n in rows}
+    if set(counts) <= {"(unknown)"}:  # a store written before formats were recorded: nothing to say
+        return {}, ""
+    exact = sum(counts.values()) == s.n_traces
+    return counts, "source format" if exact else "source format (all segmented traces in the store)"
+
+
 def _counts_table(title: str, counts: Mapping[str, int], total: int | None = None) -> list[str]:
     total = total if total is not None else sum(counts.values())
     lines = [f"| {title} | count | share |", "|---|---:|---:|"]
@@ -255,6 +276,14 @@ def _body(store: "Store", s: "ExportSummary", data_files: Mapping[str, Mapping[s
         counts = s.trace_sources.get(key) or {}
         if counts and set(counts) != {"(unknown)"}:
             lines += _counts_table(key[:-1], dict(list(counts.items())[:30]), s.n_traces) + [""]
+    formats, title = _source_formats(store, s)
+    if formats:
+        lines += _counts_table(title, formats, sum(formats.values())) + [
+            "",
+            "The source format is the reader that split each model output into reasoning and answer (`ror ingest "
+            "--format`); stored texts have LF line endings.",
+            "",
+        ]
     lines += [
         "The traces were written by the models above, not by this project. Check the license of every source before "
         f"redistributing; this card's license field (`{p.get('license') or 'other'}`) was set by whoever ran the export.",

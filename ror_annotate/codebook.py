@@ -1,6 +1,6 @@
 """The frozen codebook: what each of the six behaviors means, as data.
 
-A codebook is a YAML file ``codebook/<name>@v<version>.yaml`` loaded into :class:`Codebook`. Its
+A codebook is a YAML file ``<name>@v<version>.yaml`` loaded into :class:`Codebook`. Its
 version identifier on every label is :attr:`Codebook.sha256`, the sha256 of a canonical JSON
 serialization of the parsed model (sorted keys, no insignificant whitespace, UTF-8), so reformatting
 the YAML or editing its comments does not change it, and any change of content does.
@@ -13,8 +13,10 @@ Rendering: :func:`render_markdown` is the one text both the LLM judge (in its pr
 reviewers (in the review interface) see; :func:`summary` is a short form for the review sidebar.
 
 Lookup (spaCy-style registry by versioned name): ``load_codebook("six-behaviors@v1")`` searches the
-directories in ``ROR_CODEBOOK_PATH`` (``os.pathsep``-separated), then the repository's ``codebook/``;
-a path to a ``.yaml`` file also works.
+directories in ``ROR_CODEBOOK_PATH`` (``os.pathsep``-separated), then the released codebooks that
+ship inside the package (``ror_annotate/codebooks/``, package data read through
+:mod:`importlib.resources`, so every kind of install finds them: wheel, ``--user``, ``--target``,
+editable, zip); a path to a ``.yaml`` file also works.
 """
 
 from __future__ import annotations
@@ -22,16 +24,19 @@ from __future__ import annotations
 import json
 import os
 import re
-import sys
 from functools import lru_cache
+from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .errors import CodebookError
 from .records import BEHAVIORS, sha256_text
+
+if TYPE_CHECKING:  # pragma: no cover
+    from importlib.resources.abc import Traversable
 
 #: The codebook used when none is named.
 DEFAULT_CODEBOOK = "six-behaviors@v1"
@@ -43,7 +48,8 @@ FROZEN_HASHES: dict[str, str] = {
 }
 
 _NAME_RE = re.compile(r"^(?P<name>[a-z0-9][a-z0-9_-]*)@v(?P<version>[0-9]+)$")
-_REPO_CODEBOOK_DIR = Path(__file__).resolve().parent.parent / "codebook"
+#: Package-data folder (inside ``ror_annotate``) that holds the released codebooks.
+PACKAGE_CODEBOOK_DIR = "codebooks"
 
 
 class _Model(BaseModel):
@@ -149,18 +155,24 @@ class Codebook(_Model):
 
 
 # ---------------------------------------------------------------------------------------- lookup
-#: Where a wheel (non-editable) install puts the repository's codebook/ folder (pyproject data-files).
-_INSTALLED_CODEBOOK_DIR = Path(sys.prefix) / "share" / "ror_annotate" / "codebook"
+def packaged_codebooks() -> "Traversable":
+    """The released codebooks shipped as package data (``ror_annotate/codebooks/``)."""
+    return resources.files(__package__) / PACKAGE_CODEBOOK_DIR
 
 
-def codebook_dirs() -> list[Path]:
-    """Directories searched for ``<name>@v<version>.yaml``, in order.
+def codebook_dirs() -> "list[Path | Traversable]":
+    """Places searched for ``<name>@v<version>.yaml``, in order.
 
-    ``ROR_CODEBOOK_PATH`` (os.pathsep-separated) first, then the checkout's ``codebook/`` (editable
-    installs), then ``<sys.prefix>/share/ror_annotate/codebook`` (wheel installs).
+    ``ROR_CODEBOOK_PATH`` (os.pathsep-separated directories) first, then :func:`packaged_codebooks`.
+    The packaged one is a :class:`pathlib.Path` for installs on disk and an
+    ``importlib.resources`` traversable otherwise (a zip).
     """
-    extra = [Path(p) for p in os.environ.get("ROR_CODEBOOK_PATH", "").split(os.pathsep) if p]
-    return [*extra, _REPO_CODEBOOK_DIR, _INSTALLED_CODEBOOK_DIR]
+    extra: list[Path | Traversable] = [Path(p) for p in os.environ.get("ROR_CODEBOOK_PATH", "").split(os.pathsep) if p]
+    return [*extra, packaged_codebooks()]
+
+
+def _stem(entry: "Path | Traversable") -> str:
+    return Path(entry.name).stem
 
 
 def available_codebooks() -> list[str]:
@@ -168,11 +180,11 @@ def available_codebooks() -> list[str]:
     names = set()
     for d in codebook_dirs():
         if d.is_dir():
-            names |= {p.stem for p in d.glob("*.yaml") if _NAME_RE.match(p.stem)}
+            names |= {_stem(p) for p in d.iterdir() if p.name.endswith(".yaml") and _NAME_RE.match(_stem(p))}
     return sorted(names)
 
 
-def _find(name: str) -> Path:
+def _find(name: str) -> "Path | Traversable":
     candidate = Path(name)
     if candidate.suffix in (".yaml", ".yml") and candidate.is_file():
         return candidate
@@ -191,8 +203,10 @@ def _find(name: str) -> Path:
     )
 
 
-def load_codebook_file(path: str | Path) -> Codebook:
+def load_codebook_file(path: "str | Path | Traversable") -> Codebook:
     """Parse and validate one codebook YAML file, checking it against :data:`FROZEN_HASHES`.
+
+    ``path`` is a file path or an :mod:`importlib.resources` traversable (package data).
 
     Raises
     ------
@@ -201,7 +215,8 @@ def load_codebook_file(path: str | Path) -> Codebook:
         its file name disagrees with its ``name``/``version``, or it is a released codebook whose
         content hash differs from the pinned one (edited in place).
     """
-    path = Path(path)
+    if isinstance(path, str):
+        path = Path(path)
     try:
         raw: Any = yaml.safe_load(path.read_text(encoding="utf-8"))
     except OSError as exc:
@@ -216,7 +231,7 @@ def load_codebook_file(path: str | Path) -> Codebook:
         first = exc.errors()[0]
         where = ".".join(str(x) for x in first["loc"])
         raise CodebookError(f"codebook {path}: {where}: {first['msg']} ({exc.error_count()} problem(s) in total)") from exc
-    if _NAME_RE.match(path.stem) and path.stem != book.versioned_name:
+    if _NAME_RE.match(_stem(path)) and _stem(path) != book.versioned_name:
         raise CodebookError(f"codebook {path} declares {book.versioned_name!r}; the file must be named {book.versioned_name}.yaml")
     pinned = FROZEN_HASHES.get(book.versioned_name)
     if pinned is not None and pinned != book.sha256:
@@ -232,6 +247,12 @@ def _load_cached(path: str, mtime_ns: int) -> Codebook:
     return load_codebook_file(path)
 
 
+@lru_cache(maxsize=32)
+def _load_packaged(name: str) -> Codebook:
+    # package data outside the file system (a zip) cannot change while the process runs
+    return load_codebook_file(packaged_codebooks() / f"{name}.yaml")
+
+
 def load_codebook(name: str = DEFAULT_CODEBOOK) -> Codebook:
     """Load a codebook by versioned name (``"six-behaviors@v1"``) or by path to a ``.yaml`` file.
 
@@ -240,7 +261,10 @@ def load_codebook(name: str = DEFAULT_CODEBOOK) -> Codebook:
     CodebookError
         Unknown name (the message lists the available ones) or an invalid / edited file.
     """
-    path = _find(name).resolve()
+    found = _find(name)
+    if not isinstance(found, Path):
+        return _load_packaged(name)
+    path = found.resolve()
     return _load_cached(str(path), path.stat().st_mtime_ns)
 
 

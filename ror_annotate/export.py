@@ -21,7 +21,7 @@ ror_annotate export (no ``ror_export.json``) and not empty is never replaced.
 Label choice (``label_source``), per segment:
 
 * ``adjudicated`` -- the study reference: the latest adjudicated label, else the humans' label when
-  every human annotator gave it (the rule of :func:`ror_annotate.review.reference_labels`;
+  every human annotator's latest label agrees (the rule of :mod:`ror_annotate.reference`;
   adjudication only sees disagreements, so adjudicated rows alone would drop every agreed segment);
 * ``human`` / ``judge`` / ``baseline`` -- plurality vote over that source's annotators (one vote
   per annotator, their latest label); a tie leaves the segment unlabeled;
@@ -229,19 +229,21 @@ def choose_label(labels: Sequence[Label], label_source: str) -> tuple[ChosenLabe
             tied = True
         return chosen
 
-    def adjudicated() -> ChosenLabel | None:
-        pool = by_source.get("adjudicated", [])
-        if not pool:
+    def adjudicated(or_unanimous: bool = False) -> ChosenLabel | None:
+        if not by_source.get("adjudicated") and not (or_unanimous and by_source.get("human")):
+            return None  # most segments: judge and baseline labels only
+        from ror_annotate.reference import reference_label  # the one reference rule, shared with review and agree
+
+        ref = reference_label(labels)
+        if ref is None or (ref.basis != "adjudicated" and not or_unanimous):
             return None
-        lab = max(pool, key=lambda x: x.created_at)
+        if ref.basis != "adjudicated":
+            return _plurality(ref.labels, "human")
+        lab = ref.labels[0]
         return ChosenLabel(lab.label, "adjudicated", lab.annotator, 1, 1.0, lab.codebook_version, None, None)
 
     if label_source == "adjudicated":
-        chosen = adjudicated()
-        if chosen is None:
-            humans = _latest_per_annotator(by_source.get("human", []))
-            if humans and len({h.label for h in humans}) == 1:
-                chosen = _plurality(humans, "human")
+        chosen = adjudicated(or_unanimous=True)
     elif label_source in ("human", "judge", "baseline"):
         chosen = vote([label_source], label_source)
     elif label_source == "majority":

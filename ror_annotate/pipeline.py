@@ -60,10 +60,14 @@ class IngestSummary(_Summary):
     skipped: int = Field(0, description="Invalid records skipped (only with skip_invalid).")
     skipped_reasons: list[str] = Field(default_factory=list, description="The first 20 skipped records: where and why.")
     trace_ids: list[str] = Field(default_factory=list, description="This input's trace ids, in input order.")
+    formats: dict[str, int] = Field(default_factory=dict, description="Traces per source format (ror_annotate.formats).")
+    notes: dict[str, int] = Field(
+        default_factory=dict, description="Traces per remark worth reporting (gaps kept in meta.gaps, markers stored under allow_markers, ...)."
+    )
 
-    def counts(self) -> dict[str, int]:
+    def counts(self) -> dict[str, Any]:
         """The counts recorded with the run."""
-        return {"read": self.read, "inserted": self.inserted, "unchanged": self.unchanged, "skipped": self.skipped}
+        return {"read": self.read, "inserted": self.inserted, "unchanged": self.unchanged, "skipped": self.skipped, "formats": self.formats}
 
 
 class SegmentSummary(_Summary):
@@ -225,6 +229,8 @@ def ingest(
     columns: "dict[str, str] | ColumnMap | None" = None,
     skip_invalid: bool = False,
     limit: int | None = None,
+    format: str = "auto",
+    allow_markers: bool = False,
     run: Run | None = None,
     progress: Any = None,
 ) -> IngestSummary:
@@ -238,6 +244,10 @@ def ingest(
         As in :func:`ror_annotate.traces.load_traces`; ``columns`` maps record fields
         (``text``, ``trace_id``, ``problem``, ``answer``, ``gold_answer``, ``model``, ``dataset``)
         to column names and is merged over the preset's mapping.
+    format, allow_markers
+        As in :func:`~ror_annotate.traces.load_traces`: the reasoning format (``"auto"`` or a name
+        of :data:`ror_annotate.formats.FORMATS`), and whether a trace that still holds a known
+        control token or thinking marker is stored (counted in ``notes``) instead of refused.
     run : Run, optional
         The enclosing job's run; by default this call records its own ``ingest`` run.
 
@@ -252,16 +262,21 @@ def ingest(
 
     text = check_source(source, preset)
     mapping = _column_map(preset, columns)
-    params = {"source": text, "preset": preset, "split": split, **({} if mapping is None else mapping.model_dump(exclude_none=True))}
+    params = {
+        "source": text, "preset": preset, "split": split, "format": format, "allow_markers": allow_markers,
+        **({} if mapping is None else mapping.model_dump(exclude_none=True)),
+    }
     with _stage(store, run, "ingest", params, progress) as (the_run, tracked):
         task = tracked.add_task("ingest", total=None)
-        result = load_traces(text, columns=mapping, preset=preset, split=split, skip_invalid=skip_invalid, limit=limit)
+        result = load_traces(
+            text, columns=mapping, preset=preset, split=split, skip_invalid=skip_invalid, limit=limit, format=format, allow_markers=allow_markers
+        )
         tracked.update(task, total=len(result.traces), completed=len(result.traces))
         counts = store.upsert_traces(result.traces, run_id=the_run.run_id)
         summary = IngestSummary(
             source=result.source, read=len(result.traces), inserted=counts["inserted"], unchanged=counts["unchanged"],
             skipped=len(result.skipped), skipped_reasons=[f"{s.where}: {s.reason}" if s.reason and s.where not in s.reason else s.reason for s in result.skipped[:20]],
-            trace_ids=[t.trace_id for t in result.traces],
+            trace_ids=[t.trace_id for t in result.traces], formats=dict(result.formats.most_common()), notes=dict(result.notes),
         )
         if run is None:
             the_run.counts.update(summary.counts())
@@ -470,6 +485,8 @@ def run(
     columns: "dict[str, str] | ColumnMap | None" = None,
     skip_invalid: bool = False,
     limit: int | None = None,
+    format: str = "auto",
+    allow_markers: bool = False,
     tokenizer: Any = None,
     max_segment_tokens: int = MAX_SEGMENT_TOKENS,
     workers: int | None = None,
@@ -500,14 +517,18 @@ def run(
     out_dir = Path(out) if out is not None else Path("exports") / default_dataset_name(text, preset)
     mapping = _column_map(preset, columns)
     params = {
-        "source": text, "preset": preset, "split": split, **({} if mapping is None else mapping.model_dump(exclude_none=True)),
+        "source": text, "preset": preset, "split": split, "format": format, "allow_markers": allow_markers,
+        **({} if mapping is None else mapping.model_dump(exclude_none=True)),
         "tokenizer": tokenizer if tokenizer is None or isinstance(tokenizer, str) else "object",
         "judge": judge if isinstance(judge, str) else the_judge.annotator, **(judge_options or {}),
         "out": str(out_dir), "labels": labels,
     }
     with store.run("run", params) as the_run:
         tracked = _TrackedProgress(store, progress)
-        ingested = ingest(store, text, preset=preset, split=split, columns=mapping, skip_invalid=skip_invalid, limit=limit, run=the_run, progress=tracked)
+        ingested = ingest(
+            store, text, preset=preset, split=split, columns=mapping, skip_invalid=skip_invalid, limit=limit, format=format,
+            allow_markers=allow_markers, run=the_run, progress=tracked,
+        )
         the_run.counts["ingest"] = ingested.counts()
         segmented = segment(store, ingested.trace_ids, tokenizer=tokenizer, max_tokens=max_segment_tokens, workers=workers, run=the_run, progress=tracked)
         the_run.counts["segment"] = segmented.counts()

@@ -53,8 +53,9 @@ class _Record(BaseModel):
 class Trace(_Record):
     """One reasoning trace: the text a reasoning model wrote before its answer.
 
-    ``text`` is the reasoning only (inside ``<think>...</think>`` when the source had tags);
-    ``answer`` is the final answer text after the reasoning, when known.
+    ``text`` is the reasoning only (inside ``<think>...</think>`` when the source had tags), with
+    LF line endings whatever the source used; ``answer`` is the final answer text after the
+    reasoning, when known.
     """
 
     trace_id: str = Field(min_length=1, description="Stable id: given by the source, or 'sha256:<16 hex>' of problem+text.")
@@ -66,6 +67,9 @@ class Trace(_Record):
     model: str | None = Field(None, description="The model that wrote the trace.")
     source: str | None = Field(None, description="Where the trace came from (file, dataset name, repository).")
     dataset: str | None = Field(None, description="Benchmark or source dataset (GSM8K, MATH, ...), used for stratified splits.")
+    source_format: str | None = Field(
+        None, description="Format adapter that read the trace (think, harmony, openai-response, chat/think, plain ...; ror_annotate.formats)."
+    )
     meta: dict[str, Any] = Field(default_factory=dict, description="Any other JSON-serializable fields kept from the source.")
 
     @property

@@ -102,6 +102,8 @@ CORE_MIGRATIONS: tuple[str, ...] = (
         component VARCHAR NOT NULL
     );
     """,
+    # v3: the format adapter that read each trace (ror_annotate.formats); NULL for traces stored before
+    "ALTER TABLE traces ADD COLUMN source_format VARCHAR;",
 )
 
 #: Tables owned by this module; anything else with a ``trace_id`` column belongs to a stage.
@@ -445,6 +447,15 @@ class Store:
                     with duckdb_errors(self.path, "commit"):
                         self.con.execute("COMMIT")
 
+    def _abandon_transaction(self) -> None:
+        """Roll back whatever transaction an interrupt left open (e.g. Ctrl-C between ``BEGIN`` and the
+        block, or during ``COMMIT``), so the run's final status is not written into it and lost."""
+        self._shared.tx_depth = 0
+        try:
+            self.con.execute("ROLLBACK")
+        except duckdb.Error:
+            pass  # no transaction was open: the usual case
+
     def _count(self, sql: str, params: Sequence[Any] | None = None) -> int:
         row = self.con.execute(sql, params).fetchone() if params is not None else self.con.execute(sql).fetchone()
         return int(row[0]) if row else 0
@@ -589,6 +600,7 @@ class Store:
                     "model": [t.model for t in new],
                     "source": [t.source for t in new],
                     "dataset": [t.dataset for t in new],
+                    "source_format": pa.array([t.source_format for t in new], type=pa.string()),
                     "meta": [json.dumps(t.meta, ensure_ascii=False, default=str) for t in new],
                     "ingested_at": pa.array([now] * len(new), type=pa.timestamp("us")),
                     "run_id": pa.array([run_id] * len(new), type=pa.string()),
@@ -611,7 +623,7 @@ class Store:
 
     def iter_traces(self, trace_ids: Sequence[str] | None = None) -> Iterator[Trace]:
         """Yield stored traces (all, or those in ``trace_ids``), in ingestion order."""
-        cols = "trace_id, text, problem, answer, gold_answer, correct, model, source, dataset, meta"
+        cols = "trace_id, text, problem, answer, gold_answer, correct, model, source, dataset, meta, source_format"
         if trace_ids is None:
             rows = self.con.execute(f"SELECT {cols} FROM traces ORDER BY ingested_at, trace_id").fetchall()
         else:
@@ -621,7 +633,7 @@ class Store:
         for r in rows:
             yield Trace(
                 trace_id=r[0], text=r[1], problem=r[2], answer=r[3], gold_answer=r[4], correct=r[5],
-                model=r[6], source=r[7], dataset=r[8], meta=json.loads(r[9]) if r[9] else {},
+                model=r[6], source=r[7], dataset=r[8], meta=json.loads(r[9]) if r[9] else {}, source_format=r[10],
             )
 
     # ------------------------------------------------------------------ segments
@@ -984,6 +996,7 @@ class Store:
         run = self.start_run(command, parameters)
         progress = ProgressFile.for_store(self.path)
         outer, self._progress = self._progress, progress
+        outside_transaction = self._shared.tx_depth == 0
         if progress is not None:
             progress.start(run)
         status = "failed"
@@ -1004,6 +1017,8 @@ class Store:
             raise
         finally:
             self._progress = outer
+            if status != "ok" and outside_transaction:
+                self._abandon_transaction()
             try:
                 self.finish_run(run.run_id, status=status, counts=run.counts)
             finally:

@@ -1,10 +1,14 @@
 """Traces in: JSONL, JSON arrays, parquet and Hugging Face datasets, to :class:`~ror_annotate.records.Trace`.
 
-Every input goes through the same steps: read rows (with file and line numbers), map columns
-(a :class:`ColumnMap`, from the user, a preset, or the default candidate names), extract the
-reasoning part of the text (``<think>...</think>`` and its common variants), give each trace a
-stable id, and validate. Bad rows raise :class:`~ror_annotate.errors.InputError` naming the file
-and line, or are counted and reported with ``skip_invalid=True``. Nothing is written anywhere here;
+Every input goes through the same steps: read rows (with file and line numbers; LF, CRLF or lone
+CR line endings, an optional UTF-8 BOM), map columns (a :class:`ColumnMap`, from the user, a
+preset, or the default candidate names), extract the reasoning and the answer with the format
+adapters of :mod:`ror_annotate.formats` (``<think>`` tags and variants, Harmony, Mistral, Seed,
+Kimi, OpenAI-compatible response objects, chat transcripts; auto-detected or forced), refuse a
+known control token or thinking marker left in the result, give each trace a stable id, and
+validate. Stored texts always have LF line endings (see :func:`ror_annotate.formats.normalize_newlines`).
+Bad rows raise :class:`~ror_annotate.errors.InputError` naming the file and line, or are counted
+and reported with ``skip_invalid=True``. Nothing is written anywhere here;
 ingestion into the store happens only after the whole input has been read and validated.
 """
 
@@ -13,6 +17,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +26,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from .errors import ConfigError, InputError
+from .formats import AUTO, FORMATS, MARKER_HINTS, StructuredFormat, detect_structured, extract, extract_text, find_marker, line_col, markers_in, normalize_newlines
 from .records import Trace, sha256_text
 
 # Default candidate column names, tried in order when no mapping is given.
@@ -127,50 +133,46 @@ class SkippedRecord:
     reason: str
 
 
+#: Counted in :attr:`LoadResult.notes` for each trace stored with a marker under ``allow_markers``.
+NOTE_MARKERS = "control token or thinking marker left in the stored text (--allow-markers)"
+
+
 @dataclass
 class LoadResult:
-    """The traces read from one input, plus what was skipped (only with ``skip_invalid``)."""
+    """The traces read from one input, plus what was skipped (only with ``skip_invalid``).
+
+    ``notes`` counts traces per remark worth reporting (text between reasoning blocks kept in
+    ``meta.gaps``, markers stored under ``allow_markers``, line endings normalized, ...);
+    ``formats`` counts traces per ``source_format``.
+    """
 
     traces: list[Trace]
     skipped: list[SkippedRecord] = field(default_factory=list)
     source: str = ""
+    notes: Counter[str] = field(default_factory=Counter)
+    formats: Counter[str] = field(default_factory=Counter)
 
 
-# --------------------------------------------------------------------------- think extraction
+# --------------------------------------------------------------------------- reasoning extraction
 _BOXED = re.compile(r"\\boxed\{")
-THINK_TAGS: tuple[tuple[str, str], ...] = (
-    ("<think>", "</think>"),
-    ("<thinking>", "</thinking>"),
-    ("<|begin_of_thought|>", "<|end_of_thought|>"),
-)
-_SOLUTION_TAGS = ("<|begin_of_solution|>", "<|end_of_solution|>")
 
 
 def split_reasoning(text: str, tags: tuple[str, str] | None = None) -> tuple[str, str | None, bool]:
-    """Split a model output into (reasoning, final answer, had_tags).
+    """Split one model output string into ``(reasoning, final answer, had_markers)``.
 
-    Handles ``<think>R</think>A``, a missing opening tag (``R</think>A``: chat templates of
-    DeepSeek-R1 and Qwen3 put ``<think>`` in the prompt), a missing closing tag (truncated
-    generation: everything after ``<think>`` is reasoning, no answer), and the
-    ``<|begin_of_thought|>`` tags of OpenThoughts/Bespoke. Text without tags is all reasoning.
-    Returned strings are stripped of surrounding whitespace; the answer is None when empty.
+    A thin wrapper over :func:`ror_annotate.formats.extract_text` with auto-detection (every
+    format of :data:`ror_annotate.formats.FORMATS` that reads a string): ``<think>R</think>A``, a
+    missing opening tag, a truncated block, several blocks, Harmony channels, Mistral, Seed and
+    Kimi markers. Text without markers is all reasoning. Both strings are stripped; the answer is
+    None when empty.
+
+    Raises
+    ------
+    InputError
+        Nested or unbalanced tags (see :class:`ror_annotate.formats.TagFormat`).
     """
-    pairs = (tags,) if tags else THINK_TAGS
-    for open_tag, close_tag in pairs:
-        has_open, has_close = open_tag in text, close_tag in text
-        if not (has_open or has_close):
-            continue
-        if has_close:
-            head, _, tail = text.partition(close_tag)
-            reasoning = head.split(open_tag, 1)[1] if open_tag in head else head
-        else:
-            reasoning, tail = text.split(open_tag, 1)[1], ""
-        answer = tail
-        for tag in _SOLUTION_TAGS:
-            answer = answer.replace(tag, "")
-        answer = answer.strip()
-        return reasoning.strip(), (answer or None), True
-    return text.strip(), None, False
+    got = extract_text(text, "text", tags=tags)
+    return got.reasoning, got.answer, got.format != "plain"
 
 
 def last_boxed(text: str) -> str | None:
@@ -187,9 +189,20 @@ def last_boxed(text: str) -> str | None:
 
 
 # --------------------------------------------------------------------------- readers
+def _lines(fh: Any) -> Iterator[bytes]:
+    """Lines of a binary file ended by LF, CRLF or a lone CR (classic Mac), without their endings.
+
+    Splitting on CR is safe for JSON Lines: JSON forbids a raw CR inside a string, and bytes (unlike
+    ``str.splitlines``) never split on U+2028 or other Unicode separators a JSON string may hold.
+    """
+    for chunk in fh:
+        chunk = chunk[:-2] if chunk.endswith(b"\r\n") else chunk[:-1] if chunk.endswith(b"\n") else chunk
+        yield from chunk.split(b"\r") if b"\r" in chunk else (chunk,)
+
+
 def _iter_jsonl(path: Path) -> Iterator[tuple[str, dict[str, Any] | Exception]]:
     with path.open("rb") as fh:
-        for lineno, raw in enumerate(fh, start=1):
+        for lineno, raw in enumerate(_lines(fh), start=1):
             where = f"{path}:{lineno}"
             if not raw.strip():
                 continue
@@ -348,48 +361,119 @@ def content_trace_id(problem: str | None, text: str) -> str:
     return "sha256:" + sha256_text(f"{problem or ''}\x00{text}")[:16]
 
 
-def records_to_traces(
-    record: dict[str, Any], where: str, mapping: ColumnMap, source_name: str
-) -> list[Trace]:
-    """Turn one input record into one or more traces (several for list-valued text columns).
+def _mapped_or_given(record: dict[str, Any], field_name: str, mapping: ColumnMap, found: Any) -> Any:
+    """A field from an explicitly mapped column or constant, else a candidate column, else ``found``
+    (what the format adapter read from the structure: a response's model, a transcript's user turn)."""
+    value = _pick(record, field_name, mapping)
+    return value if value is not None else found
 
-    Raises :class:`InputError` naming ``where`` for a missing or empty text field.
-    """
-    raw_text = _pick(record, "text", mapping)
-    if raw_text is None:
+
+def _clean_text(value: Any) -> str | None:
+    text = _as_str(value)
+    return normalize_newlines(text)[0] if text is not None else None
+
+
+def _reasoning_values(record: dict[str, Any], where: str, mapping: ColumnMap, format: str) -> list[Any]:
+    """The values to extract reasoning from: the whole record when it is a response object or a
+    transcript, else the text column (a string, a list of generations, or a nested object)."""
+    if mapping.text is None and (isinstance(FORMATS.get(format), StructuredFormat) or detect_structured(record) is not None):
+        return [record]
+    raw = _pick(record, "text", mapping)
+    if raw is None:
         looked = mapping.text or ", ".join(_CANDIDATES["text"])
-        raise InputError(f"{where}: record has no reasoning text (looked for: {looked}); name the column with --text-field")
-    texts = raw_text if isinstance(raw_text, list) else [raw_text]
+        raise InputError(
+            f"{where}: record has no reasoning text (looked for: {looked}, a chat-completion response or a messages list); "
+            "name the column with --text-field"
+        )
+    if isinstance(raw, list) and all(isinstance(x, str) for x in raw):
+        return list(raw)
+    if isinstance(raw, (str, dict, list)):
+        return [raw]
+    raise InputError(f"{where}: reasoning text must be a string, got {type(raw).__name__}")
+
+
+def records_to_traces(
+    record: dict[str, Any],
+    where: str,
+    mapping: ColumnMap,
+    source_name: str,
+    *,
+    format: str = AUTO,
+    allow_markers: bool = False,
+    notes: Counter[str] | None = None,
+) -> list[Trace]:
+    """Turn one input record into one or more traces (several for list-valued text columns or
+    responses with several choices, ids suffixed ``/g<i>``).
+
+    The record's format is detected (or forced with ``format``) by :mod:`ror_annotate.formats`;
+    the trace's ``source_format`` names the adapter used. Text between reasoning blocks, tool
+    calls and line-ending changes are kept in ``meta`` and counted in ``notes``.
+
+    Raises
+    ------
+    InputError
+        Naming ``where``: a missing or empty text field, a format violation (nested or unbalanced
+        tags ...), or a known control token or thinking marker left in the reasoning or answer
+        (unless ``allow_markers``: then stored, listed in ``meta["markers_left"]`` and counted).
+    """
+    notes = notes if notes is not None else Counter()
+    extractions = []
     corrects = _pick(record, "correct", mapping)
-    corrects = corrects if isinstance(corrects, list) else [corrects] * len(texts)
-    given_id = _as_str(_pick(record, "trace_id", mapping))
-    problem = _as_str(_pick(record, "problem", mapping))
-    answer_col = _as_str(_pick(record, "answer", mapping))
+    values = _reasoning_values(record, where, mapping, format)
+    corrects = corrects if isinstance(corrects, list) else [corrects] * len(values)
+    for i, value in enumerate(values):
+        for got in extract(value, where, format=format, tags=mapping.think_tags):
+            extractions.append((got, corrects[i] if i < len(corrects) else None))
+    given_id = _as_str(_pick(record, "trace_id", mapping)) if mapping.trace_id is not None else None
+    answer_col = _clean_text(_pick(record, "answer", mapping))
     used = _mapped_columns(mapping) | {c for f in _CANDIDATES for c in _CANDIDATES[f]}
     # NaN/inf (pandas' missing values) are left out: they are not JSON and would break readers of meta.
-    meta = {
+    base_meta = {
         k: v for k, v in record.items()
         if k not in used and isinstance(v, (str, int, float, bool)) and not (isinstance(v, float) and not math.isfinite(v))
     }
     traces = []
-    for i, item in enumerate(texts):
-        if not isinstance(item, str):
-            raise InputError(f"{where}: reasoning text must be a string, got {type(item).__name__}")
-        reasoning, tail_answer, _ = split_reasoning(item, mapping.think_tags)
-        if not reasoning:
+    for i, (got, correct) in enumerate(extractions):
+        if not got.reasoning:
             raise InputError(f"{where}: empty reasoning trace (nothing but whitespace or tags)")
-        answer = answer_col or tail_answer or last_boxed(item)
-        suffix = f"/g{i}" if len(texts) > 1 else ""
-        trace_id = (given_id + suffix) if given_id else content_trace_id(problem, reasoning)
+        problem = _clean_text(_mapped_or_given(record, "problem", mapping, got.problem))
+        answer = answer_col or got.answer or last_boxed(got.reasoning)
+        meta = {**base_meta, **got.meta}
+        if got.gaps:
+            meta["gaps"] = list(got.gaps)
+        meta.update({k: v for k, v in got.side.items() if v})
+        left = [(name, hit) for name, text in (("reasoning", got.reasoning), ("answer", answer)) if (hit := find_marker(text, mapping.think_tags or ()))]
+        if left:
+            name, (marker, index) = left[0]
+            if not allow_markers:
+                text = got.reasoning if name == "reasoning" else answer
+                hint = MARKER_HINTS.get(marker.lower()) or (
+                    f"an unrecognised reasoning transcript? Force the right one with --format ({', '.join(FORMATS)})"
+                )
+                raise InputError(
+                    f"{where}: the {name} still holds {marker!r} at {line_col(text or '', index)} after reading the record as "
+                    f"{got.format!r}: {hint}; or store it as is with --allow-markers"
+                )
+            meta["markers_left"] = sorted({m for text in (got.reasoning, answer) for m in markers_in(text, mapping.think_tags or ())})
+            notes[NOTE_MARKERS] += 1
+        for note in got.notes:
+            notes[note] += 1
+        suffix = f"/g{i}" if len(extractions) > 1 else ""
+        # The structure's own id (a response id, a Batch line's custom_id) names the trace when the
+        # structure is the whole record; nested in a column, the row's id column comes first.
+        whole = values[0] is record
+        base_id = given_id or (got.trace_id if whole else None) or _as_str(_pick(record, "trace_id", mapping)) or got.trace_id
+        trace_id = (base_id + suffix) if base_id else content_trace_id(problem, got.reasoning)
         try:
             traces.append(
                 Trace(
-                    trace_id=trace_id, text=reasoning, problem=problem, answer=answer,
-                    gold_answer=_as_str(_pick(record, "gold_answer", mapping)),
-                    correct=_as_bool(corrects[i] if i < len(corrects) else None),
-                    model=_as_str(_pick(record, "model", mapping)),
+                    trace_id=trace_id, text=got.reasoning, problem=problem, answer=answer,
+                    gold_answer=_clean_text(_pick(record, "gold_answer", mapping)),
+                    correct=_as_bool(correct),
+                    model=_as_str(_mapped_or_given(record, "model", mapping, got.model)),
                     source=_as_str(_pick(record, "source", mapping)) or source_name,
                     dataset=_as_str(_pick(record, "dataset", mapping)),
+                    source_format=got.format if mapping.think_tags is None else "custom",
                     meta=meta,
                 )
             )
@@ -407,6 +491,8 @@ def load_traces(
     split: str | None = None,
     skip_invalid: bool = False,
     limit: int | None = None,
+    format: str = AUTO,
+    allow_markers: bool = False,
 ) -> LoadResult:
     """Read and validate every trace of ``source`` (file path or Hugging Face dataset name).
 
@@ -425,14 +511,22 @@ def load_traces(
         Skip bad records (counted in :attr:`LoadResult.skipped`) instead of raising.
     limit : int, optional
         Stop after this many traces.
+    format : str
+        ``"auto"`` (detect per record) or a name of :data:`ror_annotate.formats.FORMATS` to force.
+    allow_markers : bool
+        Store a trace whose reasoning or answer still holds a known control token or thinking
+        marker (counted in :attr:`LoadResult.notes`) instead of refusing it.
 
     Raises
     ------
     InputError
-        A bad record (file and line named), unreadable input, duplicate trace ids, or no traces.
+        A bad record (file and line named), unreadable input, duplicate trace ids, a format
+        violation, a leftover control token or marker, or no traces.
     ConfigError
-        Unknown preset.
+        Unknown preset or format.
     """
+    if format != AUTO and format not in FORMATS:
+        raise ConfigError(f"unknown format {format!r}. Available formats: {AUTO}, {', '.join(FORMATS)}")
     config = None
     if preset is not None:
         if preset not in PRESETS:
@@ -451,7 +545,8 @@ def load_traces(
         try:
             if isinstance(rec, Exception):
                 raise rec
-            traces = records_to_traces(rec, where, mapping, source_name=source_name)
+            notes: Counter[str] = Counter()
+            traces = records_to_traces(rec, where, mapping, source_name=source_name, format=format, allow_markers=allow_markers, notes=notes)
             for t in traces:
                 if t.trace_id in seen:
                     raise InputError(f"{where}: duplicate trace id {t.trace_id!r} (first seen at {seen[t.trace_id]})")
@@ -460,9 +555,11 @@ def load_traces(
                 raise
             result.skipped.append(SkippedRecord(where=where, reason=exc.message))
             continue
+        result.notes.update(notes)
         for t in traces:
             seen[t.trace_id] = where
             result.traces.append(t)
+            result.formats[t.source_format or "unknown"] += 1
         if limit is not None and len(result.traces) >= limit:
             result.traces = result.traces[:limit]
             break

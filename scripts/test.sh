@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # Install everything and run the whole test suite, including the integration tests against a real
 # Label Studio server (installed into its own venv and started on 127.0.0.1, stopped afterwards).
+# CI keeps Label Studio's SQLite backend (LS_DB=sqlite, the default).
 #   bash scripts/test.sh [pytest args...]
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bash scripts/setup.sh
 bash scripts/labelstudio.sh install
-bash scripts/labelstudio.sh start
+# The stop trap is set BEFORE start, so a start that fails or is interrupted half-way (server process
+# already spawned, /health/ not answering yet) never leaves a server behind.
 trap 'bash scripts/labelstudio.sh stop || true' EXIT
+bash scripts/labelstudio.sh start
 eval "$(bash scripts/labelstudio.sh env)"
 export ROR_REQUIRE_LABEL_STUDIO=1   # integration tests fail, not skip, when the server is missing
 .venv/bin/python -m pytest "$@"

@@ -86,3 +86,86 @@ def baseline_label(trace_id: str, index: int) -> str:
 
 
 ALL_KEYS = [(tid, i) for tid, _, parts, _ in TRACES for i in range(len(parts))]
+
+
+class FakeLabelStudio:
+    """An in-memory Label Studio with the calls :class:`~ror_annotate.review.labelstudio.LabelStudioClient` offers.
+
+    For property tests that need thousands of pulls (the real server takes about 0.25 s per annotation;
+    the integration suite covers the real one). Annotations are plain dicts shaped like the sync JSON
+    export of Label Studio 1.23 (``completed_by`` / ``updated_by`` are user ids), with ids given by the
+    test so that two fakes fed different histories can be compared annotation by annotation.
+    """
+
+    url = public_url = "http://fake-ls.invalid"
+
+    def __init__(self, users: dict[str, int]) -> None:
+        self.users = dict(users)
+        self.projects: dict[int, dict] = {}
+        self.tasks: dict[int, dict] = {}
+        self._next = 1000
+
+    def _id(self) -> int:
+        self._next += 1
+        return self._next
+
+    def whoami(self):
+        return {"id": 1}
+
+    def users_by_email(self) -> dict[str, int]:
+        return dict(self.users)
+
+    def invite_url(self) -> str:
+        return f"{self.public_url}/user/signup/?token=fake"
+
+    def project_url(self, project_id: int) -> str:
+        return f"{self.public_url}/projects/{project_id}/data"
+
+    def project(self, project_id: int):
+        from types import SimpleNamespace
+
+        p = self.projects.get(project_id)
+        return None if p is None else SimpleNamespace(id=project_id, label_config=p["label_config"])
+
+    def create_project(self, *, title: str, description: str, label_config: str, model_version=None, show_predictions=False) -> int:
+        pid = self._id()
+        self.projects[pid] = {"label_config": label_config, "tasks": []}
+        return pid
+
+    def set_config(self, project_id: int, label_config: str) -> None:
+        self.projects[project_id]["label_config"] = label_config
+
+    def import_tasks(self, project_id: int, tasks) -> int:
+        for t in tasks:
+            tid = self._id()
+            self.tasks[tid] = {"id": tid, "data": dict(t["data"]), "annotations": []}
+            self.projects[project_id]["tasks"].append(tid)
+        return len(tasks)
+
+    def export_tasks(self, project_id: int) -> list[dict]:
+        import copy
+
+        return [copy.deepcopy(self.tasks[t]) for t in self.projects[project_id]["tasks"]]
+
+    # -- what annotators do
+    def annotate(self, task_id: int, ann_id: int, user: int, result: list[dict], *, when: str, cancelled: bool = False) -> None:
+        self.tasks[task_id]["annotations"].append({
+            "id": ann_id, "completed_by": user, "updated_by": user, "result": result, "was_cancelled": cancelled,
+            "created_at": when, "updated_at": when, "lead_time": 1.0,
+        })
+
+    def update(self, ann_id: int, user: int, result: list[dict], *, when: str) -> bool:
+        for t in self.tasks.values():
+            for a in t["annotations"]:
+                if a["id"] == ann_id:
+                    a.update(result=result, updated_by=user, updated_at=when, was_cancelled=False)
+                    return True
+        return False
+
+    def delete(self, ann_id: int) -> bool:
+        for t in self.tasks.values():
+            n = len(t["annotations"])
+            t["annotations"] = [a for a in t["annotations"] if a["id"] != ann_id]
+            if len(t["annotations"]) != n:
+                return True
+        return False

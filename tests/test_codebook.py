@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -23,7 +24,7 @@ from ror_annotate.errors import CodebookError
 from ror_annotate.records import BEHAVIORS
 
 REPO = Path(__file__).resolve().parents[1]
-V1 = REPO / "codebook" / "six-behaviors@v1.yaml"
+V1 = REPO / "ror_annotate" / "codebooks" / "six-behaviors@v1.yaml"
 # Pinned by hand when v1 was released: a change to the codebook's content must fail here.
 V1_SHA256 = "de0624a56bae30c53b6fa7203ca5d964e4f4d5445a3ba2db5381eb4462c488c7"
 
@@ -157,15 +158,45 @@ def test_cli_unknown_codebook_is_one_line_error():
     assert "error [E400]" in result.output and "Available: six-behaviors@v1" in result.output
 
 
-def test_every_codebook_file_ships_in_wheels() -> None:
-    """pyproject's data-files must list every codebook/*.yaml, or a wheel install cannot find it."""
+def test_codebooks_are_read_from_the_package() -> None:
+    """The lookup ends in the package's own codebooks/ folder (the wheel test below checks it ships)."""
+    from ror_annotate.codebook import codebook_dirs, packaged_codebooks
+
+    assert Path(str(packaged_codebooks())) == V1.parent
+    assert codebook_dirs()[-1] == packaged_codebooks()
+    assert available_codebooks() == sorted(p.stem for p in V1.parent.glob("*.yaml"))
+
+
+def test_wheel_installed_outside_the_prefix_finds_the_codebook(tmp_path) -> None:
+    """A wheel installed into a plain directory (as --user or --target do) loads the codebook from package data."""
+    import subprocess
     import sys
-    import tomllib
+    import zipfile
 
-    from ror_annotate.codebook import codebook_dirs
-
-    root = Path(__file__).resolve().parents[1]
-    data_files = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["data-files"]
-    shipped = set(data_files["share/ror_annotate/codebook"])
-    assert shipped == {f"codebook/{p.name}" for p in (root / "codebook").glob("*.yaml")}
-    assert Path(sys.prefix) / "share" / "ror_annotate" / "codebook" in codebook_dirs()
+    # build from a copy: an in-tree build would leave build/ and *.egg-info in the checkout
+    src = tmp_path / "src"
+    shutil.copytree(REPO / "ror_annotate", src / "ror_annotate", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(REPO / name, src / name)
+    build = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-q", "-w", str(tmp_path / "dist"), str(src)],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert build.returncode == 0, build.stderr
+    (wheel,) = (tmp_path / "dist").glob("ror_annotate-*.whl")
+    with zipfile.ZipFile(wheel) as zf:
+        assert zf.read("ror_annotate/codebooks/six-behaviors@v1.yaml") == V1.read_bytes()
+        assert not [n for n in zf.namelist() if ".data/data/" in n]  # nothing under <prefix>/share any more
+        zf.extractall(tmp_path / "site")  # what pip install --target does with a pure-Python wheel
+    env = {k: v for k, v in os.environ.items() if k not in ("ROR_CODEBOOK_PATH", "PYTHONPATH")}
+    env["PYTHONPATH"] = str(tmp_path / "site")
+    probe = (
+        "import ror_annotate.codebook as c; b = c.load_codebook(); "
+        "print(c.__file__); print(b.sha256); print(c.available_codebooks())"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    module_file, sha, names = out.stdout.strip().splitlines()
+    assert Path(module_file).is_relative_to(tmp_path / "site")
+    assert sha == V1_SHA256
+    assert names == "['six-behaviors@v1']"

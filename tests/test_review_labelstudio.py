@@ -20,7 +20,8 @@ import pytest
 
 from ror_annotate.errors import ReviewError
 from ror_annotate.review import (
-    adjudicate_study, create_study, disagreements, pull_study, push_study, reference_labels, signup_annotator,
+    adjudicate_study, create_study, disagreement_status, disagreements, pull_study, push_study, reference_labels, signup_annotator,
+    study_status,
 )
 from ror_annotate.review.labelstudio import LabelStudioClient
 from ror_annotate.review.studies import assignments, study_people
@@ -169,14 +170,17 @@ def test_full_study_round_trip(admin, people, tmp_path):
     dis = disagreements(store, name)
     assert [(d.trace_id, d.segment_index) for d in dis] == [("t-latex", 2), ("t-zwj", 1)]
 
+    # The study measures the judge (it names one), so by default the adjudicator does not see it.
     adj = adjudicate_study(store, name, admin, adjudicator=ea)
-    assert adj.disagreements == 2 and adj.tasks_created == 2
+    assert adj.disagreements == 2 and adj.tasks_created == 2 and adj.show_judge is False and adj.warnings == []
     adj_tasks = _tasks(admin, adj.project_id)
     pa = _pseudonym(store, ea)
     for t in adj_tasks:
         html = t["data"]["labels_html"]
-        assert p1 in html and p2 in html and f"judge ({F.BASELINE})" in html
+        assert p1 in html and p2 in html and "judge" not in html and F.BASELINE not in json.dumps(t["data"])
         assert "@example.org" not in json.dumps(t["data"])
+    status = disagreement_status(store, name)
+    assert (len(status.adjudicated), len(status.open), status.awaiting, status.unsent) == (0, 2, 2, 0)
     choice = {("t-latex", 2): "reflection", ("t-zwj", 1): "planning"}
     ls_adj = _sdk(toka)
     for t in adj_tasks:
@@ -185,6 +189,11 @@ def test_full_study_round_trip(admin, people, tmp_path):
     assert again.tasks_created == 0
     adjudicated = {(lab.trace_id, lab.segment_index): (lab.annotator, lab.label) for lab in store.labels(source="adjudicated", study=name)}
     assert adjudicated == {k: (f"adjudicator:{pa}", v) for k, v in choice.items()}
+    # After full adjudication nothing is open (issue 14: status used to keep counting them).
+    status = disagreement_status(store, name)
+    assert sorted((d.trace_id, d.segment_index) for d in status.adjudicated) == sorted(choice) and status.open == ()
+    adj_row = [r for r in study_status(store, name) if r.role == "adjudication"]
+    assert [(r.assigned, r.labeled, r.remaining) for r in adj_row] == [(2, 2, 0)]
 
     ref = {(r.trace_id, r.segment_index): (r.label, r.basis) for r in reference_labels(store, name)}
     for key in F.ALL_KEYS:
@@ -258,6 +267,12 @@ def test_span_mode_offsets_and_misaligned_regions(admin, people, tmp_path):
             for r in result:
                 if r["id"] == "s1" and r["type"] == "choices":
                     r["value"]["choices"] = ["reflection"]
+        if tid == "t-cjk":
+            # Segment 2's offsets are off by 5 in every reading, but its text occurs once: re-anchored by text search.
+            for r in result:
+                if r["id"] == "s2":
+                    r["value"]["start"] += 5
+                    r["value"]["end"] += 5
         ls.annotations.create(id=t["id"], result=result)
     rep = pull_study(store, name, admin)
     got = {(lab.trace_id, lab.segment_index): (lab.label, lab.extra["anchored_by"]) for lab in store.labels(source="human", study=name)}
@@ -265,8 +280,20 @@ def test_span_mode_offsets_and_misaligned_regions(admin, people, tmp_path):
     want[("t-latex", 3)] = ("restatement", "utf16")
     del want[("t-latex", 4)]
     want[("t-zwj", 1)] = ("reflection", "codepoints")
+    want[("t-cjk", 2)] = ("fact", "text-search")
     assert got == want
     assert len(rep.rejected) == 1 and "misaligned" in rep.rejected[0] and "'s4'" in rep.rejected[0]
+    # The re-anchored region is reported (count and list) and stored as re-anchored.
+    assert len(rep.reanchored) == 1 and "region 's2'" in rep.reanchored[0] and "segment t-cjk#2" in rep.reanchored[0]
+    flags = {(lab.trace_id, lab.segment_index): lab.extra["re_anchored"] for lab in store.labels(source="human", study=name)}
+    assert [k for k, v in flags.items() if v] == [("t-cjk", 2)]
+
+    # --strict-offsets rejects the re-anchored region: its label goes, named, and the rejection is listed.
+    strict = pull_study(store, name, admin, strict_offsets=True)
+    assert strict.labels_removed == 1 and strict.reanchored == []
+    assert len(strict.removed) == 1 and strict.removed[0].startswith(f"{_pseudonym(store, e1)} t-cjk#2: fact removed")
+    assert sum("--strict-offsets" in r and "'s2'" in r for r in strict.rejected) == 1 and len(strict.rejected) == 2
+    assert ("t-cjk", 2) not in {(lab.trace_id, lab.segment_index) for lab in store.labels(source="human", study=name)}
 
 
 def test_errors_unreachable_bad_token_and_no_key(tmp_path, monkeypatch):
@@ -291,11 +318,63 @@ def test_bad_token(admin, tmp_path):
     assert "f" * 40 not in str(store.execute("SELECT * FROM runs").fetchall())
 
 
-def test_missing_account_names_the_invite_link(admin, tmp_path):
+def test_missing_accounts_are_all_named_at_once_with_the_public_invite_link(admin, people, tmp_path):
     store = F.make_store(tmp_path / "m.duckdb")
-    create_study(store, "s", annotators=[f"nobody-{uuid.uuid4().hex[:6]}@example.org"], n=2, overlap=1)
-    with pytest.raises(ReviewError, match=r"has no Label Studio account.*/user/signup/\?token="):
-        push_study(store, "s", admin)
+    missing = [f"nobody{i}-{uuid.uuid4().hex[:6]}@example.org" for i in range(3)]
+    create_study(store, "s", annotators=[people["ann1"][0], *missing], n=3, overlap=1)
+    public = LabelStudioClient(URL, KEY, public="https://review.lab.example")
+    with pytest.raises(ReviewError) as err:
+        push_study(store, "s", public)
+    msg = str(err.value)
+    assert "3 people have no Label Studio account" in msg
+    assert all(e in msg for e in missing) and people["ann1"][0] not in msg
+    assert "https://review.lab.example/user/signup/?token=" in msg and URL not in msg
+    assert store.execute("SELECT count(*) FROM review_projects").fetchone()[0] == 0
+
+
+def test_another_users_annotation_never_removes_the_owners_label(admin, people, tmp_path):
+    """The issue-14 reproduction: one annotator, one task; the owner labels, then somebody else does."""
+    store = F.make_store(tmp_path / "own.duckdb")
+    (e1, tok1), (_, tok_out) = people["ann1"], people["outsider"]
+    name = "own-" + uuid.uuid4().hex[:6]
+    create_study(store, name, annotators=[e1], n=1, seed=4, overlap=1, trace_ids=["t-cjk"])
+    push_study(store, name, admin)
+    p1 = _pseudonym(store, e1)
+    [task] = _tasks(admin, _project_of(store, name, p1))
+    key = (task["data"]["trace_id"], task["data"]["segment_index"])
+    mine = _sdk(tok1).annotations.create(id=task["id"], result=_choice("reflection"))
+    first = pull_study(store, name, admin)
+    assert (first.labels_written, first.labels_removed, first.rejected) == (1, 0, [])
+    stored = _labels_snapshot(store)
+
+    theirs = _sdk(tok_out).annotations.create(id=task["id"], result=_choice("fact"))
+    second = pull_study(store, name, admin)
+    assert (second.labels_written, second.labels_unchanged, second.labels_removed) == (0, 1, 0)
+    assert second.removed == [] and second.replaced == [] and second.superseded == []
+    assert len(second.rejected) == 1 and f"annotation {theirs.id} " in second.rejected[0] and "not by" in second.rejected[0]
+    assert _labels_snapshot(store) == stored
+    assert [(x.trace_id, x.segment_index, x.label, x.extra["ls_annotation_id"]) for x in store.labels(source="human", study=name)] == [
+        (*key, "reflection", mine.id)]
+    assert dict(store.execute("SELECT ls_annotation_id, status FROM review_annotations WHERE study = ?", [name]).fetchall()) == {
+        mine.id: "label", theirs.id: "rejected"}
+
+    # The other user edits the owner's annotation: its new content is not the owner's; the stored label stays.
+    _sdk(tok_out).annotations.update(id=mine.id, result=_choice("execution"))
+    third = pull_study(store, name, admin)
+    assert third.labels_written == 0 and third.labels_removed == 0 and third.removed == []
+    assert any(f"annotation {mine.id} " in r and "last saved by" in r for r in third.rejected)
+    assert [x.label for x in store.labels(source="human", study=name)] == ["reflection"]
+
+    # The owner saves their annotation again: theirs again, and the replacement is named.
+    _sdk(tok1).annotations.update(id=mine.id, result=_choice("planning"))
+    fourth = pull_study(store, name, admin)
+    assert fourth.labels_written == 1 and len(fourth.replaced) == 1
+    assert fourth.replaced[0].startswith(f"{p1} {key[0]}#{key[1]}: reflection (annotation {mine.id}) -> planning")
+    # ... and deleting it removes the label, named with the reason.
+    _sdk(tok1).annotations.delete(id=mine.id)
+    fifth = pull_study(store, name, admin)
+    assert fifth.labels_removed == 1 and fifth.removed == [
+        f"{p1} {key[0]}#{key[1]}: planning removed: annotation {mine.id} no longer exists in Label Studio (deleted)"]
 
 
 def test_edited_config_outside_codebook_and_foreign_annotator(admin, people, tmp_path):
@@ -348,20 +427,32 @@ def test_cli_push_pull_status(admin, people, tmp_path, monkeypatch):
     (e1, _), (e2, _) = people["ann1"], people["ann2"]
     monkeypatch.setenv("LABEL_STUDIO_URL", URL)
     monkeypatch.setenv("LABEL_STUDIO_API_KEY", KEY)
+    public = "https://review.lab.example"
+    monkeypatch.setenv("LABEL_STUDIO_PUBLIC_URL", public)
     db = str(tmp_path / "cli.duckdb")
     runner = CliRunner()
     r = runner.invoke(app, ["review", "create", "cli", "-a", e1, "-a", e2, "--n", "4", "--overlap", "2", "--db", db])
     assert r.exit_code == 0, r.output
     r = runner.invoke(app, ["review", "push", "cli", "--db", db])
     assert r.exit_code == 0, r.output
-    with Store(db) as st:  # each person's project link is printed whole on one line, so it can be copied
+    with Store(db) as st:  # each person's project link, at the PUBLIC url, is printed whole on one line
         for email in (e1, e2):
-            link = f"{URL}/projects/{_project_of(st, 'cli', _pseudonym(st, email))}/data"
+            link = f"{public}/projects/{_project_of(st, 'cli', _pseudonym(st, email))}/data"
             assert any(link in line for line in r.output.splitlines()), r.output
+    assert URL not in r.output  # no loopback link reaches people on other machines
     r = runner.invoke(app, ["review", "pull", "cli", "--db", db])
     assert r.exit_code == 0 and "labels written 0" in r.output, r.output
     r = runner.invoke(app, ["review", "status", "cli", "--db", db])
     assert r.exit_code == 0 and "never" not in r.output, r.output
+    assert "disagreements: 0 (adjudicated 0, open 0)" in r.output and e1 not in r.output
+    r = runner.invoke(app, ["review", "status", "cli", "--db", db, "--show-people"])
+    assert r.exit_code == 0 and e1 in r.output and e2 in r.output, r.output
+    # Adjudicating while annotation is open warns that every member can browse the adjudication project.
+    r = runner.invoke(app, ["review", "adjudicate", "cli", "--adjudicator", people["adj"][0], "--db", db])
+    assert r.exit_code == 0, r.output
+    assert "annotation is still open" in r.output and "every member" in r.output and f"{public}/projects/" in r.output
+    with Store(db) as st:
+        assert "@" not in str(st.execute("SELECT * FROM runs").fetchall())  # --show-people never reaches the store
     monkeypatch.setenv("LABEL_STUDIO_API_KEY", "f" * 40)
     r = runner.invoke(app, ["review", "pull", "cli", "--db", db])
     assert r.exit_code == 2 and "refused the API key" in r.output
@@ -408,3 +499,28 @@ def test_copied_task_is_rejected_and_a_deleted_annotation_removes_its_label(admi
     assert push_study(store, name, admin).tasks_created == 0
     again = pull_study(store, name, admin)
     assert again.rejected == rep.rejected and again.labels_written == 0
+
+
+def test_cli_missing_accounts_never_reach_the_runs_table(admin, people, tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from ror_annotate.cli import app
+
+    F.make_store(tmp_path / "acc.duckdb").close()
+    monkeypatch.setenv("LABEL_STUDIO_URL", URL)
+    monkeypatch.setenv("LABEL_STUDIO_API_KEY", KEY)
+    monkeypatch.setenv("LABEL_STUDIO_PUBLIC_URL", "https://review.lab.example")
+    db = str(tmp_path / "acc.duckdb")
+    missing = [f"late{i}-{uuid.uuid4().hex[:6]}@example.org" for i in range(2)]
+    runner = CliRunner()
+    r = runner.invoke(app, ["review", "create", "acc", "-a", people["ann1"][0], "-a", missing[0], "-a", missing[1], "--n", "3",
+                            "--overlap", "1", "--db", db])
+    assert r.exit_code == 0, r.output
+    r = runner.invoke(app, ["review", "push", "acc", "--db", db])
+    assert r.exit_code != 0
+    flat = " ".join(r.output.split())
+    assert "2 people have no Label Studio account" in flat and all(e in flat for e in missing), r.output
+    assert "https://review.lab.example/user/signup/?token=" in flat.replace(" ", "")  # rich may wrap the long link
+    with Store(db) as st:
+        assert "@" not in str(st.execute("SELECT * FROM runs").fetchall())
+        assert st.execute("SELECT count(*) FROM review_projects").fetchone()[0] == 0

@@ -273,3 +273,31 @@ def test_reference_labels_keep_unanimous_segments_beside_adjudicated(tmp_path):
             (0, "planning", "unanimous"), (1, "execution", "adjudicated"), (2, "reflection", "unanimous"),
         ]
         assert reference_labels(store) == refs
+
+
+# ------------------------------------------------------------------------------------ links and accounts
+def test_public_url_defaults_to_the_server_url_and_is_validated(monkeypatch):
+    from ror_annotate.review import public_url
+
+    monkeypatch.delenv("LABEL_STUDIO_PUBLIC_URL", raising=False)
+    monkeypatch.setenv("LABEL_STUDIO_URL", "http://127.0.0.1:8089/")
+    assert public_url() == "http://127.0.0.1:8089"
+    monkeypatch.setenv("LABEL_STUDIO_PUBLIC_URL", "https://review.lab.example/")
+    assert public_url() == "https://review.lab.example"
+    assert public_url("http://localhost:9000") == "http://localhost:9000"
+    with pytest.raises(ConfigError, match="LABEL_STUDIO_PUBLIC_URL.*http:// or https://"):
+        public_url("review.lab.example")
+
+
+def test_every_missing_account_is_named_in_one_error(tmp_path):
+    from ror_annotate.review import push_study
+
+    store = F.make_store(tmp_path / "acc.duckdb")
+    create_study(store, "acc", annotators=["has@example.org", "no1@example.org", "no2@example.org"], n=3, overlap=1)
+    ls = F.FakeLabelStudio({"has@example.org": 5})
+    with pytest.raises(ReviewError) as err:
+        push_study(store, "acc", ls)
+    msg = str(err.value)
+    assert "2 people have no Label Studio account" in msg and "no1@example.org" in msg and "no2@example.org" in msg
+    assert "has@example.org" not in msg and f"{ls.public_url}/user/signup/?token=" in msg
+    assert ls.projects == {}  # nothing created before every account exists

@@ -57,6 +57,15 @@ ModelFieldOption = Annotated[str | None, typer.Option("--model-field", help="Col
 DatasetFieldOption = Annotated[str | None, typer.Option("--dataset-field", help="Column naming the source dataset/benchmark.", rich_help_panel=_INPUT_PANEL)]
 SkipInvalidOption = Annotated[bool, typer.Option("--skip-invalid", help="Skip bad records (counted and reported) instead of stopping at the first.", rich_help_panel=_INPUT_PANEL)]
 LimitOption = Annotated[int | None, typer.Option("--limit", min=1, help="Read at most this many traces.", rich_help_panel=_INPUT_PANEL)]
+FormatOption = Annotated[
+    str,
+    typer.Option("--format", help="Reasoning format: auto (detect per record) or one of think, thinking, thought, harmony, mistral, seed, kimi, "
+                 "openai-response, ollama-chat, chat, plain (see README 'Inputs').", rich_help_panel=_INPUT_PANEL),
+]
+AllowMarkersOption = Annotated[
+    bool,
+    typer.Option("--allow-markers", help="Store traces that still hold a known control token or thinking marker (counted) instead of refusing them.", rich_help_panel=_INPUT_PANEL),
+]
 TokenizerOption = Annotated[
     str | None,
     typer.Option("--tokenizer", help="Subject-model fast tokenizer (name or local path) for token counts and token alignment; default: a documented approximation."),
@@ -122,6 +131,13 @@ def _print_skipped(reasons: Sequence[str], n_skipped: int) -> None:
         err_console.print(f"[yellow]... and {n_skipped - len(reasons)} more skipped records[/]")
 
 
+def _print_formats(formats: dict[str, int], notes: dict[str, int]) -> None:
+    for note, n in notes.items():
+        err_console.print(f"[yellow]note[/] {n} traces: {escape(note)}", highlight=False)
+    if formats:
+        err_console.print("formats: " + ", ".join(f"{name} {n}" for name, n in formats.items()), highlight=False)
+
+
 # --------------------------------------------------------------------------- commands
 @app.command()
 def ingest(
@@ -137,6 +153,8 @@ def ingest(
     dataset_field: DatasetFieldOption = None,
     skip_invalid: SkipInvalidOption = False,
     limit: LimitOption = None,
+    format: FormatOption = "auto",
+    allow_markers: AllowMarkersOption = False,
     db: DbOption = DEFAULT_DB_PATH,
     lock_timeout: LockTimeoutOption = 10.0,
 ) -> None:
@@ -146,8 +164,12 @@ def ingest(
     columns = _columns(text_field, id_field, problem_field, answer_field, gold_field, model_field, dataset_field)
     pipeline.check_source(source, preset)  # a mistyped path must not create a store
     with open_store(db, lock_timeout) as store, _progress() as progress:
-        summary = pipeline.ingest(store, source, preset=preset, split=split, columns=columns, skip_invalid=skip_invalid, limit=limit, progress=progress)
+        summary = pipeline.ingest(
+            store, source, preset=preset, split=split, columns=columns, skip_invalid=skip_invalid, limit=limit, format=format,
+            allow_markers=allow_markers, progress=progress,
+        )
     _print_skipped(summary.skipped_reasons, summary.skipped)
+    _print_formats(summary.formats, summary.notes)
     console.print(f"traces: {summary.inserted} new, {summary.unchanged} already stored, {summary.skipped} skipped -> {store.path}")
 
 
@@ -222,6 +244,8 @@ def run(
     dataset_field: DatasetFieldOption = None,
     skip_invalid: SkipInvalidOption = False,
     limit: LimitOption = None,
+    format: FormatOption = "auto",
+    allow_markers: AllowMarkersOption = False,
     tokenizer: TokenizerOption = None,
     max_segment_tokens: MaxTokensSegOption = 125,
     workers: WorkersOption = None,
@@ -261,11 +285,13 @@ def run(
         with _progress() as progress:
             summary = pipeline.run(
                 store, source, preset=preset, split=split, columns=columns, skip_invalid=skip_invalid, limit=limit,
-                tokenizer=tokenizer, max_segment_tokens=max_segment_tokens, workers=workers, judge=the_judge, judge_options=options,
+                format=format, allow_markers=allow_markers, tokenizer=tokenizer, max_segment_tokens=max_segment_tokens, workers=workers,
+                judge=the_judge, judge_options=options,
                 out=out, labels=labels, split_seed=split_seed, split_fractions=fractions, stratify_by=stratify_by,
                 chat_template=chat_template, progress=progress,
             )
         _print_skipped(summary.ingest.skipped_reasons, summary.ingest.skipped)
+        _print_formats(summary.ingest.formats, summary.ingest.notes)
         _print_summary(store, summary)
     _print_judge_counts(summary.label.counts())
 

@@ -1,7 +1,8 @@
 """``ror review``: the human review queue in Label Studio (create, push, pull, status, adjudicate, serve).
 
 The Label Studio API key is read from ``$LABEL_STUDIO_API_KEY`` only (never an option, never stored);
-the server from ``--url`` / ``$LABEL_STUDIO_URL`` (default ``http://127.0.0.1:8089``).
+the server from ``--url`` / ``$LABEL_STUDIO_URL`` (default ``http://127.0.0.1:8089``); every link
+printed for people from ``--public-url`` / ``$LABEL_STUDIO_PUBLIC_URL`` (default: the server URL).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.table import Table
@@ -27,20 +28,39 @@ app.add_typer(review_app, name="review")
 StudyArg = Annotated[str, typer.Argument(help="Study name.", show_default=False)]
 UrlOption = Annotated[
     str | None,
-    typer.Option("--url", envvar="LABEL_STUDIO_URL", help="Label Studio server (env LABEL_STUDIO_URL; default http://127.0.0.1:8089). The API key is read from LABEL_STUDIO_API_KEY."),
+    typer.Option("--url", envvar="LABEL_STUDIO_URL", help="Label Studio server ror calls (env LABEL_STUDIO_URL; default http://127.0.0.1:8089). The API key is read from LABEL_STUDIO_API_KEY."),
+]
+PublicUrlOption = Annotated[
+    str | None,
+    typer.Option("--public-url", envvar="LABEL_STUDIO_PUBLIC_URL", help="Address annotators open in their browser (reverse proxy, tunnel); every printed link uses it (env LABEL_STUDIO_PUBLIC_URL; default: the server URL)."),
+]
+StrictOption = Annotated[
+    bool,
+    typer.Option("--strict-offsets", help="Span mode: reject regions whose offsets match neither code points nor UTF-16 units instead of re-anchoring them by their text."),
 ]
 
 
-def _client(url: str | None):
+def _client(url: str | None, public: str | None = None):
     from ..review.labelstudio import LabelStudioClient
 
-    return LabelStudioClient(url)
+    return LabelStudioClient(url, public=public)
 
 
-def _tracked(store, command: str, parameters: dict[str, Any]):
-    from ..store import scrub_secrets
+def _pull_counts(report) -> dict[str, int]:
+    return {"labels_written": report.labels_written, "labels_unchanged": report.labels_unchanged,
+            "labels_removed": report.labels_removed, "labels_replaced": len(report.replaced), "skips": report.skips,
+            "superseded": len(report.superseded), "re_anchored": len(report.reanchored), "rejected": len(report.rejected)}
 
-    return store.start_run(command, scrub_secrets(parameters))
+
+def _print_pull(report) -> None:
+    """Counts on one line, then every removed / replaced label, re-anchored region and rejection by name."""
+    counts = _pull_counts(report)
+    console.print(", ".join(f"{k.replace('re_', 're-').replace('_', ' ')} {v}" for k, v in counts.items()))
+    # never truncated: a lab must be able to see every label a pull took away or changed
+    for kind, lines in (("removed", report.removed), ("replaced", report.replaced), ("re-anchored", report.reanchored),
+                        ("superseded", report.superseded), ("rejected", report.rejected)):
+        for line in lines:
+            err_console.print(f"[yellow]{kind}[/]: {line}", highlight=False, soft_wrap=True)
 
 
 @review_app.command("create")
@@ -75,7 +95,7 @@ def create(
     with open_store(db, lock_timeout) as store:
         study = create_study(
             store, name, annotators=annotator, strategy=strategy, n=n, n_traces=traces, seed=seed, overlap=overlap,
-            blind=blind, mode=mode, codebook=codebook, judge_annotator=judge_annotator, compare_annotators=compare,
+            blind=blind, mode=mode, codebook=codebook, judge_annotator=judge_annotator, compare_annotators=compare,  # type: ignore[arg-type]
             adjudicator=adjudicator, context_chars=context_chars, trace_ids=trace_id,
         )
         from ..review.studies import study_items, study_people
@@ -95,24 +115,22 @@ def create(
 def push(
     name: StudyArg,
     url: UrlOption = None,
+    public_url: PublicUrlOption = None,
     restore_config: Annotated[bool, typer.Option("--restore-config", help="Put back the study's labeling config if it was edited in the UI.")] = False,
     db: DbOption = DEFAULT_DB_PATH,
     lock_timeout: LockTimeoutOption = 10.0,
 ) -> None:
     """Create or reuse each annotator's Label Studio project and import missing tasks (never duplicates)."""
     from ..review.studies import person_email
-    from ..review.sync import push_study
+    from ..review.sync import push_study, require_accounts
 
-    client = _client(url)
+    client = _client(url, public_url)
     with open_store(db, lock_timeout) as store:
-        run = _tracked(store, "review push", {"study": name, "url": client.url})
-        try:
+        require_accounts(store, name, client)  # before the run: its message names people by e-mail
+        with store.run("review push", {"study": name, "url": client.url, "public_url": client.public_url}) as run:
             report = push_study(store, name, client, restore_config=restore_config)
-        except BaseException:
-            store.finish_run(run.run_id, status="failed")
-            raise
-        store.finish_run(run.run_id, counts={"tasks_created": report.tasks_created, "tasks_total": report.tasks_total})
-        table = Table(title=f"study {name} on {client.url}")
+            run.counts.update(tasks_created=report.tasks_created, tasks_total=report.tasks_total)
+        table = Table(title=f"study {name} on {client.public_url}")
         for col in ("annotator", "e-mail (private)", "project", "new tasks", "tasks"):
             table.add_column(col, no_wrap=col == "annotator")
         links = []
@@ -126,71 +144,94 @@ def push(
 
 
 @review_app.command("pull")
-def pull(name: StudyArg, url: UrlOption = None, db: DbOption = DEFAULT_DB_PATH, lock_timeout: LockTimeoutOption = 10.0) -> None:
-    """Import annotations (idempotent): human labels, skips, and adjudications."""
-    from ..review.sync import pull_study
+def pull(
+    name: StudyArg,
+    url: UrlOption = None,
+    public_url: PublicUrlOption = None,
+    strict_offsets: StrictOption = False,
+    db: DbOption = DEFAULT_DB_PATH,
+    lock_timeout: LockTimeoutOption = 10.0,
+) -> None:
+    """Import annotations (idempotent): human labels, skips, adjudications; names every label removed or replaced."""
+    from ..review.sync import pull_study, require_accounts
 
-    client = _client(url)
+    client = _client(url, public_url)
     with open_store(db, lock_timeout) as store:
-        run = _tracked(store, "review pull", {"study": name, "url": client.url})
-        try:
-            report = pull_study(store, name, client, run_id=run.run_id)
-        except BaseException:
-            store.finish_run(run.run_id, status="failed")
-            raise
-        counts = {"labels_written": report.labels_written, "labels_unchanged": report.labels_unchanged,
-                  "labels_removed": report.labels_removed, "skips": report.skips, "rejected": len(report.rejected)}
-        store.finish_run(run.run_id, counts=counts)
-        console.print(", ".join(f"{k.replace('_', ' ')} {v}" for k, v in counts.items()))
-        for reason in report.rejected[:20]:
-            err_console.print(f"[yellow]rejected[/]: {reason}", highlight=False, soft_wrap=True)
+        require_accounts(store, name, client)  # before the run: its message names people by e-mail
+        with store.run("review pull", {"study": name, "url": client.url, "strict_offsets": strict_offsets}) as run:
+            report = pull_study(store, name, client, run_id=run.run_id, strict_offsets=strict_offsets)
+            run.counts.update(_pull_counts(report))
+    _print_pull(report)
 
 
 @review_app.command("status")
-def status(name: StudyArg, db: DbOption = DEFAULT_DB_PATH, lock_timeout: LockTimeoutOption = 10.0) -> None:
-    """Progress per annotator (as of the last pull; works offline)."""
-    from ..review.adjudicate import disagreements
-    from ..review.studies import load_study
-    from ..review.sync import study_status
+def status(
+    name: StudyArg,
+    show_people: Annotated[bool, typer.Option("--show-people", help="Also show which person (e-mail) each pseudonym is. Local output only; never stored in runs or exports.")] = False,
+    db: DbOption = DEFAULT_DB_PATH,
+    lock_timeout: LockTimeoutOption = 10.0,
+) -> None:
+    """Progress per annotator, disagreements (adjudicated / open) and adjudication progress, as of the last pull (offline)."""
+    from ..review.adjudicate import disagreement_status
+    from ..review.studies import load_study, person_email
+    from ..review.sync import ADJUDICATION_ROLE, study_status
 
     with open_store(db, lock_timeout) as store:
         study = load_study(store, name)
         rows = study_status(store, name)
-        n_dis = len(disagreements(store, name))
+        dis = disagreement_status(store, name)
+        people = {r.pseudonym: person_email(store, r.pseudonym) for r in rows} if show_people else {}
     table = Table(title=f"study {name} ({study.state}, {study.mode} mode, {'blind' if study.blind else 'judge shown'}, overlap {study.overlap})")
-    for col, just in (("annotator", "left"), ("role", "left"), ("assigned", "right"), ("labeled", "right"), ("skipped", "right"),
-                      ("remaining", "right"), ("rejected", "right"), ("project", "right"), ("last pull (UTC)", "left")):
-        table.add_column(col, justify=just, no_wrap=col == "annotator")  # type: ignore[arg-type]
+    cols = [("annotator", "left")] + ([("person (local only)", "left")] if show_people else []) + [
+        ("role", "left"), ("assigned", "right"), ("labeled", "right"), ("skipped", "right"), ("remaining", "right"),
+        ("rejected", "right"), ("project", "right"), ("last pull (UTC)", "left")]
+    for col, just in cols:
+        table.add_column(col, justify=just, no_wrap=col in ("annotator", "person (local only)"))  # type: ignore[arg-type]
     for r in rows:
-        table.add_row(r.pseudonym, r.role, str(r.assigned), str(r.labeled), str(r.skipped), str(r.remaining), str(r.rejected),
+        who = [r.pseudonym] + ([people[r.pseudonym]] if show_people else [])
+        table.add_row(*who, r.role, str(r.assigned), str(r.labeled), str(r.skipped), str(r.remaining), str(r.rejected),
                       str(r.project_id or "-"), r.last_pull_at.strftime("%Y-%m-%d %H:%M") if r.last_pull_at else "never")
     console.print(table)
-    console.print(f"segments where annotators disagree: {n_dis}")
+    console.print(f"disagreements: {dis.total} (adjudicated {len(dis.adjudicated)}, open {len(dis.open)})", highlight=False)
+    adj = [r for r in rows if r.role == ADJUDICATION_ROLE]
+    if adj:
+        a = adj[0]
+        console.print(f"adjudication project {a.project_id}: {a.labeled} of {a.assigned} tasks adjudicated, {a.skipped} skipped, "
+                      f"{a.remaining} remaining; {dis.unsent} open disagreements not sent yet (run `ror review adjudicate {name}`)",
+                      highlight=False)
+    elif dis.open:
+        console.print(f"adjudication not started: run `ror review adjudicate {name} --adjudicator EMAIL`", highlight=False)
 
 
 @review_app.command("adjudicate")
 def adjudicate(
     name: StudyArg,
     adjudicator: Annotated[str | None, typer.Option("--adjudicator", help="The adjudicator's Label Studio account e-mail (first time, unless set at create).")] = None,
-    show_judge: Annotated[bool, typer.Option("--show-judge/--hide-judge", help="Show the judge's label (marked as the judge) to the adjudicator.")] = True,
+    show_judge: Annotated[bool | None, typer.Option("--show-judge/--hide-judge", help="Show the judge's label (marked as the judge) to the adjudicator. Default: hidden when the study measures a judge (it names --judge-annotator).", show_default=False)] = None,
     url: UrlOption = None,
+    public_url: PublicUrlOption = None,
+    strict_offsets: StrictOption = False,
     db: DbOption = DEFAULT_DB_PATH,
     lock_timeout: LockTimeoutOption = 10.0,
 ) -> None:
     """Send disagreements to the adjudication project and pull the adjudicator's choices."""
     from ..review.adjudicate import adjudicate_study
+    from ..review.sync import require_accounts
 
-    client = _client(url)
+    client = _client(url, public_url)
     with open_store(db, lock_timeout) as store:
-        run = _tracked(store, "review adjudicate", {"study": name, "url": client.url, "show_judge": show_judge})
-        try:
-            report = adjudicate_study(store, name, client, adjudicator=adjudicator, show_judge=show_judge, run_id=run.run_id)
-        except BaseException:
-            store.finish_run(run.run_id, status="failed")
-            raise
-        store.finish_run(run.run_id, counts={"disagreements": report.disagreements, "tasks_created": report.tasks_created})
-    console.print(f"{report.disagreements} disagreements, {report.tasks_created} new adjudication tasks: {report.project_url}")
-    console.print(f"pulled: {report.pull.labels_written} labels written, {report.pull.labels_unchanged} unchanged")
+        require_accounts(store, name, client, adjudicator=adjudicator, adjudicating=True)  # before the run: its message names people by e-mail
+        with store.run("review adjudicate", {"study": name, "url": client.url, "show_judge": show_judge}) as run:
+            report = adjudicate_study(store, name, client, adjudicator=adjudicator, show_judge=show_judge, run_id=run.run_id,
+                                      strict_offsets=strict_offsets)
+            run.counts.update(disagreements=report.disagreements, tasks_created=report.tasks_created,
+                              show_judge=report.show_judge, **_pull_counts(report.pull))
+    for w in report.warnings:
+        err_console.print(f"[yellow]warning[/]: {w}", highlight=False, soft_wrap=True)
+    console.print(f"{report.disagreements} disagreements, {report.tasks_created} new adjudication tasks "
+                  f"(judge {'shown' if report.show_judge else 'hidden'}):", highlight=False)
+    console.print(f"  {report.project_url}", soft_wrap=True, highlight=False)
+    _print_pull(report.pull)
 
 
 @review_app.command("serve")

@@ -9,16 +9,21 @@ label -> :func:`pull_study` stores their labels (``source="human"``, pseudonymou
 The Label Studio SDK is imported only when a client is made, so importing this package is cheap.
 """
 
-from .adjudicate import AdjudicationReport, Disagreement, ReferenceLabel, adjudicate_study, disagreements, reference_labels
-from .labelstudio import Anchored, LabelStudioClient, anchor_span, codepoint_to_utf16, signup_annotator, utf16_to_codepoint
+from .adjudicate import (
+    AdjudicationReport, Disagreement, DisagreementStatus, ReferenceLabel, adjudicate_study, disagreement_status, disagreements,
+    measures_judge, reference_labels,
+)
+from .labelstudio import (
+    Anchored, LabelStudioClient, anchor_span, codepoint_to_utf16, public_url, server_url, signup_annotator, utf16_to_codepoint,
+)
 from .studies import (
     Study, assign_overlap, available_strategies, create_study, load_study, register_strategy, sample_size_for_ci_width,
 )
 from .sync import AnnotatorProgress, PullReport, PushReport, pull_study, push_study, study_status
 
 __all__ = [
-    "AdjudicationReport", "Anchored", "AnnotatorProgress", "Disagreement", "LabelStudioClient", "PullReport", "PushReport",
+    "AdjudicationReport", "Anchored", "AnnotatorProgress", "Disagreement", "DisagreementStatus", "LabelStudioClient", "PullReport", "PushReport",
     "ReferenceLabel", "Study", "adjudicate_study", "anchor_span", "assign_overlap", "available_strategies",
-    "codepoint_to_utf16", "create_study", "disagreements", "load_study", "pull_study", "push_study", "reference_labels",
+    "codepoint_to_utf16", "create_study", "disagreement_status", "disagreements", "measures_judge", "public_url", "server_url", "load_study", "pull_study", "push_study", "reference_labels",
     "register_strategy", "sample_size_for_ci_width", "signup_annotator", "study_status", "utf16_to_codepoint",
 ]

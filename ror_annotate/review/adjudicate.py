@@ -12,16 +12,16 @@ they all agree; segments still in dispute have none.
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ..errors import ConfigError, ReviewError
-from ..records import Label
+from ..reference import ReferenceLabel, reference_labels_from
 from .labelstudio import LabelStudioClient
-from .studies import ensure_tables, load_study, register_person, study_items, update_study
+from .studies import Study, ensure_tables, load_study, register_person, study_items, update_study
 from .sync import (
-    ADJUDICATION_ROLE, PullReport, _get_or_create_project, _project_refs, _record_tasks, _segment_task,
-    _segments_by_trace, _server_tasks, _user_id, judge_labels_for, pull_study,
+    ADJUDICATION_ROLE, ANNOTATOR_ROLE, PullReport, _get_or_create_project, _project_refs, _record_tasks, _segment_task,
+    _segments_by_trace, _server_tasks, _user_id, judge_labels_for, pull_study, study_status,
 )
 from . import config as cfg
 
@@ -52,20 +52,64 @@ def disagreements(store: "Store", name: str) -> list[Disagreement]:
     ]
 
 
+@dataclass(frozen=True)
+class DisagreementStatus:
+    """A study's disagreements split by whether the adjudicator has settled them.
+
+    ``adjudicated``: an adjudicated label exists for the segment. ``open``: not yet; of those,
+    ``awaiting`` are already tasks in the adjudication project and ``unsent`` are not (run
+    ``ror review adjudicate`` to send them).
+    """
+
+    adjudicated: tuple[Disagreement, ...]
+    open: tuple[Disagreement, ...]
+    awaiting: int
+    unsent: int
+
+    @property
+    def total(self) -> int:
+        return len(self.adjudicated) + len(self.open)
+
+
+def disagreement_status(store: "Store", name: str) -> DisagreementStatus:
+    """Split the disagreements of study ``name`` into adjudicated and open (from the store, as of the last pull)."""
+    ensure_tables(store)
+    settled = {(lab.trace_id, lab.segment_index) for lab in store.labels(source="adjudicated", study=name)}
+    sent = {(r[0], int(r[1])) for r in store.execute(
+        "SELECT t.trace_id, t.segment_index FROM review_tasks t JOIN review_projects p ON t.ls_project_id = p.ls_project_id "
+        "AND t.study = p.study WHERE p.study = ? AND p.role = ?", [name, ADJUDICATION_ROLE]).fetchall()}
+    items = disagreements(store, name)
+    done = tuple(d for d in items if (d.trace_id, d.segment_index) in settled)
+    still = tuple(d for d in items if (d.trace_id, d.segment_index) not in settled)
+    awaiting = sum((d.trace_id, d.segment_index) in sent for d in still)
+    return DisagreementStatus(done, still, awaiting, len(still) - awaiting)
+
+
+def measures_judge(study: Study) -> bool:
+    """Whether the study's reference labels will be compared with a judge (it names a ``judge_annotator``).
+
+    Then the adjudicator should not see that judge's label: a reference nudged toward the judge
+    inflates the judge's measured agreement.
+    """
+    return study.judge_annotator is not None
+
+
 @dataclass
 class AdjudicationReport:
-    """What one ``adjudicate`` call did."""
+    """What one ``adjudicate`` call did; ``warnings`` are for the person running it."""
 
     disagreements: int
     tasks_created: int
     project_id: int
     project_url: str
     pull: PullReport
+    show_judge: bool = False
+    warnings: list[str] = field(default_factory=list)
 
 
 def adjudicate_study(
-    store: "Store", name: str, client: LabelStudioClient, *, adjudicator: str | None = None, show_judge: bool = True,
-    run_id: str | None = None,
+    store: "Store", name: str, client: LabelStudioClient, *, adjudicator: str | None = None, show_judge: bool | None = None,
+    run_id: str | None = None, strict_offsets: bool = False,
 ) -> AdjudicationReport:
     """Push new disagreements to the study's adjudication project and pull the adjudications.
 
@@ -78,9 +122,15 @@ def adjudicate_study(
     adjudicator : str, optional
         E-mail of the adjudicator's Label Studio account; required the first time unless the study
         was created with one.
-    show_judge : bool
-        Show the judge's label (marked "judge") to the adjudicator. Turn off to keep the reference
-        independent of the judge when the study measures the judge.
+    show_judge : bool, optional
+        Show the judge's label (marked "judge") to the adjudicator. Default: hidden when the study
+        measures the judge (:func:`measures_judge`), so the reference stays independent of it.
+    strict_offsets : bool
+        Passed to :func:`~.sync.pull_study`.
+
+    Warnings (in the report): annotation is still open (some annotator has unlabeled segments as of
+    the last pull). Open-source Label Studio lets every member open every project, so annotators
+    could browse the adjudication project, with the other annotators' labels, while they still work.
 
     Raises
     ------
@@ -106,6 +156,17 @@ def adjudicate_study(
         raise ReviewError(f"study {name!r} has not been pushed yet: run `ror review push {name}` and `ror review pull {name}` first")
     client.whoami()
     _user_id(store, client, study.adjudicator)
+    if show_judge is None:
+        show_judge = not measures_judge(study)
+    warnings = []
+    still = [r for r in study_status(store, name) if r.role == ANNOTATOR_ROLE and r.remaining > 0]
+    if still:
+        warnings.append(
+            f"annotation is still open ({sum(r.remaining for r in still)} segments of {len(still)} annotators unlabeled as of the "
+            "last pull): open-source Label Studio lets every member browse every project, so annotators can open the "
+            "adjudication project and see the other annotators' labels"
+            + (" and the judge's" if show_judge and study.judge_annotator else "")
+            + ". Adjudicate after annotation has closed, or accept that the remaining labels are not independent")
     items = disagreements(store, name)
     ref, _ = _get_or_create_project(store, client, study, ADJUDICATION_ROLE, study.adjudicator)
     judge = judge_labels_for(store, study) if show_judge else {}
@@ -129,8 +190,9 @@ def adjudicate_study(
     with store.transaction():
         _record_tasks(store, study, ref, on_server, {})
     update_study(store, name, state="adjudicating")
-    pull = pull_study(store, name, client, run_id=run_id)
-    return AdjudicationReport(len(items), created, ref.ls_project_id, client.project_url(ref.ls_project_id), pull)
+    pull = pull_study(store, name, client, run_id=run_id, strict_offsets=strict_offsets)
+    return AdjudicationReport(len(items), created, ref.ls_project_id, client.project_url(ref.ls_project_id), pull,
+                              show_judge=show_judge, warnings=warnings)
 
 
 def _study_exists(store: "Store", name: str) -> bool:
@@ -141,41 +203,20 @@ def _study_exists(store: "Store", name: str) -> bool:
     return True
 
 
-@dataclass(frozen=True)
-class ReferenceLabel:
-    """The reference behavior of one reviewed segment and what it rests on."""
-
-    trace_id: str
-    segment_index: int
-    label: str
-    basis: Literal["adjudicated", "unanimous", "single"]
-    n_annotators: int
-
-
 def reference_labels(store: "Store", name: str | None = None) -> list[ReferenceLabel]:
     """The reference label of every reviewed segment of study ``name`` (or of every study if None).
 
-    Rule: an adjudicated label wins; else the human label if every human who labeled the segment
-    gave it (``basis="unanimous"`` for two or more, ``"single"`` for one). Segments whose humans
-    disagree and that are not adjudicated yet, or that nobody labeled, are left out. Adjudication
-    only ever sees disagreements, so reading ``source="adjudicated"`` alone would drop every
-    segment the annotators agreed on: exports and ``ror agree`` use this function instead.
+    Rule (:func:`ror_annotate.reference.reference_labels_from`, shared with exports and ``ror
+    agree``): the latest adjudicated label wins; else each human's latest label, when they all
+    agree (``basis="unanimous"`` for two or more, ``"single"`` for one). Segments whose humans
+    disagree and that are not adjudicated yet, or that nobody labeled, are left out. With
+    ``name=None`` the labels of every study are pooled. Sorted by ``(trace_id, segment_index)``.
     """
     ensure_tables(store)
-    humans: dict[SegmentKey, list[Label]] = defaultdict(list)
-    for lab in store.labels(source="human", study=name):
-        humans[(lab.trace_id, lab.segment_index)].append(lab)
-    adjudicated = {(lab.trace_id, lab.segment_index): lab for lab in store.labels(source="adjudicated", study=name)}
+    refs = reference_labels_from(store.labels(source=("human", "adjudicated"), study=name), study=name)
     # Labels may carry a study name without a study record (imported from elsewhere): then the
     # labeled segments are the study's items.
-    keys = set(humans) | set(adjudicated)
     if name is not None and _study_exists(store, name):
-        keys = set(study_items(store, name))
-    out = []
-    for key in sorted(keys):
-        labs = humans.get(key, [])
-        if key in adjudicated:
-            out.append(ReferenceLabel(key[0], key[1], adjudicated[key].label, "adjudicated", len(labs)))
-        elif labs and len({lab.label for lab in labs}) == 1:
-            out.append(ReferenceLabel(key[0], key[1], labs[0].label, "unanimous" if len(labs) > 1 else "single", len(labs)))
-    return out
+        items = set(study_items(store, name))
+        return [r for key, r in refs.items() if key in items]
+    return list(refs.values())

@@ -24,6 +24,8 @@ from ..errors import ConfigError, ReviewError
 #: Defaults match scripts/labelstudio.sh.
 DEFAULT_URL = "http://127.0.0.1:8089"
 URL_ENV = "LABEL_STUDIO_URL"
+#: The address people open in their browser (a reverse proxy, a tunnel); links are built from it.
+PUBLIC_URL_ENV = "LABEL_STUDIO_PUBLIC_URL"
 KEY_ENV = "LABEL_STUDIO_API_KEY"
 START_HINT = "start it with `bash scripts/labelstudio.sh start` (or `ror review serve`), or set LABEL_STUDIO_URL"
 
@@ -31,6 +33,23 @@ START_HINT = "start it with `bash scripts/labelstudio.sh start` (or `ror review 
 def server_url(url: str | None = None) -> str:
     """The server URL: ``url``, else ``$LABEL_STUDIO_URL``, else :data:`DEFAULT_URL` (no trailing slash)."""
     return (url or os.environ.get(URL_ENV) or DEFAULT_URL).rstrip("/")
+
+
+def public_url(public: str | None = None, *, server: str | None = None) -> str:
+    """The base of every link ror prints for people: ``public``, else ``$LABEL_STUDIO_PUBLIC_URL``, else the server URL.
+
+    ror talks to the server at :func:`server_url` (often loopback, on the server's machine), while
+    annotators on other machines open the public address (a TLS reverse proxy, an SSH tunnel).
+
+    Raises
+    ------
+    ConfigError
+        The value is not an ``http://`` or ``https://`` URL.
+    """
+    value = (public or os.environ.get(PUBLIC_URL_ENV) or server_url(server)).rstrip("/")
+    if not re.match(r"^https?://[^/\s]+", value):
+        raise ConfigError(f"{PUBLIC_URL_ENV} / --public-url must be an http:// or https:// URL, got {value!r}")
+    return value
 
 
 # ------------------------------------------------------------------------------------ offsets
@@ -110,12 +129,14 @@ class LabelStudioClient:
     Parameters
     ----------
     url : str, optional
-        Server URL (default ``$LABEL_STUDIO_URL`` or ``http://127.0.0.1:8089``).
+        Server URL ror calls (default ``$LABEL_STUDIO_URL`` or ``http://127.0.0.1:8089``).
     api_key : str, optional
         For tests and scripts; commands read ``$LABEL_STUDIO_API_KEY`` only (secrets come from the
         environment). A legacy token or a personal access token (JWT).
     timeout : float
         Seconds per HTTP request.
+    public : str, optional
+        Base URL of the links printed for people (default ``$LABEL_STUDIO_PUBLIC_URL``, else ``url``).
 
     Raises
     ------
@@ -125,8 +146,9 @@ class LabelStudioClient:
         ``label-studio-sdk`` is not installed (the ``review`` extra).
     """
 
-    def __init__(self, url: str | None = None, api_key: str | None = None, *, timeout: float = 120.0) -> None:
+    def __init__(self, url: str | None = None, api_key: str | None = None, *, timeout: float = 120.0, public: str | None = None) -> None:
         self.url = server_url(url)
+        self.public_url = public_url(public, server=self.url)
         key = api_key or os.environ.get(KEY_ENV)
         if not key:
             raise ReviewError(
@@ -175,9 +197,9 @@ class LabelStudioClient:
         return {u.email.lower(): int(u.id) for u in users if u.email}
 
     def invite_url(self) -> str:
-        """Absolute signup link of the organization (what new annotators open to create their account)."""
+        """Absolute signup link of the organization at the public URL (what new annotators open to create their account)."""
         invite = self._call("read the organization's invite link", self._ls.organizations.invites.get_invite_link)
-        return f"{self.url}{invite.invite_url}"
+        return f"{self.public_url}{invite.invite_url}"
 
     # ---------------------------------------------------------------- projects and tasks
     def project(self, project_id: int) -> Any | None:
@@ -185,8 +207,8 @@ class LabelStudioClient:
         return self._call(f"read project {project_id}", self._ls.projects.get, project_id, _none_on_404=True)
 
     def project_url(self, project_id: int) -> str:
-        """Browser URL of a project's data manager."""
-        return f"{self.url}/projects/{project_id}/data"
+        """Browser URL of a project's data manager, at the public URL."""
+        return f"{self.public_url}/projects/{project_id}/data"
 
     def create_project(
         self, *, title: str, description: str, label_config: str, model_version: str | None = None, show_predictions: bool = False
@@ -250,6 +272,9 @@ def signup_annotator(url: str, invite_url: str, email: str, password: str, *, ti
     import httpx
 
     url = url.rstrip("/")
+    # The printed link is built from the public URL; the form is posted to the server ror reaches.
+    at = invite_url.find("/user/signup/")
+    invite_url = invite_url[at:] if at >= 0 else invite_url
     try:
         with httpx.Client(base_url=url, follow_redirects=False, timeout=timeout) as c:
             page = c.get(invite_url)

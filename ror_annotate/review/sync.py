@@ -7,13 +7,17 @@ Design (the open-source edition has no task assignment, overlap control or revie
   before anything is pushed, so it holds by construction;
 * blind studies push no prediction at all (segment mode), so the judge's label never reaches the
   annotator's browser; annotators never share a project, so nobody sees another's annotation;
-* on pull every annotation must be ``completed_by`` the project's annotator; anything else (another
-  user working in someone else's project) is rejected and reported, never stored as a label;
+* on pull every annotation must be ``completed_by`` the project's annotator, and last saved by them
+  (``updated_by``); anything else (another user working in someone else's project, or editing
+  their annotation) is rejected and reported, never stored as a label, and never changes what is
+  stored for the project's annotator: "superseded" is decided only among the owner's own
+  annotations of a task, and a label whose annotation another user edited is kept as it was;
 * task identity is the stable ``ror_external_id`` in task data; pushing reads the project's tasks
   back first, so re-pushing never duplicates a task;
 * pulls are idempotent: keyed by Label Studio annotation id and ``updated_at``; unchanged
   annotations are not rewritten, changed ones replace the label (``Label.label_id`` is one per
-  segment, source, annotator, codebook and study), deleted or skipped ones remove it;
+  segment, source, annotator, codebook and study), deleted or skipped ones remove it; every label a
+  pull removes or replaces is named in :class:`PullReport`;
 * the labeling config's sha256 is recorded at creation; a config edited by hand in the UI is
   detected and refused on push and pull.
 """
@@ -64,13 +68,25 @@ class PushReport:
 
 @dataclass
 class PullReport:
-    """What a pull did. ``rejected`` holds one human-readable reason per rejected annotation or region."""
+    """What a pull did.
+
+    ``rejected`` holds one human-readable reason per rejected annotation or span region;
+    ``superseded`` one line per older annotation of a person replaced by their newer one;
+    ``removed`` and ``replaced`` name every stored label the pull deleted or overwrote (annotator
+    pseudonym, segment, old and new label, why); ``reanchored`` names every span region placed on
+    its segment only by searching for its text (its offsets matched neither code points nor
+    UTF-16 units).
+    """
 
     labels_written: int = 0
     labels_unchanged: int = 0
     labels_removed: int = 0
     skips: int = 0
     rejected: list[str] = field(default_factory=list)
+    superseded: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    replaced: list[str] = field(default_factory=list)
+    reanchored: list[str] = field(default_factory=list)
 
 
 # ------------------------------------------------------------------------------------ helpers
@@ -121,17 +137,68 @@ def _check_config(client: LabelStudioClient, ref: ProjectRef) -> Any:
     return project
 
 
-def _user_id(store: "Store", client: LabelStudioClient, pseudonym: str, users: dict[str, int] | None = None) -> int:
-    email = person_email(store, pseudonym)
+def user_ids(store: "Store", client: LabelStudioClient, pseudonyms: Sequence[str], users: dict[str, int] | None = None) -> dict[str, int]:
+    """``{pseudonym: Label Studio user id}`` for every person given, recording the ids in ``review_people``.
+
+    Raises
+    ------
+    ReviewError
+        One or more people have no account on the server: the message names all of them at once
+        (pseudonym and e-mail, local output only) with the organization's invite link.
+    """
     users = users if users is not None else client.users_by_email()
-    if email not in users:
-        raise ReviewError(
-            f"annotator {pseudonym} ({email}) has no Label Studio account at {client.url}. Send them the invite link "
-            f"{client.invite_url()} to sign up with that e-mail, then run the command again"
-        )
-    uid = users[email]
-    store.execute("UPDATE review_people SET ls_user_id = ?, server_url = ? WHERE pseudonym = ?", [uid, client.url, pseudonym])
-    return uid
+    emails = {p: person_email(store, p) for p in dict.fromkeys(pseudonyms)}
+    missing = [f"{p} ({e})" for p, e in emails.items() if e not in users]
+    if missing:
+        raise _no_accounts(client, missing)
+    out = {}
+    for p, e in emails.items():
+        out[p] = users[e]
+        store.execute("UPDATE review_people SET ls_user_id = ?, server_url = ? WHERE pseudonym = ?", [users[e], client.url, p])
+    return out
+
+
+def require_accounts(
+    store: "Store", name: str, client: LabelStudioClient, *, adjudicator: str | None = None, adjudicating: bool = False
+) -> None:
+    """Check, before a command starts its run, that everybody it needs has an account on the server.
+
+    Push needs every annotator; pull also the adjudicator once an adjudication project exists;
+    ``adjudicating`` adds the study's adjudicator, and ``adjudicator`` (an e-mail) a new one. Done before :meth:`Store.run` so that the error,
+    which names people by e-mail for the person running ror, never reaches the ``runs`` table.
+
+    Raises
+    ------
+    ReviewError
+        As :func:`user_ids`: all people without an account, at once, with the invite link.
+    """
+    from .studies import pseudonym_for
+
+    ensure_tables(store)
+    study = load_study(store, name)
+    people = list(study_people(store, name))
+    if study.adjudicator and (adjudicating or _project_refs(store, name, ADJUDICATION_ROLE)):
+        people.append(study.adjudicator)
+    pairs = {p: person_email(store, p) for p in people}
+    if adjudicator:  # possibly not registered in this store yet: computed, not written
+        email = adjudicator.strip().lower()
+        pairs.setdefault(pseudonym_for(store, email), email)
+    users = client.users_by_email()
+    missing = [f"{p} ({e})" for p, e in pairs.items() if e not in users]
+    if missing:
+        raise _no_accounts(client, missing)
+
+
+def _no_accounts(client: LabelStudioClient, missing: list[str]) -> ReviewError:
+    return ReviewError(
+        f"{len(missing)} {'person has' if len(missing) == 1 else 'people have'} no Label Studio account at {client.public_url}: "
+        f"{', '.join(missing)}. Send them the invite link {client.invite_url()} to sign up with exactly these e-mails, "
+        "then run the command again"
+    )
+
+
+def _user_id(store: "Store", client: LabelStudioClient, pseudonym: str, users: dict[str, int] | None = None) -> int:
+    return user_ids(store, client, [pseudonym], users)[pseudonym]
 
 
 def _get_or_create_project(
@@ -265,8 +332,7 @@ def push_study(store: "Store", name: str, client: LabelStudioClient, *, restore_
     client.whoami()
     users = client.users_by_email()
     people = study_people(store, name)
-    for person in people:  # every annotator needs an account before anything is created
-        _user_id(store, client, person, users)
+    user_ids(store, client, people, users)  # every annotator needs an account before anything is created
     judge = judge_labels_for(store, study) if not study.blind else {}
     report = PushReport()
     for person in people:
@@ -307,7 +373,11 @@ def push_study(store: "Store", name: str, client: LabelStudioClient, *, restore_
 # ------------------------------------------------------------------------------------ pull
 @dataclass
 class _Parsed:
-    """One annotation's outcome before anything is written."""
+    """One annotation's outcome before anything is written.
+
+    ``keep_stored``: the annotation is the owner's newest on its task but another user saved it
+    last, so its content is rejected and what is stored for that task stays as it was.
+    """
 
     ls_annotation_id: int
     ls_task_id: int
@@ -316,6 +386,9 @@ class _Parsed:
     status: str  # "label" | "skip" | "rejected" | "superseded"
     reason: str | None = None
     labels: list[Label] = field(default_factory=list)
+    keep_stored: bool = False
+    region_problems: list[str] = field(default_factory=list)
+    reanchored: list[str] = field(default_factory=list)
 
 
 def _parse_time(value: str) -> datetime:
@@ -338,8 +411,29 @@ def _choice(item: dict, where: str, bad: list[str]) -> str | None:
     return values[0]
 
 
+def _classify(ann: dict, p: _Parsed, *, owner: str, user_id: int, newest_own: int | None, where: str) -> None:
+    """Set ``p.status`` for an annotation ``completed_by`` the project's owner.
+
+    Only the owner's own annotations of a task compete: the one created last is their answer and
+    older ones are superseded. Another user's annotation on the task never takes part, so it can
+    neither supersede nor displace the owner's (issue 14). Creation order (the annotation id), not
+    ``updated_at``, decides, because another user's edit of an old annotation bumps ``updated_at``.
+    """
+    editor = ann.get("updated_by")
+    if newest_own is not None:
+        p.status, p.reason = "superseded", (
+            f"{where}: an older annotation by {owner} on the same task (their newest is annotation {newest_own})")
+    elif editor is not None and editor != user_id:
+        p.status, p.keep_stored = "rejected", True
+        p.reason = (f"{where}: {owner}'s annotation was last saved by Label Studio user {editor}, not by {owner}; its content "
+                    f"is not {owner}'s, so it is not imported and what is stored for this task is kept as it was")
+    elif ann.get("was_cancelled"):
+        p.status = "skip"
+
+
 def _parse_project(
-    store: "Store", client: LabelStudioClient, study: Study, ref: ProjectRef, user_id: int, run_id: str | None, bad: list[str]
+    store: "Store", client: LabelStudioClient, study: Study, ref: ProjectRef, user_id: int, run_id: str | None, bad: list[str],
+    *, strict_offsets: bool = False,
 ) -> list[_Parsed]:
     """Read one project's annotations into labels; codebook violations go to ``bad``."""
     _check_config(client, ref)
@@ -357,8 +451,8 @@ def _parse_project(
     for task in client.export_tasks(ref.ls_project_id):
         data = task.get("data", {})
         ext = data.get("ror_external_id")
-        anns = sorted(task.get("annotations", []), key=lambda a: (a.get("updated_at") or "", a["id"]), reverse=True)
-        for n, ann in enumerate(anns):
+        newest_own: int | None = None
+        for ann in sorted(task.get("annotations", []), key=lambda a: int(a["id"]), reverse=True):
             p = _Parsed(int(ann["id"]), int(task["id"]), ann.get("completed_by"), ann.get("updated_at") or "", "label")
             where = f"annotation {p.ls_annotation_id} on task {p.ls_task_id} of project {ref.ls_project_id} ({client.project_url(ref.ls_project_id)})"
             out.append(p)
@@ -370,11 +464,11 @@ def _parse_project(
             elif p.completed_by != user_id:
                 p.status, p.reason = "rejected", (
                     f"{where}: completed by Label Studio user {p.completed_by}, not by {ref.pseudonym} whose project this is "
-                    "(another user worked in this project; blinding and overlap are not guaranteed for it)")
-            elif ann.get("was_cancelled"):
-                p.status = "skip"
-            elif n > 0:
-                p.status, p.reason = "superseded", f"{where}: an older annotation by the same user on the same task"
+                    f"(another user worked in this project; blinding and overlap are not guaranteed for it); {ref.pseudonym}'s "
+                    "own annotations are not affected")
+            else:
+                _classify(ann, p, owner=ref.pseudonym, user_id=user_id, newest_own=newest_own, where=where)
+                newest_own = p.ls_annotation_id if newest_own is None else newest_own
             if p.status != "label":
                 continue
             result = ann.get("result") or []
@@ -388,7 +482,7 @@ def _parse_project(
                 tid = data["trace_id"]
                 if tid not in traces:
                     traces[tid] = store.get_trace(tid)
-                p.labels = _span_labels(store, traces[tid], result, allowed, base, extra, where, bad, p)
+                p.labels = _span_labels(store, traces[tid], result, allowed, base, extra, where, bad, p, strict_offsets=strict_offsets)
             else:
                 choices = [r for r in result if r.get("from_name") == cfg.CHOICE_FROM and r.get("type") == "choices"]
                 if len(choices) != 1:
@@ -413,40 +507,61 @@ def _parse_project(
 
 
 def _span_labels(
-    store: "Store", trace: Trace, result: list[dict], allowed: set | None, base: dict, extra: dict, where: str, bad: list[str], p: _Parsed
+    store: "Store", trace: Trace, result: list[dict], allowed: set | None, base: dict, extra: dict, where: str, bad: list[str],
+    p: _Parsed, *, strict_offsets: bool = False,
 ) -> list[Label]:
+    """Labels of a span-mode annotation, one per region placed on a study segment.
+
+    Regions placed only by text search (offsets match neither code points nor UTF-16 units) go to
+    ``p.reanchored`` and their labels carry ``anchored_by="text-search"``, ``re_anchored=True``;
+    with ``strict_offsets`` they are rejected instead. Regions that cannot be placed on a segment
+    go to ``p.region_problems``, one entry each.
+    """
     segs = {(s.char_start, s.char_end): s for s in store.segments(trace.trace_id)}
     regions = {r.get("id"): r for r in result if r.get("type") == "labels"}
     labels: list[Label] = []
-    problems: list[str] = []
     for item in result:
         if item.get("from_name") != cfg.CHOICE_FROM or item.get("type") != "choices":
             continue
-        value = dict(regions.get(item.get("id"), {}).get("value", {}))
+        rid = item.get("id")
+        at = f"{where}, region {rid!r}"
+        value = dict(regions.get(rid, {}).get("value", {}))
         value.update({k: v for k, v in item.get("value", {}).items() if k in ("start", "end", "text")})
         if "start" not in value or "end" not in value:
-            problems.append(f"region {item.get('id')!r} has no offsets")
+            p.region_problems.append(f"{at}: the region has no offsets")
             continue
-        label = _choice(item, f"{where}, region {item.get('id')!r}", bad)
+        label = _choice(item, at, bad)
         if label is None:
             continue
+        start, end = int(value["start"]), int(value["end"])
         try:
-            a = anchor_span(trace.text, int(value["start"]), int(value["end"]), value.get("text", ""))
+            a = anchor_span(trace.text, start, end, value.get("text", ""))
         except ReviewError as exc:
-            problems.append(f"region {item.get('id')!r}: {exc.message}")
+            p.region_problems.append(f"{at}: {exc.message}")
             continue
+        if a.how == "text-search":
+            moved = (f"{at}: offsets [{start}, {end}) match neither code points nor UTF-16 units; its text "
+                     f"{value.get('text', '')[:40]!r} occurs once, at [{a.start}, {a.end})")
+            if strict_offsets:
+                p.region_problems.append(moved + ", but --strict-offsets refuses re-anchoring")
+                continue
         seg = segs.get((a.start, a.end))
         if seg is None or (allowed is not None and (seg.trace_id, seg.segment_index) not in allowed):
-            problems.append(f"region {item.get('id')!r} [{a.start}, {a.end}) is not one of the study's segments of trace {trace.trace_id!r}")
+            p.region_problems.append(
+                f"{at}: [{a.start}, {a.end}) ({a.how}) is not one of the study's segments of trace {trace.trace_id!r}")
             continue
+        if a.how == "text-search":
+            p.reanchored.append(f"{moved}, re-anchored to segment {seg.trace_id}#{seg.segment_index}")
         labels.append(Label(trace_id=seg.trace_id, segment_index=seg.segment_index, label=label,
-                            extra={**extra, "region_id": item.get("id"), "anchored_by": a.how}, **base))
-    if problems:
-        p.reason = f"{where}: " + "; ".join(problems)
+                            extra={**extra, "region_id": rid, "anchored_by": a.how, "re_anchored": a.how == "text-search"}, **base))
+    if p.region_problems:
+        p.reason = "; ".join(p.region_problems)
     return labels
 
 
-def pull_study(store: "Store", name: str, client: LabelStudioClient, *, run_id: str | None = None) -> PullReport:
+def pull_study(
+    store: "Store", name: str, client: LabelStudioClient, *, run_id: str | None = None, strict_offsets: bool = False
+) -> PullReport:
     """Import every annotation of the study's projects (annotators' and adjudication) as labels.
 
     Human labels get ``source="human"`` and the annotator's pseudonym; adjudications get
@@ -454,11 +569,21 @@ def pull_study(store: "Store", name: str, client: LabelStudioClient, *, run_id: 
     ``review_annotations`` (status ``skip``), never as labels. Everything is validated before the
     first write, and all writes happen in one transaction.
 
+    The stored labels of annotator A depend only on A's own annotations in A's own project: an
+    annotation by anybody else, in any project, is rejected and changes nothing stored for A.
+    Every label the pull removes or replaces is named in the report (``removed``, ``replaced``).
+
+    Parameters
+    ----------
+    strict_offsets : bool
+        Span mode: reject regions whose offsets match neither code points nor UTF-16 units instead
+        of re-anchoring them by searching for their text (re-anchored regions are reported either way).
+
     Raises
     ------
     ReviewError
-        Server unreachable, bad token, config edited in the UI, or labels outside the codebook (the
-        message lists them; nothing is written).
+        Server unreachable, bad token, config edited in the UI, people without an account, or
+        labels outside the codebook (the message lists them; nothing is written).
     """
     ensure_tables(store)
     study = load_study(store, name)
@@ -466,12 +591,11 @@ def pull_study(store: "Store", name: str, client: LabelStudioClient, *, run_id: 
     if not refs:
         raise ReviewError(f"study {name!r} has not been pushed yet: run `ror review push {name}` first")
     client.whoami()
-    users = client.users_by_email()
+    uids = user_ids(store, client, [ref.pseudonym for ref in refs])
     bad: list[str] = []
     parsed: list[tuple[ProjectRef, list[_Parsed]]] = []
     for ref in refs:
-        uid = _user_id(store, client, ref.pseudonym, users)
-        parsed.append((ref, _parse_project(store, client, study, ref, uid, run_id, bad)))
+        parsed.append((ref, _parse_project(store, client, study, ref, uids[ref.pseudonym], run_id, bad, strict_offsets=strict_offsets)))
     if bad:
         raise ReviewError(
             f"{len(bad)} annotations of study {name!r} carry labels outside the codebook {study.codebook_name}; "
@@ -487,27 +611,60 @@ def pull_study(store: "Store", name: str, client: LabelStudioClient, *, run_id: 
     return report
 
 
+def _why_gone(old: Label, by_id: dict[int, _Parsed]) -> str:
+    ann = old.extra.get("ls_annotation_id")
+    p = by_id.get(ann) if isinstance(ann, int) else None
+    if p is None:
+        return f"annotation {ann} no longer exists in Label Studio (deleted)"
+    if p.status == "skip":
+        return f"annotation {ann} is now a skip"
+    if p.status == "superseded":
+        return f"annotation {ann} is superseded by a newer annotation of the same person"
+    if p.status == "rejected":
+        return f"annotation {ann} is rejected now ({p.reason})"
+    return f"annotation {ann} no longer labels this segment"
+
+
 def _write_project(store: "Store", study: Study, ref: ProjectRef, items: list[_Parsed], report: PullReport) -> None:
     source = "adjudicated" if ref.role == ADJUDICATION_ROLE else "human"
     annotator = f"adjudicator:{ref.pseudonym}" if ref.role == ADJUDICATION_ROLE else ref.pseudonym
     before = {r[0]: (r[1], r[2]) for r in store.execute(
         "SELECT ls_annotation_id, updated_at, status FROM review_annotations WHERE ls_project_id = ?", [ref.ls_project_id]).fetchall()}
     current = {lab.label_id: lab for lab in store.labels(source=source, annotator=annotator, study=study.name)}
+    by_id = {p.ls_annotation_id: p for p in items}
     keep: set[str] = set()
     fresh: list[Label] = []
     for p in items:
         if p.status == "skip":
             report.skips += 1
-        if p.reason:
+        if p.region_problems:
+            report.rejected.extend(p.region_problems)
+        elif p.reason and p.status == "rejected":
             report.rejected.append(p.reason)
+        elif p.reason and p.status == "superseded":
+            report.superseded.append(p.reason)
+        report.reanchored.extend(p.reanchored)
         for lab in p.labels:
             keep.add(lab.label_id)
             old = current.get(lab.label_id)
             if before.get(p.ls_annotation_id) == (p.updated_at, p.status) and old is not None and old.extra.get("ls_annotation_id") == p.ls_annotation_id:
                 report.labels_unchanged += 1
-            else:
-                fresh.append(lab)
+                continue
+            fresh.append(lab)
+            if old is not None:
+                report.replaced.append(
+                    f"{annotator} {lab.trace_id}#{lab.segment_index}: {old.label} (annotation {old.extra.get('ls_annotation_id')}) "
+                    f"-> {lab.label} (annotation {p.ls_annotation_id}, updated {p.updated_at})")
+    # Another account saved the owner's newest annotation of a task last: its content is unknown, so
+    # whatever is stored for that task stays exactly as it was (an edit never takes away what the owner gave).
+    frozen = {p.ls_task_id for p in items if p.keep_stored}
+    for lid, old in current.items():
+        if lid not in keep and old.extra.get("ls_task_id") in frozen:
+            keep.add(lid)
     stale = [lid for lid in current if lid not in keep]
+    for lid in stale:
+        old = current[lid]
+        report.removed.append(f"{annotator} {old.trace_id}#{old.segment_index}: {old.label} removed: {_why_gone(old, by_id)}")
     if stale:
         report.labels_removed += store.delete_labels(stale)
     report.labels_written += store.upsert_labels(fresh)
@@ -553,8 +710,8 @@ def study_status(store: "Store", name: str) -> list[AnnotatorProgress]:
         out.append(_progress(store, study, person, ANNOTATOR_ROLE, len(assignments(store, name, person)), refs.get((ANNOTATOR_ROLE, person))))
     for (role, person), ref in refs.items():
         if role == ADJUDICATION_ROLE:
-            n = store.execute("SELECT count(*) FROM review_tasks WHERE ls_project_id = ?", [ref.ls_project_id]).fetchone()[0]
-            out.append(_progress(store, study, person, role, int(n), ref))
+            n = _count(store, "SELECT count(*) FROM review_tasks WHERE ls_project_id = ?", [ref.ls_project_id])
+            out.append(_progress(store, study, person, role, n, ref))
     return out
 
 
@@ -582,12 +739,16 @@ def _span_skipped_segments(store: "Store", ref: ProjectRef) -> int:
         "SELECT t.trace_id FROM review_annotations a JOIN review_tasks t ON a.ls_project_id = t.ls_project_id "
         "AND a.ls_task_id = t.ls_task_id WHERE a.ls_project_id = ? AND a.status = 'skip'", [ref.ls_project_id]).fetchall()
     traces = {r[0] for r in rows}
-    return int(store.execute(
-        "SELECT count(*) FROM review_assignments WHERE study = ? AND pseudonym = ? AND list_contains(?, trace_id)",
-        [ref.study, ref.pseudonym, sorted(traces)]).fetchone()[0])
+    return _count(store, "SELECT count(*) FROM review_assignments WHERE study = ? AND pseudonym = ? AND list_contains(?, trace_id)",
+                  [ref.study, ref.pseudonym, sorted(traces)])
+
+
+def _count(store: "Store", sql: str, params: list[Any]) -> int:
+    row = store.execute(sql, params).fetchone()
+    return int(row[0]) if row else 0
 
 
 __all__: Sequence[str] = (
     "ADJUDICATION_ROLE", "ANNOTATOR_ROLE", "AnnotatorProgress", "ProjectRef", "PullReport", "PushReport",
-    "judge_labels_for", "pull_study", "push_study", "study_config", "study_status",
+    "judge_labels_for", "pull_study", "push_study", "require_accounts", "study_config", "study_status", "user_ids",
 )
