@@ -96,7 +96,8 @@ def _big_traces() -> list[dict]:
     # Over TASK_CHARS characters in all, so segment_many really hands tasks to worker processes.
     rows = []
     for k in range(3):
-        body = "".join(f"Step {i}: we add {i} and {k}, so the sum is {i + k}. Wait, is that right? Yes.\r\n" for i in range(1500))
+        # LF line ends: ingest stores every text with LF (formats.normalize_newlines).
+        body = "".join(f"Step {i}: we add {i} and {k}, so the sum is {i + k}. Wait, is that right? Yes.\n" for i in range(1500))
         rows.append({"trace_id": f"big{k}", "trace": body})
     assert sum(len(r["trace"]) for r in rows) > TASK_CHARS
     return rows
