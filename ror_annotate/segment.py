@@ -944,8 +944,13 @@ _WORKER_SEGMENTER: Segmenter | None = None
 
 
 def _init_worker(segmenter: Segmenter) -> None:
+    import signal
+
     global _WORKER_SEGMENTER
     _WORKER_SEGMENTER = segmenter
+    # Ctrl-C reaches the whole process group: only the parent handles it (it stops the pool and
+    # records the interruption); a worker dying of it would turn it into a BrokenProcessPool.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _segment_task(batch: list[tuple[str, str]]) -> list[list[tuple[int, int, int]]]:
