@@ -12,8 +12,8 @@ Alignment rule
 * A token's *label* (and segment id) is that of the span containing the token's **first non-space
   character**; tokens with no non-space character (whitespace-only, zero-width, special tokens,
   chat-template text) or whose first non-space character lies outside every span get the ignore
-  value (``-1`` in exports; ``-100`` is the ``torch.nn.CrossEntropyLoss`` convention some callers
-  prefer, hence ``ignore_index``).
+  value :data:`IGNORE_INDEX` (``-100``, the ``torch.nn.CrossEntropyLoss`` / token-classification
+  convention the exported ``labels`` column uses).
 * A *straddling* token has non-space characters in more than one span (or in a span and outside
   every span), e.g. ``".So"`` merged across a clause boundary. It belongs to every span it touches,
   is labeled by its first non-space character, and is counted in :attr:`SpanAlignment.n_straddling`.
@@ -37,7 +37,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
@@ -48,9 +47,10 @@ from .records import Segment, Trace
 if TYPE_CHECKING:  # pragma: no cover
     from transformers import PreTrainedTokenizerBase
 
-#: Ignore value for tokens without a label in the exported ``tokens`` configuration
-#: (``datasets.ClassLabel`` accepts ``-1`` as "no label").
-IGNORE_INDEX = -1
+#: Ignore value for tokens without a label in the exported ``tokens`` configuration's ``labels``
+#: column: ``torch.nn.CrossEntropyLoss``'s default ``ignore_index`` and the value
+#: ``transformers.DataCollatorForTokenClassification`` pads labels with.
+IGNORE_INDEX = -100
 
 Rendering = Literal["raw", "chat_template"]
 RENDERINGS: tuple[str, ...] = ("raw", "chat_template")
@@ -149,7 +149,7 @@ def align_spans(
         character in several spans takes the label of the first listed one.
     special_tokens_mask : array-like of shape (n_tokens,), optional
         1 for special tokens (BOS/EOS, template tokens); they never receive a label.
-    ignore_index : int, default -1
+    ignore_index : int, default -100
         Label given to tokens outside every span.
     nonspace : ndarray of shape (len(text),), optional
         Precomputed :func:`nonspace_mask` of ``text``.
@@ -216,8 +216,8 @@ def align_spans(
     a = nxt[s]
     b = prv[np.maximum(e - 1, 0)]
     nonempty = a < e
-    tok_start = np.full(len(sp), -1, dtype=np.int64)
-    tok_end = np.full(len(sp), -1, dtype=np.int64)
+    tok_start: np.ndarray = np.full(len(sp), -1, dtype=np.int64)
+    tok_end: np.ndarray = np.full(len(sp), -1, dtype=np.int64)
     if len(sp):
         fi = np.searchsorted(vte, a, side="right")
         li = np.searchsorted(vts, b, side="right") - 1
@@ -313,12 +313,12 @@ def verify_alignment(
             )
     labeled = np.flatnonzero(alignment.token_spans >= 0)
     if len(labeled):
-        k = alignment.token_spans[labeled]
+        span_of = alignment.token_spans[labeled]
         first = ts[labeled]
         # first non-space char of each labeled token must lie inside the span that labels it
         nxt, _ = _next_prev_nonspace(ns)
         f = nxt[first]
-        bad = (f < sp[k, 0]) | (f >= sp[k, 1])
+        bad = (f < sp[span_of, 0]) | (f >= sp[span_of, 1])
         if bad.any():
             t = int(labeled[np.flatnonzero(bad)[0]])
             raise AlignmentError(f"{where}: token {t} is labeled by span {int(alignment.token_spans[t])} but starts outside it")
@@ -328,68 +328,28 @@ def verify_alignment(
 # tokenizers and renderings
 # ---------------------------------------------------------------------------------------------
 def load_tokenizer(tokenizer: "str | PreTrainedTokenizerBase") -> "PreTrainedTokenizerBase":
-    """Load a Hugging Face tokenizer by name or local path, and require offset mappings.
-
-    Parameters
-    ----------
-    tokenizer : str or PreTrainedTokenizerBase
-        A hub name (resolved from the local cache when offline), a directory written by
-        ``save_pretrained``, or an already-built tokenizer.
+    """Load a fast tokenizer (a ``tokenizer.json``, a directory or a model name); see
+    :func:`ror_annotate.tokenizer.load_tokenizer`, the one loader every stage uses.
 
     Raises
     ------
     ConfigError
-        The tokenizer cannot be loaded.
-    AlignmentError
-        It is a slow (Python) tokenizer, which has no offset mapping.
+        It cannot be loaded, or it is a slow tokenizer without an offset mapping.
     """
-    if isinstance(tokenizer, str):
-        from transformers import AutoTokenizer
+    from .tokenizer import load_tokenizer as _load
 
-        local = Path(tokenizer).expanduser()
-        if tokenizer.startswith(("/", "~", "./", "../")) and not local.is_dir():
-            raise ConfigError(f"cannot load the tokenizer {tokenizer!r}: no such directory; give a directory written by "
-                              "save_pretrained, or a hub name that is in your local cache")
-        try:
-            tok = AutoTokenizer.from_pretrained(str(local) if local.is_dir() else tokenizer)
-        except (OSError, ValueError) as exc:
-            raise ConfigError(
-                f"cannot load the tokenizer {tokenizer!r}: {exc}. Give a local directory written by save_pretrained, "
-                "or a hub name that is in your local cache"
-            ) from exc
-    else:
-        tok = tokenizer
-    if not getattr(tok, "is_fast", False):
-        raise AlignmentError(
-            f"the tokenizer {getattr(tok, 'name_or_path', tok)!r} ({type(tok).__name__}) is a slow tokenizer without an "
-            "offset mapping, so token labels cannot be projected exactly; load its fast version "
-            "(AutoTokenizer.from_pretrained(..., use_fast=True), or convert it with the tokenizers library)"
-        )
-    return tok
+    return _load(tokenizer)
 
 
 def tokenizer_name(tok: "PreTrainedTokenizerBase", given: Any = None) -> str:
     """The name written in the ``tokenizer`` column and the card: the string the user gave, else ``name_or_path``.
 
-    Exports are published, so a local path never goes in: an absolute or home-relative directory is
-    named by its hub repository when it is a hub-cache snapshot (``.../models--ORG--NAME/snapshots/REV``
-    gives ``ORG/NAME``), else by its last path component.
+    Exports are published, so an absolute local path never goes in
+    (:func:`ror_annotate.tokenizer.public_tokenizer_name`).
     """
-    name = given if isinstance(given, str) else str(getattr(tok, "name_or_path", "") or type(tok).__name__)
-    return _public_name(name)
+    from .tokenizer import public_tokenizer_name
 
-
-def _public_name(name: str) -> str:
-    from pathlib import PurePosixPath, PureWindowsPath
-
-    if not (name.startswith(("/", "~", "./", "../")) or "\\" in name):
-        return name  # a hub name ("Qwen/Qwen3-30B-A3B") or a relative directory, which names nobody's home
-    parts = (PureWindowsPath(name) if "\\" in name else PurePosixPath(name)).parts
-    for part in parts:
-        if part.startswith("models--") and len(part) > len("models--"):
-            return part[len("models--") :].replace("--", "/")
-    tail = [p for p in parts if p not in ("/", "~", ".", "..")]
-    return tail[-1] if tail else "local-tokenizer"
+    return public_tokenizer_name(tok, given)
 
 
 @dataclass(frozen=True)
@@ -456,7 +416,7 @@ class TraceTokens:
     Attributes
     ----------
     input_ids : ndarray of shape (n_tokens,), int32
-    labels : ndarray of shape (n_tokens,), int64 -- class id in :data:`~ror_annotate.records.BEHAVIORS` or -1
+    labels : ndarray of shape (n_tokens,), int64 -- class id in :data:`~ror_annotate.records.BEHAVIORS` or :data:`IGNORE_INDEX` (-100)
     segment_ids : ndarray of shape (n_tokens,), int32 -- ``segment_index`` or -1
     offsets : ndarray of shape (n_tokens, 2), int32 -- characters into ``rendered.text``
     token_start, token_end : ndarray of shape (n_segments,), int32 -- half-open token span per segment
@@ -499,6 +459,10 @@ class TokenAligner:
             raise ConfigError(f"unknown rendering {rendering!r}; choose one of {', '.join(RENDERINGS)}")
         self.tokenizer = load_tokenizer(tokenizer)
         self.name = tokenizer_name(self.tokenizer, tokenizer)
+        from .tokenizer import tokenizer_vocab_sha256
+
+        #: sha256 of the vocabulary (:func:`ror_annotate.tokenizer.tokenizer_vocab_sha256`), recorded in exports.
+        self.vocab_sha256 = tokenizer_vocab_sha256(self.tokenizer)
         self.rendering = rendering
         self.verify = verify
         if rendering == "chat_template" and not getattr(self.tokenizer, "chat_template", None):
@@ -535,7 +499,7 @@ class TokenAligner:
         segments : sequence of sequences of Segment
             The segments of each trace, ordered by ``segment_index``.
         labels : sequence of sequences of int
-            Class id (or -1) of each segment, parallel to ``segments``.
+            Class id of each segment (or :data:`IGNORE_INDEX` for an unlabeled one), parallel to ``segments``.
 
         Returns
         -------

@@ -5,10 +5,14 @@ The YAML header is produced by ``DatasetCardData`` plus ``datasets``' own writer
 expects: license, task categories, one config per exported configuration pointing at its parquet
 files, features with the ``ClassLabel`` names in id order, and split sizes.
 
-The body is generated from the export summary and the store: source traces and models, segment
-length profile, label distribution, label provenance (codebook version, judge model, prompt
-template hash), agreement figures from any review study, alignment rule and trace analytics, and
-known limitations.
+The body is generated from the export summary: configurations and every column, source traces and
+models, which sources' licences allow publishing the text, the token counter behind ``n_tokens``
+and the segment length profile, label distribution, label provenance (codebook version, judge
+model, prompt template hash), agreement figures from any review study, alignment rule and trace
+analytics, and known limitations.
+
+:func:`build_card` is pure: it writes no file. The agreement figures come from
+:func:`agreement_section` (which reads the store) and the export writes their full reports.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .errors import RorError
 from .records import BEHAVIORS
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -36,22 +41,25 @@ def _size_category(n: int) -> str:
     return "1M<n<10M"
 
 
-def agreement_section(store: "Store") -> tuple[str, dict[str, Any] | None]:
-    """Markdown for the agreement section, and the raw figures (None without a study).
+def report_slug(name: str) -> str:
+    """Folder name (under ``agreement/``) of one comparison's full report."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name.replace(" + ", "_")).strip("_")
 
-    Calls ``ror_annotate.agreement.agreement_summary`` twice when the store holds human labels:
-    between the human annotators, and, per review study, between the humans plus the LLM judge(s)
-    on that study's segments when judge labels exist. Without human labels, or when that stage is not installed or refuses (e.g. a single
-    annotator), the section says so: the export never fails because of the card. Example texts of
-    disagreements are never copied into the card.
+
+def agreement_section(store: "Store") -> tuple[str, dict[str, Any] | None]:
+    """Markdown for the agreement section, and the raw figures (None without figures).
+
+    Calls ``ror_annotate.agreement.agreement_summary`` between the human annotators, and, per review
+    study, between the humans plus the LLM judge(s) on that study's segments when judge labels
+    exist. A comparison the agreement stage refuses with one of its coded errors (e.g. a single
+    annotator) becomes a note in the section; any other exception is a bug and propagates. Example
+    texts of disagreements are never copied into the card.
     """
     humans = store.labels(source="human")
     if not humans:
         return NO_STUDY, None
-    try:
-        from .agreement import agreement_summary  # type: ignore[attr-defined]
-    except ImportError:
-        return "Human labels are present, but the agreement stage is not installed, so no figures are given.", None
+    from .agreement import agreement_summary
+
     pools: dict[str, dict[str, Any]] = {"humans": {"sources": ["human"]}}
     notes: list[str] = []
     if store.labels(source="judge"):
@@ -67,7 +75,7 @@ def agreement_section(store: "Store") -> tuple[str, dict[str, Any] | None]:
     for name, selection in pools.items():
         try:
             fig = agreement_summary(store, n_resamples=200, **selection)
-        except Exception as exc:  # the agreement stage's own refusals must not block an export
+        except RorError as exc:  # the agreement stage's own refusals (coded) must not block an export
             notes.append(f"- {name}: no figures ({exc})")
             continue
         if isinstance(fig.get("selection"), dict) and fig["selection"].get("store"):
@@ -103,25 +111,13 @@ def _fmt(v: Any) -> str:
     return "" if v is None else str(v)
 
 
-def _source_formats(store: "Store", s: "ExportSummary") -> tuple[dict[str, int], str]:
-    """Traces per ``source_format`` and the table's title.
-
-    From the export summary when it carries ``trace_sources["source_formats"]``; else counted in
-    the store over its segmented traces (exactly the exported ones when the totals agree, and said
-    so in the title when they do not).
-    """
-    given = s.trace_sources.get("source_formats")
-    if given:
-        return dict(given), "source format"
-    rows = store.execute(
-        "SELECT coalesce(source_format, '(unknown)'), count(*) FROM traces "
-        "WHERE trace_id IN (SELECT trace_id FROM segmentations) GROUP BY 1 ORDER BY 2 DESC, 1"
-    ).fetchall()
-    counts = {str(f): int(n) for f, n in rows}
-    if set(counts) <= {"(unknown)"}:  # a store written before formats were recorded: nothing to say
+def _source_formats(s: "ExportSummary") -> tuple[dict[str, int], str]:
+    """Traces per ``source_format`` (from the export summary) and the table's title; empty when no
+    trace recorded one (a store written before formats were recorded: nothing to say)."""
+    counts = dict(s.trace_sources.get("source_formats") or {})
+    if set(counts) <= {"(unknown)"}:
         return {}, ""
-    exact = sum(counts.values()) == s.n_traces
-    return counts, "source format" if exact else "source format (all segmented traces in the store)"
+    return counts, "source format"
 
 
 def _counts_table(title: str, counts: Mapping[str, int], total: int | None = None) -> list[str]:
@@ -133,30 +129,27 @@ def _counts_table(title: str, counts: Mapping[str, int], total: int | None = Non
 
 
 def build_card(
-    store: "Store",
     summary: "ExportSummary",
     *,
     data_files: Mapping[str, Mapping[str, list[str]]],
     infos: Mapping[str, tuple[Any, Mapping[str, tuple[int, int]]]],
-    report_dir: "Path | None" = None,
+    agreement: str = NO_STUDY,
+    reports: Mapping[str, str] | None = None,
 ) -> "DatasetCard":
-    """Build the dataset card of an export.
-
-    With ``report_dir`` (the export's ``agreement/`` folder) and human labels in the store, the full
-    agreement report of :func:`ror_annotate.agreement_report.write_report` (tables with CIs,
-    confusion heat map, per-class figures, top disagreement pairs) is written there, one folder
-    per comparison, and linked from the card's agreement section.
+    """Build the dataset card of an export (pure: reads nothing, writes nothing).
 
     Parameters
     ----------
-    store : Store
-        For agreement figures and annotators.
     summary : ExportSummary
-        Counts, analytics, provenance and parameters of the export.
+        Counts, analytics, provenance, sources and parameters of the export.
     data_files : mapping
         ``{config: {split: [relative parquet glob]}}``.
     infos : mapping
         ``{config: (datasets.Features, {split: (n_rows, n_bytes)})}``.
+    agreement : str
+        Markdown of the agreement section (:func:`agreement_section`).
+    reports : mapping, optional
+        ``{comparison name: relative path of its full report}``, linked from the agreement section.
 
     Returns
     -------
@@ -167,18 +160,18 @@ def build_card(
     from datasets.utils.metadata import MetadataConfigs
     from huggingface_hub import DatasetCard, DatasetCardData
 
-    n_rows = summary.n_segments
     card_data = DatasetCardData(
         license=summary.parameters.get("license") or "other",
         language=["en"],
         pretty_name=summary.name,
         task_categories=["token-classification", "text-classification"],
         tags=["reasoning", "reasoning-traces", "chain-of-thought", "interpretability", "mixture-of-experts", "ror_annotate"],
-        size_categories=[_size_category(n_rows)],
+        size_categories=[_size_category(summary.n_segments)],
     )
     MetadataConfigs(
         {
-            config: {"data_files": [{"split": s, "path": paths} for s, paths in splits.items()]}
+            config: {"data_files": [{"split": s, "path": paths} for s, paths in splits.items()],
+                     **({"default": True} if config == "segments" else {})}
             for config, splits in data_files.items()
         }
     ).to_dataset_card_data(card_data)
@@ -192,23 +185,31 @@ def build_card(
         )
     DatasetInfosDict(dataset_infos).to_dataset_card_data(card_data)
 
-    body = _body(store, summary, data_files, report_dir)
+    body = _body(summary, data_files, agreement, dict(reports or {}))
     return DatasetCard(f"---\n{card_data.to_yaml()}\n---\n\n{body}")
 
 
-def _body(store: "Store", s: "ExportSummary", data_files: Mapping[str, Mapping[str, list[str]]], report_dir: Path | None = None) -> str:
+def _columns(config: str) -> list[str]:
+    from .export.features import COLUMN_DOCS
+
+    return [f"- `{col}`: {doc}" for col, doc in COLUMN_DOCS[config].items()]
+
+
+def _body(s: "ExportSummary", data_files: Mapping[str, Mapping[str, list[str]]], agreement: str, reports: Mapping[str, str]) -> str:
     p = s.parameters
     prov = s.provenance
+    tc = s.token_counter or {}
     lines: list[str] = [f"# {s.name}", ""]
     lines += [
         "Reasoning traces written by language models, split into sentence/clause segments and labeled with six "
         "reasoning behaviors (the functional role of each segment), exported by "
-        f"`{prov.get('tool_version', 'ror_annotate')}`. "
+        f"`{prov.get('tool_version', 'ror_annotate')}`. The `traces` configuration holds the reasoning text every "
+        "segment offset points into, so the dataset can be re-segmented or re-aligned without the original store. "
         + (
             f"Labels are projected onto the tokens of `{p.get('tokenizer')}` ({p.get('rendering')} rendering), so they line "
             "up with per-token model states (router logits, residual stream)."
             if p.get("tokenizer")
-            else "No tokenizer was given, so only the segment-level configuration is included."
+            else "No tokenizer was given, so there is no token-level configuration."
         ),
         "",
         "## Labels",
@@ -219,8 +220,12 @@ def _body(store: "Store", s: "ExportSummary", data_files: Mapping[str, Mapping[s
     lines += [f"- {i}: `{b}`" for i, b in enumerate(BEHAVIORS)]
     lines += [
         "",
-        "`-1` means no label: in `segments`, a segment no annotator of the chosen source labeled (or a tied vote); in "
-        "`tokens`, also special tokens, chat-template text, whitespace-only tokens and tokens outside every segment.",
+        "Every value stored in a `ClassLabel` column decodes with `int2str`. In `segments`, `label` is **null** for a "
+        "segment the chosen source did not label (or a tied vote). In `tokens`, `labels` is the model-ready integer form "
+        "used for token classification: the class id of each token, **-100** for tokens to ignore (special tokens, "
+        "chat-template text, whitespace-only tokens, tokens outside every labeled segment), the value "
+        "`torch.nn.CrossEntropyLoss` ignores and `DataCollatorForTokenClassification` pads with; the typed form is the "
+        "pair `labeled_positions` (token indices) / `labeled_classes` (their `ClassLabel`), which lists labelled tokens only.",
         "",
         f"Label source: **{p.get('label_source')}** "
         "(auto = adjudicated, else human plurality, else LLM judge, else the offline cue-phrase baseline).",
@@ -243,40 +248,40 @@ def _body(store: "Store", s: "ExportSummary", data_files: Mapping[str, Mapping[s
         "",
         "```python",
         "import datasets",
-        'ds = datasets.load_dataset("<this repo or directory>", "segments")'
-        + ("\ntok = datasets.load_dataset(\"<this repo or directory>\", \"tokens\")" if "tokens" in data_files else ""),
+        'traces = datasets.load_dataset("<this repo or directory>", "traces")',
+        'segments = datasets.load_dataset("<this repo or directory>", "segments")'
+        + ("\ntokens = datasets.load_dataset(\"<this repo or directory>\", \"tokens\")" if "tokens" in data_files else ""),
+        "# a segment's text is its trace's text at its offsets:",
+        "# trace['text'][seg['char_start']:seg['char_end']] == seg['text']",
         "```",
         "",
-        "`segments`: one row per segment -- `trace_id`, `segment_index`, `text`, `char_start`/`char_end` (characters, "
-        "Python string indices into the trace's reasoning text), `token_start`/`token_end` (half-open token indices into "
-        "the `tokens` row of the trace; null without a tokenizer), `n_tokens`, `label`, `label_source`, `annotator`, "
-        "`n_votes`, `vote_share`, and provenance: `codebook_version`, `judge_model`, `prompt_template_hash`, `tool_version`.",
-        "",
     ]
+    for config in ("traces", "segments", "tokens"):
+        if config not in data_files:
+            continue
+        what = {"traces": "one row per trace", "segments": "one row per segment", "tokens": "one row per trace, one entry per token"}[config]
+        lines += [f"### `{config}` ({what})", ""] + _columns(config) + [""]
     if "tokens" in data_files:
         lines += [
-            "`tokens`: one row per trace -- `input_ids`, `labels` (one class id per token), `segment_ids` "
-            "(`segment_index` or -1), `offsets` (`[start, end]` characters into `text`, the rendered string), "
-            "`text_offset` (where the reasoning starts inside `text`), `rendering`, `tokenizer`.",
-            "",
             "### Token alignment rule",
             "",
             "A token takes the label of the segment that contains its **first non-whitespace character**. Tokens without a "
             "non-whitespace character (whitespace, zero-width byte-level pieces), special tokens and chat-template text get "
-            "-1. A token whose characters fall in two segments (it *straddles* the boundary, e.g. `.So` merged across "
+            "-100. A token whose characters fall in two segments (it *straddles* the boundary, e.g. `.So` merged across "
             "a clause break) is labeled by its first character's segment and listed in both segments' token ranges. "
             f"This export has **{s.n_straddling}** straddling tokens out of {s.n_tokens}. Every trace was verified: the "
-            "characters covered by each segment's tokens include every non-whitespace character of that segment.",
+            "characters covered by each segment's tokens include every non-whitespace character of that segment. "
+            f"Tokenizer vocabulary sha256: `{p.get('tokenizer_vocab_sha256')}` (check it matches the model you run).",
             "",
         ]
 
     lines += ["## Source traces", ""]
     lines += [f"{s.n_traces} traces, {s.n_segments} segments" + (f", {s.n_tokens} tokens." if s.n_tokens else "."), ""]
-    for key in ("models", "datasets", "sources"):
+    for key in ("models", "datasets"):
         counts = s.trace_sources.get(key) or {}
         if counts and set(counts) != {"(unknown)"}:
             lines += _counts_table(key[:-1], dict(list(counts.items())[:30]), s.n_traces) + [""]
-    formats, title = _source_formats(store, s)
+    formats, title = _source_formats(s)
     if formats:
         lines += _counts_table(title, formats, sum(formats.values())) + [
             "",
@@ -285,17 +290,45 @@ def _body(store: "Store", s: "ExportSummary", data_files: Mapping[str, Mapping[s
             "",
         ]
     lines += [
-        "The traces were written by the models above, not by this project. Check the license of every source before "
-        f"redistributing; this card's license field (`{p.get('license') or 'other'}`) was set by whoever ran the export.",
+        "### Licences of the sources",
         "",
-        "## Segment length profile",
+        "The traces were written by the models above, not by this project, and this dataset ships their text. Only "
+        "sources whose licence is known and allows redistribution may be published; `ror publish` refuses the others "
+        "unless told `--allow-unknown-license`.",
+        "",
+        "| source | licence | text may be published | traces |",
+        "|---|---|---|---:|",
+    ]
+    for src in s.sources[:50]:
+        lines.append(
+            f"| {src.get('source') or '(unknown)'} | {src.get('license') or 'unknown'} | "
+            f"{'yes' if src.get('publishable') else '**no** (licence unknown or restrictive)'} | {src.get('n_traces')} |"
+        )
+    if len(s.sources) > 50:
+        lines.append(f"| ... {len(s.sources) - 50} more sources, see `ror_export.json` | | | |")
+    lines += [
+        "",
+        f"This card's licence field (`{p.get('license') or 'other'}`) was set by whoever ran the export.",
+        "",
+        "## Token counts and segment length profile",
         "",
     ]
+    kind = tc.get("kind") or ("subject tokenizer" if p.get("tokenizer") else "token counter")
+    lines.append(
+        f"`n_tokens` and the profile below are counted with **`{tc.get('name')}`** ({kind})"
+        + (": the tokens of the `tokens` configuration that each segment spans." if p.get("tokenizer") else
+           (": the built-in regex approximation of a BPE tokenizer, not the subject model's tokenizer; export with "
+            "`--tokenizer` for exact counts." if kind == "approximation" else ", as recorded when the traces were segmented."))
+    )
+    lines.append("")
     lp = s.segment_length
     if lp:
+        from .segment import METHOD_LENGTH_PROFILE as ref
+
         lines += [
-            f"In {lp.get('unit')}: median {lp.get('median')}, 5th percentile {lp.get('p5')}, 95th percentile "
-            f"{lp.get('p95')}, max {lp.get('max')} (the Routes-of-Reasoning corpus: median 16, p5 3, p95 47, cap 125).",
+            f"In {lp.get('unit')}: median {_fmt(lp.get('median'))}, 5th percentile {_fmt(lp.get('p5'))}, 95th percentile "
+            f"{_fmt(lp.get('p95'))}, max {lp.get('max')} (the Routes-of-Reasoning corpus: median {ref['median']:g}, "
+            f"p5 {ref['p5']:g}, p95 {ref['p95']:g}, cap {ref['max']:g}).",
             "",
         ]
 
@@ -319,15 +352,10 @@ def _body(store: "Store", s: "ExportSummary", data_files: Mapping[str, Mapping[s
         lines += [f"| {a[0]} | {a[1]} | {a[2]} |" for a in annotators]
         lines.append("")
 
-    text, figures = agreement_section(store)
-    lines += ["## Agreement", "", text, ""]
-    if figures and report_dir is not None:
-        from .agreement_report import write_report
-
-        for name, fig in figures.items():
-            slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", name.replace(" + ", "_")).strip("_")
-            write_report(fig, report_dir / slug)
-            lines.append(f"Full report ({name}): [agreement/{slug}/agreement.md](agreement/{slug}/agreement.md)")
+    lines += ["## Agreement", "", agreement, ""]
+    if reports:
+        for name, rel in reports.items():
+            lines.append(f"Full report ({name}): [{rel}]({rel})")
         lines.append("")
 
     a = s.analytics
@@ -358,7 +386,7 @@ def _body(store: "Store", s: "ExportSummary", data_files: Mapping[str, Mapping[s
         "- Answer extraction for the analytics is heuristic (last `\\boxed{}`, number or option letter).",
     ]
     if s.label_counts.get("unlabeled"):
-        lines.append(f"- {s.label_counts['unlabeled']} segments have no label (-1) under the chosen label source.")
+        lines.append(f"- {s.label_counts['unlabeled']} segments have no label (null) under the chosen label source.")
     if s.n_ties:
         lines.append(f"- {s.n_ties} of them are tied votes between annotators.")
     lines.append("")

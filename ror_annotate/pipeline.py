@@ -220,6 +220,17 @@ def _column_map(preset: str | None, columns: "dict[str, str] | ColumnMap | None"
 
 
 # --------------------------------------------------------------------------- stages
+#: Traces read from the store per query by the stages' loops: memory holds one batch of trace
+#: texts, not the corpus.
+TRACE_BATCH = 256
+
+
+def _iter_traces_batched(store: "Store", ids: Sequence[str], batch: int = TRACE_BATCH) -> Iterator[Any]:
+    """``store.iter_traces(ids)``, one query per ``batch`` ids (in ``ids`` order of the batches)."""
+    for start in range(0, len(ids), batch):
+        yield from store.iter_traces(ids[start : start + batch])
+
+
 def ingest(
     store: "Store",
     source: str | Path = "",
@@ -337,7 +348,7 @@ def segment(
         queued: deque[str] = deque()  # ids handed to segment_many, whose results come in this order
 
         def to_segment() -> Iterator[tuple[str, str]]:
-            for trace in store.iter_traces(ids):
+            for trace in _iter_traces_batched(store, ids):
                 prior = done.get(trace.trace_id)
                 if not force and prior is not None and prior[:2] == (segmenter_id, counter_name):
                     outcome["unchanged"] += 1
@@ -439,6 +450,7 @@ def export(
     stratify_by: str | None = None,
     name: str | None = None,
     license: str = "other",
+    source_licenses: dict[str, str] | None = None,
     trace_ids: Sequence[str] | None = None,
     run: Run | None = None,
     progress: Any = None,
@@ -459,12 +471,13 @@ def export(
     out_dir = Path(out)
     params = {"name": name, "out": str(out_dir), "labels": labels, "tokenizer": tokenizer if tokenizer is None or isinstance(tokenizer, str) else "object",
               "chat_template": chat_template, "split_seed": split_seed, "split_fractions": list(split_fractions),
-              "stratify_by": stratify_by, "license": license}
+              "stratify_by": stratify_by, "license": license, "source_licenses": dict(source_licenses or {})}
     with _stage(store, run, "export", params, progress) as (the_run, tracked):
         task = tracked.add_task("export", total=None)
         summary = export_dataset(
             store, out_dir, label_source=labels, tokenizer=tokenizer, chat_template=chat_template, seed=split_seed,
-            split_fractions=split_fractions, stratify_by=stratify_by, name=name, license=license, trace_ids=trace_ids,
+            split_fractions=split_fractions, stratify_by=stratify_by, name=name, license=license,
+            source_licenses=source_licenses, trace_ids=trace_ids,
         )
         tracked.update(task, total=summary.n_segments, completed=summary.n_segments)
         counts = {"traces": summary.n_traces, "segments": summary.n_segments, "tokens": summary.n_tokens,
@@ -499,6 +512,7 @@ def run(
     stratify_by: str | None = None,
     chat_template: bool = False,
     license: str = "other",
+    source_licenses: dict[str, str] | None = None,
     progress: Any = None,
 ) -> RunSummary:
     """The main job: ingest -> segment -> label -> export this input's traces, recorded as one run.
@@ -536,7 +550,7 @@ def run(
         the_run.counts["label"] = labelled.counts()
         exported = export(
             store, out_dir, labels=labels, tokenizer=tokenizer, chat_template=chat_template, split_seed=split_seed,
-            split_fractions=split_fractions, stratify_by=stratify_by, license=license, trace_ids=ingested.trace_ids,
-            run=the_run, progress=tracked,
+            split_fractions=split_fractions, stratify_by=stratify_by, license=license, source_licenses=source_licenses,
+            trace_ids=ingested.trace_ids, run=the_run, progress=tracked,
         )
         return RunSummary(run_id=the_run.run_id, ingest=ingested, segment=segmented, label=labelled, export=exported)

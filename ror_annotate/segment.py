@@ -63,6 +63,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from .errors import ConfigError, SegmentationError
 from .records import Segment
+from .tokenizer import load_tokenizer
 
 __all__ = [
     "APPROX_COUNTER_NAME",
@@ -316,7 +317,7 @@ def make_token_counter(tokenizer: Any = None) -> TokenCounter:
     if tokenizer is None or (isinstance(tokenizer, str) and tokenizer in ("approx", APPROX_COUNTER_NAME)):
         return ApproxTokenCounter()
     if isinstance(tokenizer, (str, Path)):
-        return _load_named_tokenizer(str(tokenizer))
+        return _wrap_tokenizer_object(load_tokenizer(tokenizer), name=str(tokenizer))
     return _wrap_tokenizer_object(tokenizer, name=None)
 
 

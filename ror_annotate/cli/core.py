@@ -308,15 +308,14 @@ def _columns(text, id_, problem, answer, gold, model, dataset) -> dict[str, str]
 
 
 def _print_summary(store, summary) -> None:
-    from ..segment import segment_stats
-
     ids = summary.ingest.trace_ids
-    stats = segment_stats(store.segment_lengths(ids))
+    # the export's profile covers the same segments, computed while streaming (no second pass over the store)
+    stats = summary.export.segment_length
     table = Table(title="ror run: summary", show_header=False)
     table.add_column("what")
     table.add_column("value")
     table.add_row("input traces", f"{len(ids)} ({summary.ingest.inserted} new, {summary.ingest.skipped} skipped as invalid)")
-    if stats["n_segments"]:
+    if stats:
         table.add_row("segment tokens median / p5 / p95 / max", f"{stats['median']:g} / {stats['p5']:g} / {stats['p95']:g} / {stats['max']:g}")
     for field, value in summary.export.table_rows():
         table.add_row(field, value)

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from ..errors import InputError
 from .app import DEFAULT_DB_PATH, DbOption, LockTimeoutOption, app, console, open_store, parse_fractions
 
 
@@ -22,6 +23,7 @@ def export_cmd(
     split: Annotated[str, typer.Option("--split", help="train,validation,test fractions.")] = "0.8,0.1,0.1",
     stratify_by: Annotated[str | None, typer.Option("--stratify-by", help="Stratify the split by a trace field: dataset, model or source.")] = None,
     license: Annotated[str, typer.Option("--license", help="License identifier for the card (check the traces' own licenses).")] = "other",
+    source_license: Annotated[list[str] | None, typer.Option("--source-license", help="SOURCE=LICENSE: the licence of a trace source (repeatable); sources without one are not publishable.")] = None,
     db: DbOption = DEFAULT_DB_PATH,
     lock_timeout: LockTimeoutOption = 10.0,
 ) -> None:
@@ -29,11 +31,12 @@ def export_cmd(
     from .. import pipeline
 
     fractions = parse_fractions(split)
+    source_licenses = parse_source_licenses(source_license or [])
     out_dir = out or Path("exports") / name
     with open_store(db, lock_timeout, must_exist=True) as store, console.status(f"exporting to {out_dir} ..."):
         summary = pipeline.export(
             store, out_dir, labels=labels, tokenizer=tokenizer, chat_template=chat_template, split_seed=seed,
-            split_fractions=fractions, stratify_by=stratify_by, name=name, license=license,
+            split_fractions=fractions, stratify_by=stratify_by, name=name, license=license, source_licenses=source_licenses,
         )
     table = Table(title=f"ror export: {name}", show_header=False)
     table.add_column("what")
@@ -43,16 +46,28 @@ def export_cmd(
     console.print(table)
 
 
+def parse_source_licenses(values: list[str]) -> dict[str, str]:
+    """``["SOURCE=LICENSE", ...]`` -> ``{source: licence}``; raises :class:`InputError` on a malformed item."""
+    out = {}
+    for item in values:
+        source, sep, lic = item.rpartition("=")
+        if not sep or not source.strip() or not lic.strip():
+            raise InputError(f"--source-license {item!r} must look like SOURCE=LICENSE (e.g. org/repo=mit)")
+        out[source.strip()] = lic.strip()
+    return out
+
+
 @app.command("publish")
 def publish_cmd(
     name: Annotated[str, typer.Argument(help="Export name under exports/, or an export directory.")],
     repo_id: Annotated[str, typer.Option("--repo-id", help="Hub dataset repository ORG/NAME (created if missing).")],
     private: Annotated[bool, typer.Option("--private", help="Create the repository as private.")] = False,
     exports_dir: Annotated[Path, typer.Option("--exports-dir", help="Where named exports live.")] = Path("exports"),
+    allow_unknown_license: Annotated[bool, typer.Option("--allow-unknown-license", help="Publish even though some source's licence is unknown (you have checked you may).")] = False,
 ) -> None:
     """Push an export to the Hugging Face hub with the token in HF_TOKEN (never stored anywhere)."""
     from ..export import publish_export
 
     with console.status(f"publishing {name} to {repo_id} ..."):
-        url = publish_export(name, repo_id, exports_dir=exports_dir, private=private)
+        url = publish_export(name, repo_id, exports_dir=exports_dir, private=private, allow_unknown_license=allow_unknown_license)
     console.print(f"published {name} to {url}")

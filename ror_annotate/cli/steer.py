@@ -207,7 +207,7 @@ def steer_cmd(
     from ..steer import require_torch
 
     require_torch()
-    from transformers import AutoTokenizer
+    from ..tokenizer import load_tokenizer
 
     from ..steer.capture import load_model
     from ..steer.evaluate import load_problems, run_evaluation, summarize
@@ -223,7 +223,7 @@ def steer_cmd(
         raise InputError(f"{spec}: not a steering spec ({exc})") from None
     items = load_problems(problems)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(model)
+        tokenizer = load_tokenizer(model)
     except OSError as exc:
         raise SteerError(f"cannot load the tokenizer of {model!r}: {exc}") from None
     lm = load_model(model, device=device, dtype=dtype)

@@ -1,0 +1,159 @@
+"""The main job at corpus scale: wall time, segments/s per stage, peak memory and export size.
+
+Builds a synthetic corpus from the real traces in ``../shared/data/traces.jsonl`` (renumbered copies:
+the same texts under distinct trace ids ``<id>~cNNNN``, cycling through the 201 traces) sized to
+about ``--segments`` segments, then runs the main job with the offline baseline judge in child
+processes, each measured with ``os.wait4`` (its own peak RSS, not this script's):
+
+* ``stages`` -- ``ror ingest``, ``ror segment``, ``ror label --judge baseline``, ``ror export``, one
+  process each: wall time, segments/s and peak RSS per stage;
+* ``run``    -- ``ror run FILE --judge baseline`` in one process: the figure the target is about.
+
+The export's size on disk (parquet files, and the whole directory with its save_to_disk copy) is
+printed too. The corpus and store live in a temporary work directory (or ``--workdir``) and are
+removed afterwards unless ``--keep``; the traces never enter the repository.
+
+Target (issue 16): ``run`` at about 1,000,000 segments on a 2-core machine under 2 GiB peak RSS,
+and the peak at 250k segments within 10% of it (memory flat in corpus size).
+
+Usage::
+
+    python benchmarks/bench_scale.py --segments 250000          # a figure for the issue
+    python benchmarks/bench_scale.py --smoke                     # CI: ~3,000 segments, both modes
+    python benchmarks/bench_scale.py --segments 1000000 --mode run
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared" / "data" / "traces.jsonl"
+SMOKE_SEGMENTS = 3_000
+
+
+def segments_per_trace(rows: list[dict]) -> list[int]:
+    """Segments the project's segmenter makes of each real trace (the corpus is sized with these)."""
+    from ror_annotate.segment import Segmenter
+
+    segmenter = Segmenter()
+    return [len(segmenter.segment(r["trace"], r["trace_id"])) for r in rows]
+
+
+def build_corpus(path: Path, target_segments: int, traces: Path = SHARED) -> tuple[int, int]:
+    """Write renumbered copies of the real traces to ``path`` (JSONL) until ``target_segments``.
+
+    Returns ``(n_traces, n_segments)`` of the corpus (segments as the segmenter will cut them).
+    """
+    rows = [json.loads(line) for line in traces.open(encoding="utf-8")]
+    counts = segments_per_trace(rows)
+    n_traces = n_segments = 0
+    with path.open("w", encoding="utf-8") as f:
+        while n_segments < target_segments:
+            copy = n_traces // len(rows)
+            r = dict(rows[n_traces % len(rows)])
+            r["trace_id"] = f"{r['trace_id']}~c{copy:04d}"
+            f.write(json.dumps(r, ensure_ascii=False) + "\n")
+            n_segments += counts[n_traces % len(rows)]
+            n_traces += 1
+    return n_traces, n_segments
+
+
+def run_child(argv: list[str], env: dict[str, str], cwd: Path) -> dict:
+    """Run one command; return its wall seconds, peak RSS (MiB, from wait4) and exit status."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(argv, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out_f = proc.stdout.read()  # the CLI prints little; read to the end before waiting
+    err_f = proc.stderr.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    seconds = time.perf_counter() - t0
+    if proc.returncode != 0:
+        sys.stderr.write(err_f.decode(errors="replace")[-3000:])
+        raise SystemExit(f"{' '.join(argv[3:])} failed with exit status {proc.returncode}")
+    # ru_maxrss is in KiB on Linux
+    return {"seconds": seconds, "peak_rss_mib": usage.ru_maxrss / 1024, "stdout": out_f.decode(errors="replace")}
+
+
+def dir_size(path: Path, pattern: str = "**/*") -> int:
+    return sum(p.stat().st_size for p in path.glob(pattern) if p.is_file())
+
+
+def bench(work: Path, corpus: Path, n_segments: int, mode: str) -> list[dict]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
+           "COLUMNS": "200"}
+    ror = [sys.executable, "-c", "from ror_annotate.cli import app; app()"]
+    results = []
+    if mode in ("stages", "both"):
+        db = work / "stages.duckdb"
+        out = work / "export-stages"
+        for stage, args in (
+            ("ingest", ["ingest", str(corpus)]),
+            ("segment", ["segment"]),
+            ("label (baseline)", ["label", "--judge", "baseline"]),
+            ("export", ["export", "scale", "--out", str(out)]),
+        ):
+            r = run_child([*ror, *args, "--db", str(db)], env, work)
+            results.append({"what": stage, **r, "segments_per_s": n_segments / r["seconds"]})
+        results.append({"what": "export size", "parquet_mib": dir_size(out, "data/**/*") / 2**20,
+                        "dir_mib": dir_size(out) / 2**20})
+    if mode in ("run", "both"):
+        db = work / "run.duckdb"
+        out = work / "export-run"
+        r = run_child([*ror, "run", str(corpus), "--judge", "baseline", "--out", str(out), "--db", str(db)], env, work)
+        results.append({"what": "ror run (one process)", **r, "segments_per_s": n_segments / r["seconds"]})
+        results.append({"what": "export size (run)", "parquet_mib": dir_size(out, "data/**/*") / 2**20,
+                        "dir_mib": dir_size(out) / 2**20})
+    return results
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--segments", type=int, default=250_000, help="target corpus size in segments")
+    ap.add_argument("--smoke", action="store_true", help=f"CI size (~{SMOKE_SEGMENTS} segments), both modes")
+    ap.add_argument("--mode", choices=("stages", "run", "both"), default="both")
+    ap.add_argument("--workdir", type=Path, default=None)
+    ap.add_argument("--keep", action="store_true", help="keep the work directory (corpus, stores, exports)")
+    ap.add_argument("--json", type=Path, default=None, help="also write the figures as JSON here")
+    ap.add_argument("--traces", type=Path, default=SHARED, help="the real traces the corpus copies (shared/data/traces.jsonl)")
+    args = ap.parse_args()
+    if not args.traces.exists():
+        raise SystemExit(f"{args.traces}: the shared real traces are needed to build the corpus (give --traces PATH)")
+    target = SMOKE_SEGMENTS if args.smoke else args.segments
+    work = Path(tempfile.mkdtemp(prefix="ror-scale-", dir=args.workdir))
+    try:
+        corpus = work / "corpus.jsonl"
+        t0 = time.perf_counter()
+        n_traces, n_segments = build_corpus(corpus, target, args.traces)
+        print(f"corpus: {n_traces} traces, {n_segments} segments, {corpus.stat().st_size / 2**20:.1f} MiB JSONL "
+              f"(built in {time.perf_counter() - t0:.1f} s); {os.cpu_count()} CPUs")
+        results = bench(work, corpus, n_segments, args.mode)
+        print(f"{'stage':<24}{'seconds':>10}{'segments/s':>14}{'peak RSS MiB':>15}")
+        for r in results:
+            if "seconds" in r:
+                print(f"{r['what']:<24}{r['seconds']:>10.1f}{r['segments_per_s']:>14.0f}{r['peak_rss_mib']:>15.0f}")
+            else:
+                print(f"{r['what']:<24} parquet {r['parquet_mib']:.1f} MiB, whole directory {r['dir_mib']:.1f} MiB")
+        stage_peaks = [r["peak_rss_mib"] for r in results if "peak_rss_mib" in r and not r["what"].startswith("ror run")]
+        if stage_peaks:
+            print(f"peak RSS over the stages: {max(stage_peaks):.0f} MiB (target: < 2048 MiB at 1M segments)")
+        if args.json:
+            args.json.write_text(json.dumps({"n_traces": n_traces, "n_segments": n_segments,
+                                             "results": [{k: v for k, v in r.items() if k != "stdout"} for r in results]}, indent=2))
+    finally:
+        if args.keep:
+            print(f"kept {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

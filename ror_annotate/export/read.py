@@ -1,0 +1,159 @@
+"""Read the store in bounded batches for the export.
+
+The export never holds the corpus: it first reads one small key row per trace (id, the
+stratification fields, the segment count and the token counter) to decide the splits, then reads
+traces, segments and labels one batch of traces at a time (about ``max_segments`` segments per
+batch). Rows are checked on the way in, so a corrupt store row (a label outside the codebook, a
+segment whose text is not at its offsets) stops the export with one coded line naming the row.
+
+These are read-only queries on the core tables; the store's own methods load whole tables or one
+trace at a time, which is either unbounded or one query per trace.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import timezone
+from typing import TYPE_CHECKING, Any
+
+from ..errors import ExportError
+from ..records import BEHAVIORS, Label, Segment, Trace
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..store import Store
+
+#: Code of the error for a store row the export cannot publish (corrupt or hand-edited).
+CORRUPT_ROW = "E811"
+_SOURCES = ("judge", "baseline", "human", "adjudicated")
+
+
+@dataclass(frozen=True)
+class TraceKey:
+    """What the split and the batching need of one segmented trace (no text)."""
+
+    trace_id: str
+    model: str | None
+    dataset: str | None
+    source: str | None
+    n_segments: int
+    token_counter: str | None
+
+
+@dataclass
+class Batch:
+    """Traces of one batch with their segments (by ``segment_index``) and stored labels."""
+
+    traces: list[Trace]
+    segments: dict[str, list[Segment]]
+    labels: dict[tuple[str, int], list[Label]] = field(default_factory=dict)
+    source_format: dict[str, str | None] = field(default_factory=dict)
+
+
+def _ids_filter(column: str) -> str:
+    # a hash semi-join on the batch's ids: list_contains would be O(rows x ids)
+    return f"{column} IN (SELECT unnest(?::VARCHAR[]))"
+
+
+def trace_keys(store: "Store", trace_ids: Sequence[str] | None = None) -> list[TraceKey]:
+    """Key rows of every segmented trace (or of ``trace_ids``), in ingestion order then id.
+
+    Returns
+    -------
+    list of TraceKey
+        Traces without segments are left out.
+    """
+    sql = (
+        "SELECT t.trace_id, t.model, t.dataset, t.source, s.n, g.token_counter FROM traces t "
+        "JOIN (SELECT trace_id, count(*) AS n FROM segments GROUP BY trace_id) s USING (trace_id) "
+        "LEFT JOIN segmentations g USING (trace_id)"
+    )
+    params: list[Any] = []
+    if trace_ids is not None:
+        sql += " WHERE " + _ids_filter("t.trace_id")
+        params.append(list(trace_ids))
+    rows = store.execute(sql + " ORDER BY t.ingested_at, t.trace_id", params).fetchall()
+    return [TraceKey(r[0], r[1], r[2], r[3], int(r[4]), r[5]) for r in rows]
+
+
+def label_sources(store: "Store", trace_ids: Sequence[str]) -> set[str]:
+    """Distinct label sources stored for these traces."""
+    rows = store.execute(f"SELECT DISTINCT source FROM labels WHERE {_ids_filter('trace_id')}", [list(trace_ids)]).fetchall()
+    return {r[0] for r in rows}
+
+
+def _has_column(store: "Store", table: str, column: str) -> bool:
+    rows = store.execute(
+        "SELECT count(*) FROM information_schema.columns WHERE table_name = ? AND column_name = ?", [table, column]
+    ).fetchone()
+    return bool(rows and rows[0])
+
+
+def batches(store: "Store", keys: Sequence[TraceKey], *, max_segments: int = 20_000, max_traces: int = 256) -> Iterator[Batch]:
+    """Yield the traces of ``keys`` in order, in batches of about ``max_segments`` segments.
+
+    Raises
+    ------
+    ExportError
+        A stored label is not one of the codebook's behaviors (or names an unknown source), or a
+        stored segment's text is not at its offsets in the trace (code ``E811``, naming the row).
+    """
+    with_format = _has_column(store, "traces", "source_format")
+    start = 0
+    while start < len(keys):
+        end, n = start, 0
+        while end < len(keys) and (end == start or (n + keys[end].n_segments <= max_segments and end - start < max_traces)):
+            n += keys[end].n_segments
+            end += 1
+        yield _read_batch(store, [k.trace_id for k in keys[start:end]], with_format)
+        start = end
+
+
+def _read_batch(store: "Store", ids: list[str], with_format: bool) -> Batch:
+    cols = "trace_id, text, problem, answer, gold_answer, correct, model, source, dataset, meta" + (", source_format" if with_format else "")
+    by_id = {}
+    formats: dict[str, str | None] = {}
+    for r in store.execute(f"SELECT {cols} FROM traces WHERE {_ids_filter('trace_id')}", [ids]).fetchall():
+        by_id[r[0]] = Trace.model_construct(
+            trace_id=r[0], text=r[1], problem=r[2], answer=r[3], gold_answer=r[4], correct=r[5], model=r[6],
+            source=r[7], dataset=r[8], meta=json.loads(r[9]) if r[9] else {}, source_format=r[10] if with_format else None,
+        )
+        formats[r[0]] = r[10] if with_format else None  # stores written before the column existed have none
+    traces = [by_id[i] for i in ids]
+    segments: dict[str, list[Segment]] = defaultdict(list)
+    rows = store.execute(
+        "SELECT trace_id, segment_index, char_start, char_end, text, n_tokens FROM segments "
+        f"WHERE {_ids_filter('trace_id')} ORDER BY trace_id, segment_index", [ids]
+    ).fetchall()
+    for r in rows:
+        text = by_id[r[0]].text
+        if not (0 <= r[2] < r[3] <= len(text)) or text[r[2] : r[3]] != r[4]:
+            raise ExportError(
+                f"corrupt store row segments[{r[0]}#{r[1]}]: its text is not at [{r[2]}, {r[3]}) of the stored trace; "
+                "re-segment that trace (ror segment --force) or restore the store",
+                code=CORRUPT_ROW,
+            )
+        segments[r[0]].append(Segment.model_construct(trace_id=r[0], segment_index=r[1], char_start=r[2], char_end=r[3], text=r[4], n_tokens=r[5]))
+    labels: dict[tuple[str, int], list[Label]] = defaultdict(list)
+    rows = store.execute(
+        "SELECT label_id, trace_id, segment_index, label, source, annotator, codebook_version, study, created_at, extra "
+        f"FROM labels WHERE {_ids_filter('trace_id')}", [ids]
+    ).fetchall()
+    for r in rows:
+        if r[3] not in BEHAVIORS or r[4] not in _SOURCES:
+            what = f"label {r[3]!r} is not one of the codebook's behaviors ({', '.join(BEHAVIORS)})" if r[3] not in BEHAVIORS \
+                else f"source {r[4]!r} is not one of {', '.join(_SOURCES)}"
+            raise ExportError(
+                f"corrupt store row labels[label_id={r[0]}] (segment {r[1]}#{r[2]}, annotator {r[5]}): {what}; "
+                "fix or delete that row, or relabel the segment",
+                code=CORRUPT_ROW,
+            )
+        created = r[8].replace(tzinfo=timezone.utc) if r[8] is not None and r[8].tzinfo is None else r[8]
+        labels[(r[1], r[2])].append(Label.model_construct(
+            trace_id=r[1], segment_index=r[2], label=r[3], source=r[4], annotator=r[5], codebook_version=r[6],
+            study=r[7], created_at=created, extra=json.loads(r[9]) if r[9] and r[9] != "{}" else {},
+            run_id=None, confidence=None, rationale=None,
+        ))
+    return Batch(traces=traces, segments=dict(segments), labels=dict(labels), source_format=formats)

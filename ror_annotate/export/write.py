@@ -1,0 +1,362 @@
+"""Write, swap in and publish an export.
+
+Rows arrive in batches and go straight to disk: for every configuration and split one parquet
+writer (``data/<config>/<split>-0000i-of-0000n.parquet``, the hub layout) and one Arrow writer in
+the ``save_to_disk`` layout (``<config>/<split>/data-0000i-of-0000n.arrow``, ``state.json``,
+``dataset_info.json``), both ``datasets``' own writers, so memory stays bounded whatever the corpus
+size. Shards roll over at :data:`MAX_SHARD_BYTES`.
+
+Everything is written into a sibling temporary directory and swapped in by rename, so a failed
+export never leaves a half-written dataset; a directory that is not a ror_annotate export (no
+``ror_export.json``) and not empty is never replaced.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from ..errors import ExportError
+from .features import features_of
+from .splits import SPLITS
+
+if TYPE_CHECKING:  # pragma: no cover
+    import datasets
+
+MANIFEST = "ror_export.json"
+#: Parquet / Arrow shard size target (bytes of Arrow data); one file per split below it.
+MAX_SHARD_BYTES = 500 * 2**20
+#: Files of an export that go to the hub; the save_to_disk copies stay local (the parquet files are the same rows).
+PUBLISH_PATTERNS = ["README.md", "analytics.json", "data/**", "agreement/**"]
+#: Licence identifiers that do not by themselves allow redistributing a source's text.
+UNPUBLISHABLE_LICENSES = frozenset({"", "unknown", "none", "other", "noassertion", "all-rights-reserved", "proprietary"})
+#: Code of the refusal to publish text whose licence is unknown.
+UNKNOWN_LICENSE = "E812"
+
+
+def license_allows_publishing(license: str | None) -> bool:
+    """Whether a source's licence identifier, as given, permits publishing its text (unknown: no)."""
+    return license is not None and license.strip().lower() not in UNPUBLISHABLE_LICENSES
+
+
+class _ShardedWriter:
+    """One (config, split): a parquet writer and an Arrow (save_to_disk) writer fed the same batches."""
+
+    def __init__(self, root: Path, config: str, split: str, features: "datasets.Features") -> None:
+        self.root, self.config, self.split, self.features = root, config, split, features
+        self.schema = features.arrow_schema
+        self.n_rows = 0
+        self.n_bytes = 0
+        self._shards: list[tuple[Path, Path]] = []
+        self._shard_bytes = 0
+        self._pq: Any = None
+        self._arrow: Any = None
+
+    def _open(self) -> None:
+        from datasets.arrow_writer import ArrowWriter, ParquetWriter
+
+        i = len(self._shards)
+        pq_path = self.root / "data" / self.config / f".{self.split}-{i:05d}.parquet.part"
+        ar_path = self.root / self.config / self.split / f".data-{i:05d}.arrow.part"
+        pq_path.parent.mkdir(parents=True, exist_ok=True)
+        ar_path.parent.mkdir(parents=True, exist_ok=True)
+        self._pq = ParquetWriter(features=self.features, path=str(pq_path))
+        self._arrow = ArrowWriter(features=self.features, path=str(ar_path))
+        self._shards.append((pq_path, ar_path))
+        self._shard_bytes = 0
+
+    def _close_shard(self) -> None:
+        if self._pq is not None:
+            self._pq.finalize()
+            self._pq.close()
+            self._arrow.finalize()
+            self._arrow.close()
+            self._pq = self._arrow = None
+
+    def write(self, table: pa.Table) -> None:
+        if self._pq is None or self._shard_bytes >= MAX_SHARD_BYTES:
+            self._close_shard()
+            self._open()
+        table = table.cast(self.schema)
+        self._pq.write_table(table)
+        self._arrow.write_table(table)
+        self.n_rows += table.num_rows
+        self.n_bytes += table.nbytes
+        self._shard_bytes += table.nbytes
+
+    def close(self, fingerprint_seed: str) -> list[str]:
+        """Finish the shards, name them ``-i-of-n``, write the save_to_disk metadata; return parquet paths (relative)."""
+        self._close_shard()
+        n = len(self._shards)
+        rel_parquet = []
+        for i, (pq_path, ar_path) in enumerate(self._shards):
+            final_pq = pq_path.parent / f"{self.split}-{i:05d}-of-{n:05d}.parquet"
+            os.replace(pq_path, final_pq)
+            os.replace(ar_path, ar_path.parent / f"data-{i:05d}-of-{n:05d}.arrow")
+            rel_parquet.append(final_pq.relative_to(self.root).as_posix())
+        from datasets import DatasetInfo, SplitDict, SplitInfo
+        from datasets.utils.py_utils import asdict
+
+        split_dict = SplitDict()
+        split_dict.add(SplitInfo(name=self.split, num_bytes=self.n_bytes, num_examples=self.n_rows))
+        info = DatasetInfo(features=self.features.copy(), config_name=self.config, splits=split_dict, dataset_size=self.n_bytes)
+        state: dict[str, Any] = {
+            "_data_files": [{"filename": f"data-{i:05d}-of-{n:05d}.arrow"} for i in range(n)],
+            "_fingerprint": hashlib.sha256(f"{fingerprint_seed}/{self.config}/{self.split}/{self.n_rows}/{self.n_bytes}".encode()).hexdigest()[:16],
+            "_format_columns": None,
+            "_format_kwargs": {},
+            "_format_type": None,
+            "_output_all_columns": False,
+            "_split": self.split,
+        }
+        split_dir = self.root / self.config / self.split
+        (split_dir / "state.json").write_text(json.dumps(state, indent=2, sort_keys=True), encoding="utf-8")
+        info_dict = asdict(info)
+        (split_dir / "dataset_info.json").write_text(json.dumps({k: info_dict[k] for k in sorted(info_dict)}, indent=2), encoding="utf-8")
+        return rel_parquet
+
+    def abort(self) -> None:
+        try:
+            self._close_shard()
+        except Exception:  # noqa: BLE001 - best effort while the export is already failing; the tmp dir is removed
+            pass
+
+
+class ExportWriter:
+    """Streams row batches of every configuration into one temporary export directory.
+
+    Parameters
+    ----------
+    tmp : Path
+        The (new, empty) temporary directory.
+    configs : sequence of str
+        Configurations written (``traces``, ``segments``, ``tokens``).
+    """
+
+    def __init__(self, tmp: Path, configs: Sequence[str]) -> None:
+        self.tmp = tmp
+        self.configs = list(configs)
+        self._features = {c: features_of(c) for c in self.configs}
+        self._writers: dict[tuple[str, str], _ShardedWriter] = {}
+
+    def write(self, config: str, split: str, table: pa.Table) -> None:
+        """Append a batch of rows (columns named as the config's features) to one split."""
+        if table.num_rows == 0:
+            return
+        key = (config, split)
+        if key not in self._writers:
+            self._writers[key] = _ShardedWriter(self.tmp, config, split, self._features[config])
+        self._writers[key].write(table)
+
+    def close(self, fingerprint_seed: str) -> tuple[dict[str, dict[str, list[str]]], dict[str, Any], dict[str, dict[str, int]]]:
+        """Finish every file.
+
+        Returns
+        -------
+        (data_files, infos, n_rows)
+            ``{config: {split: [relative parquet glob]}}``, ``{config: (Features, {split: (n_rows, n_bytes)})}``
+            and ``{config: {split: n_rows}}``; splits without rows are absent.
+        """
+        data_files: dict[str, dict[str, list[str]]] = {}
+        infos: dict[str, Any] = {}
+        n_rows: dict[str, dict[str, int]] = {}
+        for config in self.configs:
+            splits = [s for s in SPLITS if (config, s) in self._writers]
+            if not splits:
+                continue
+            data_files[config] = {}
+            sizes = {}
+            for split in splits:
+                w = self._writers[(config, split)]
+                w.close(fingerprint_seed)
+                data_files[config][split] = [f"data/{config}/{split}-*.parquet"]
+                sizes[split] = (w.n_rows, w.n_bytes)
+            (self.tmp / config / "dataset_dict.json").write_text(json.dumps({"splits": splits}), encoding="utf-8")
+            infos[config] = (self._features[config], sizes)
+            n_rows[config] = {s: sizes[s][0] for s in splits}
+        return data_files, infos, n_rows
+
+    def abort(self) -> None:
+        for w in self._writers.values():
+            w.abort()
+
+
+def is_export_dir(path: Path) -> bool:
+    """Whether ``path`` holds a ror_annotate export (its manifest)."""
+    return (path / MANIFEST).is_file()
+
+
+def check_replaceable(out_dir: Path) -> None:
+    """Refuse to replace a non-empty directory that is not an export (raises :class:`ExportError`)."""
+    if out_dir.exists() and (not out_dir.is_dir() or (any(out_dir.iterdir()) and not is_export_dir(out_dir))):
+        raise ExportError(
+            f"{out_dir} exists and is not a ror_annotate export (no {MANIFEST}); refusing to replace it. "
+            "Choose another --out, or remove that directory yourself"
+        )
+
+
+def new_tmp_dir(out_dir: Path) -> Path:
+    """A fresh sibling directory of ``out_dir`` to build the export in (same filesystem: rename works)."""
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out_dir.parent / f".{out_dir.name}.tmp-{uuid.uuid4().hex[:8]}"
+    tmp.mkdir()
+    return tmp
+
+
+def swap_in(tmp: Path, out_dir: Path) -> None:
+    """Replace ``out_dir`` by ``tmp`` with renames on one filesystem; the old export survives any failure."""
+    if not out_dir.exists():
+        os.rename(tmp, out_dir)
+        return
+    check_replaceable(out_dir)
+    old = out_dir.parent / f".{out_dir.name}.old-{uuid.uuid4().hex[:8]}"
+    os.rename(out_dir, old)
+    try:
+        os.rename(tmp, out_dir)
+    except BaseException:
+        os.rename(old, out_dir)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def write_json(path: Path, obj: Any, *, indent: int | None = 2) -> None:
+    """Write ``obj`` as UTF-8 JSON."""
+    path.write_text(json.dumps(obj, indent=indent, default=str, ensure_ascii=False), encoding="utf-8")
+
+
+def load_export(out_dir: Path | str, config: str = "segments") -> "datasets.DatasetDict":
+    """Load one configuration of an export with ``datasets.load_from_disk``.
+
+    Raises
+    ------
+    ExportError
+        ``out_dir`` is not an export or lacks ``config``.
+    """
+    from datasets import load_from_disk
+
+    out_dir = Path(out_dir)
+    if not (out_dir / config).is_dir():
+        hint = "export with --tokenizer to get 'tokens'" if config == "tokens" else "re-export with this version"
+        raise ExportError(f"{out_dir} has no {config!r} configuration; {hint}")
+    return load_from_disk(str(out_dir / config))
+
+
+def resolve_export_dir(name_or_path: str | Path, exports_dir: Path | str = "exports") -> Path:
+    """``exports/<name>`` for a bare name, else the path itself; it must hold an export.
+
+    Raises
+    ------
+    ExportError
+        No ror_annotate export there.
+    """
+    p = Path(name_or_path)
+    candidates = [p] if (p.is_absolute() or len(p.parts) > 1) else [Path(exports_dir) / p, p]
+    for c in candidates:
+        if is_export_dir(c):
+            return c.resolve()
+    raise ExportError(
+        f"no export named {str(name_or_path)!r}: looked for {MANIFEST} in {', '.join(str(c) for c in candidates)}; "
+        "run ror export (or ror run) first"
+    )
+
+
+def unpublishable_sources(out_dir: Path) -> list[dict[str, Any]]:
+    """Sources of an export whose licence does not (knowingly) allow publishing their text.
+
+    Reads the manifest's ``sources`` list; an export without one (written before licences were
+    recorded) counts as one unknown source.
+    """
+    manifest = json.loads((out_dir / MANIFEST).read_text(encoding="utf-8"))
+    sources = manifest.get("sources")
+    if sources is None:
+        return [{"source": "(all: this export records no licences)", "license": None, "n_traces": manifest.get("n_traces")}]
+    return [s for s in sources if not license_allows_publishing(s.get("license"))]
+
+
+def publish_export(
+    name_or_path: str | Path,
+    repo_id: str,
+    *,
+    exports_dir: Path | str = "exports",
+    private: bool = False,
+    endpoint: str | None = None,
+    token: str | None = None,
+    allow_unknown_license: bool = False,
+) -> str:
+    """Push an export (card, parquet files, analytics) to a dataset repository on the Hugging Face hub.
+
+    Parameters
+    ----------
+    name_or_path : str or Path
+        Export name under ``exports_dir``, or its directory.
+    repo_id : str
+        ``"ORG/NAME"``; created (as a dataset repository) if missing.
+    private : bool
+        Create the repository as private.
+    endpoint : str, optional
+        Hub URL (default: ``huggingface_hub``'s, which honours ``HF_ENDPOINT``).
+    token : str, optional
+        Defaults to the ``HF_TOKEN`` environment variable. The token is passed to the client only:
+        it is never written to the store, the export, logs or error messages.
+    allow_unknown_license : bool, default False
+        Publish even though some source's licence is unknown or does not allow redistribution.
+        The export ships the traces' text (``traces``, ``segments`` and ``tokens``), so by default
+        such an export is refused.
+
+    Returns
+    -------
+    str
+        URL of the commit.
+
+    Raises
+    ------
+    ExportError
+        No export; text of a source with an unknown licence (code ``E812``, unless
+        ``allow_unknown_license``); no token; or the hub could not be reached / refused. The local
+        export is untouched in every case (publishing only reads it).
+    """
+    out_dir = resolve_export_dir(name_or_path, exports_dir)
+    if not repo_id or repo_id.count("/") != 1 or not all(repo_id.split("/")):
+        raise ExportError(f"--repo-id {repo_id!r} must look like ORG/NAME")
+    blocked = unpublishable_sources(out_dir)
+    if blocked and not allow_unknown_license:
+        listed = ", ".join(f"{b.get('source')} ({b.get('license') or 'unknown'}, {b.get('n_traces')} traces)" for b in blocked)
+        raise ExportError(
+            f"{out_dir} holds reasoning text of sources whose licence does not allow publishing it: {listed}. Re-export "
+            "with --source-license SOURCE=LICENSE for sources you have checked, leave those traces out, or pass "
+            "--allow-unknown-license if you have the right to publish them",
+            code=UNKNOWN_LICENSE,
+        )
+    token = token or os.environ.get("HF_TOKEN") or None
+    if not token:
+        raise ExportError(
+            "no Hugging Face token: set HF_TOKEN in the environment (a write token of the target organization); "
+            f"the local export at {out_dir} is unchanged"
+        )
+    from huggingface_hub import HfApi
+
+    api = HfApi(endpoint=endpoint, token=token)
+    try:
+        api.create_repo(repo_id, repo_type="dataset", private=private, exist_ok=True)
+        info = api.upload_folder(
+            folder_path=str(out_dir),
+            repo_id=repo_id,
+            repo_type="dataset",
+            allow_patterns=PUBLISH_PATTERNS,
+            commit_message=f"Upload {out_dir.name} (ror_annotate export)",
+        )
+    except Exception as exc:  # noqa: BLE001 - network, offline mode, auth, permissions: one coded error for the user
+        reason = str(exc).replace(token, "***") if token else str(exc)
+        raise ExportError(
+            f"could not publish {out_dir} to the hub dataset {repo_id} ({type(exc).__name__}: {reason.splitlines()[0] if reason else ''}); "
+            f"check the network, HF_TOKEN's write access and HF_HUB_OFFLINE. The local export at {out_dir} is unchanged"
+        ) from None
+    return str(getattr(info, "commit_url", info))
