@@ -23,12 +23,15 @@ from __future__ import annotations
 import argparse
 import bisect
 import json
+import os
 import statistics
 import sys
 from collections import defaultdict
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+# The shared data folder: $ROR_SHARED_DIR, else ../shared next to the repository.
+SHARED = Path(os.environ.get("ROR_SHARED_DIR", REPO.parent / "shared"))
 sys.path.insert(0, str(REPO))
 
 from ror_annotate.segment import Segmenter, make_token_counter  # noqa: E402
@@ -59,7 +62,7 @@ def _prf(tp_p: int, n_p: int, tp_r: int, n_r: int) -> tuple[float, float, float]
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--data", type=Path, default=REPO.parent / "shared" / "data", help="folder with traces.jsonl and labeled_segments.jsonl")
+    ap.add_argument("--data", type=Path, default=SHARED / "data", help="folder with traces.jsonl and labeled_segments.jsonl")
     ap.add_argument("--tokenizer", default=None, help="tokenizer for the cap (default: the approximation)")
     args = ap.parse_args(argv)
 

@@ -35,7 +35,7 @@ _SUBMODULES = frozenset(
 _EXPORTS: dict[str, str] = {
     "Store": "store",
     "Trace": "records", "Segment": "records", "Label": "records", "Run": "records", "BEHAVIORS": "records",
-    "Segmenter": "segment", "segment_text": "segment", "segment_stats": "segment",
+    "Segmenter": "segment", "segment_text": "segment", "segment_many": "segment", "segment_stats": "segment",
     "load_traces": "traces",
     "sample_path": "sample",
     "make_judge": "judge",
@@ -54,7 +54,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .judge import make_judge  # noqa: F401
     from .records import BEHAVIORS, Label, Run, Segment, Trace  # noqa: F401
     from .sample import sample_path  # noqa: F401
-    from .segment import Segmenter, segment_stats, segment_text  # noqa: F401
+    from .segment import Segmenter, segment_many, segment_stats, segment_text  # noqa: F401
     from .store import Store  # noqa: F401
     from .traces import load_traces  # noqa: F401
 

@@ -22,7 +22,7 @@ trace or chunk, and the export is built aside and swapped in. Re-running the sam
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -312,6 +312,7 @@ def segment(
     tokenizer: Any = None,
     max_tokens: int = MAX_SEGMENT_TOKENS,
     force: bool = False,
+    workers: int | None = None,
     run: Run | None = None,
     progress: Any = None,
 ) -> SegmentSummary:
@@ -331,6 +332,9 @@ def segment(
         loaded fast tokenizer); default the documented approximation ``approx:regex-v1``.
     max_tokens : int
         Hard cap on a segment's length in tokens (the method's 125).
+    workers : int, optional
+        Processes segmenting in parallel (:func:`ror_annotate.segment.segment_many`); default
+        every core, 1 segments in this process. The stored segments are the same for any value.
 
     Raises
     ------
@@ -339,7 +343,7 @@ def segment(
     StoreError
         A trace is segmented differently and labels or review items refer to it.
     """
-    from .segment import Segmenter, make_token_counter
+    from .segment import Segmenter, make_token_counter, segment_many
 
     ids = list(store.trace_ids() if trace_ids is None else trace_ids)
     if not ids:
@@ -352,18 +356,24 @@ def segment(
         done = store.segmentations()
         outcome: Counter[str] = Counter()
         task = tracked.add_task("segment", total=len(ids), info="")
-        for trace in _iter_traces_batched(store, ids):
-            prior = done.get(trace.trace_id)
-            if not force and prior is not None and prior[:2] == (segmenter_id, counter_name):
-                outcome["unchanged"] += 1
-                outcome["segments"] += prior[2]
-            else:
-                segments = segmenter.segment(trace.text, trace.trace_id)
-                status = store.replace_segments(
-                    trace.trace_id, segments, segmenter=segmenter_id, token_counter=counter_name, run_id=the_run.run_id, force=force
-                )
-                outcome[status] += 1
-                outcome["segments"] += len(segments)
+        queued: deque[str] = deque()  # ids handed to segment_many, whose results come in this order
+
+        def to_segment() -> Iterator[tuple[str, str]]:
+            for trace in _iter_traces_batched(store, ids):
+                prior = done.get(trace.trace_id)
+                if not force and prior is not None and prior[:2] == (segmenter_id, counter_name):
+                    outcome["unchanged"] += 1
+                    outcome["segments"] += prior[2]
+                    tracked.update(task, advance=1, info=f"{outcome['segments']} segments")
+                else:
+                    queued.append(trace.trace_id)
+                    yield trace.trace_id, trace.text
+
+        for segments in segment_many(to_segment(), segmenter=segmenter, workers=workers):
+            trace_id = queued.popleft()
+            status = store.replace_segments(trace_id, segments, segmenter=segmenter_id, token_counter=counter_name, run_id=the_run.run_id, force=force)
+            outcome[status] += 1
+            outcome["segments"] += len(segments)
             tracked.update(task, advance=1, info=f"{outcome['segments']} segments")
         summary = SegmentSummary(traces=len(ids), segmenter=segmenter_id, token_counter=counter_name, **outcome)
         if run is None:
@@ -518,6 +528,7 @@ def run(
     allow_markers: bool = False,
     tokenizer: Any = None,
     max_segment_tokens: int = MAX_SEGMENT_TOKENS,
+    workers: int | None = None,
     judge: "str | Judge" = "baseline",
     judge_options: dict[str, Any] | None = None,
     max_failed: "str | float | int | MaxFailed | None" = "10%",
@@ -567,7 +578,7 @@ def run(
             allow_markers=allow_markers, run=the_run, progress=tracked,
         )
         the_run.counts["ingest"] = ingested.counts()
-        segmented = segment(store, ingested.trace_ids, tokenizer=tokenizer, max_tokens=max_segment_tokens, run=the_run, progress=tracked)
+        segmented = segment(store, ingested.trace_ids, tokenizer=tokenizer, max_tokens=max_segment_tokens, workers=workers, run=the_run, progress=tracked)
         the_run.counts["segment"] = segmented.counts()
         try:
             labelled = label(store, ingested.trace_ids, judge=the_judge, max_failed=failed_limit, run=the_run, progress=tracked)

@@ -1,31 +1,42 @@
 """Split a reasoning trace into sentence- and clause-level segments with exact offsets.
 
-The segmenter is spaCy's blank English pipeline (its tokenizer and rule-based
-``sentencizer``; no downloaded model) plus rules for the text reasoning models write:
+The segmenter follows spaCy's rule-based ``sentencizer`` (a mark of its punctuation list,
+``Sentencizer.default_punct_chars``, ends a sentence) and spaCy's English tokenizer
+exceptions (abbreviations), read directly on characters, plus rules for the text reasoning
+models write. It does not run spaCy's pipeline: on every trace the pipeline's sentence starts
+were a subset of the character rule's (spaCy keeps ``x.`` or ``Inc.`` as one token, so it
+alone misses ``value of x. Then``), and tokenizing every line cost more than all the rules.
 
 1. **Protected spans** are found first and never contain a boundary: code fences
    (```` ``` ```` / ``~~~``), display math (``$$...$$``, ``\\[...\\]``,
    ``\\begin{env}...\\end{env}``), inline math (``\\(...\\)``, ``$...$`` with Pandoc's
    delimiter rule) and inline code. Math may not run over a blank line (LaTeX rejects a
-   paragraph break inside math), so one unclosed delimiter cannot swallow the trace.
+   paragraph break inside math), so one unclosed delimiter cannot swallow the trace. Line
+   ends are LF, CRLF or a lone CR everywhere.
 2. **Line breaks** outside protected spans always end a segment (paragraphs, list items,
    headings, display equations each start their own segment).
-3. **Sentence ends** come from spaCy's sentencizer, plus a rule for sentence punctuation
-   glued to math (``$x$. Then``) and for CJK enders (``。！？``). A candidate is dropped when
-   it would cut inside a protected span, between an enumerator and its item (``1.``,
-   ``(a)``, ``- ``), after an abbreviation (spaCy's English tokenizer exceptions plus a
-   list for technical prose: ``approx.``, ``incl.``, ``e.g.``, ``Eq. 3`` ...) or before a
-   lowercase word, and when no whitespace separates the two sides (decimals, file names).
-4. **Clauses**: a sentence is split before strong discourse markers of reasoning traces
-   (``; ``, ``, so``, ``, but``, ``, wait``, ``, hmm``, ``, alternatively``, ``, therefore``
-   ...) when both sides keep at least :data:`MIN_CLAUSE_TOKENS` tokens; a piece still longer
-   than :data:`SOFT_MAX_TOKENS` is split at weaker clause punctuation (``, ``, ``: ``,
-   before ``and``/``then``/``where``...), as near its middle as possible. These two sizes
-   are measured with the ``approx:regex-v1`` counter whatever tokenizer is configured, so
-   the rules are fast and do not depend on the tokenizer; only the cap does.
+3. **Sentence ends**: a sentence mark of any script (``.!?…``, ``।``, ``؟`` ...) with closing
+   quotes or brackets, then whitespace; full-width CJK enders (``。！？``) need no whitespace.
+   A candidate is dropped when it would cut inside a protected span, between an enumerator and
+   its item (``1.``, ``(a)``, ``- ``), after an abbreviation (spaCy's English tokenizer
+   exceptions plus a list for technical prose: ``approx.``, ``incl.``, ``e.g.``, ``Eq. 3``
+   ...), before a lowercase word (except after a bare question mark: ``is it? yes`` ends a
+   sentence, ``"is it?" and`` does not), and when no whitespace separates the two sides
+   (decimals, file names).
+4. **Clauses**, at the method's granularity (a sentence stays whole unless it is long or a new
+   reasoning step starts inside it): a cue that opens a new step (``, wait``, ``; hmm``,
+   ``, alternatively``, ``, but wait``) always starts a clause when both sides keep at least
+   :data:`MIN_CLAUSE_TOKENS` tokens; a piece longer than :data:`SOFT_MAX_TOKENS` is halved at
+   its most central strong clause mark (``; ``, ``, so``, ``, but``, ``, therefore``, ``；``
+   ...), else at weaker clause punctuation (``, ``, ``: ``, ``，``, ``：``, ``、``, before
+   ``and``/``then``/``where``...), until every piece fits. These sizes are measured with the
+   ``approx:regex-v1`` counter whatever tokenizer is configured, so the rules are fast and do
+   not depend on the tokenizer; only the cap does.
 5. **Hard cap**: a piece over ``max_tokens`` is split at the best available boundary: clause
-   punctuation, then whitespace outside math, then whitespace inside math, then any
-   character that does not start a combining sequence. The cap always wins.
+   punctuation (ASCII or full width), then whitespace outside math, then whitespace inside
+   math, then a character cut that prefers the position after a punctuation mark and never
+   starts a segment with a closing mark such as ``，`` when any other cut exists. The cap
+   always wins.
 
 Every returned segment satisfies ``text[char_start:char_end] == segment.text``, has no
 leading or trailing whitespace, and the segments are ordered, non-overlapping and cover
@@ -39,10 +50,13 @@ Offsets are Python string indices (code points), as everywhere in ror_annotate.
 from __future__ import annotations
 
 import bisect
+import itertools
+import os
 import re
 import statistics
 import unicodedata
-from collections.abc import Iterable, Sequence
+from collections import deque
+from collections.abc import Iterable, Iterator, Sequence
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -61,12 +75,22 @@ __all__ = [
     "check_segments",
     "find_protected_spans",
     "make_token_counter",
+    "MAX_SEGMENT_TOKENS",
+    "METHOD_LENGTH_PROFILE",
+    "segment_many",
     "segment_stats",
     "segment_text",
 ]
 
-#: Versioned id of the rule set below; change it whenever a rule changes the output.
-SEGMENTER_NAME = "ror-clause-v1"
+#: Versioned id of the rule set below; change it whenever a rule changes the output (the store
+#: compares it to skip re-segmenting traces already segmented by the same rules).
+SEGMENTER_NAME = "ror-clause-v2"
+#: The method's hard cap on a segment's length, in tokens of the subject model's tokenizer.
+MAX_SEGMENT_TOKENS = 125
+#: Segment length profile of the method's corpus (tokens; Wang, Fayyaz, Peng, arXiv:2611.05919):
+#: 78,955 segments of 330 traces. Shown beside ours by ``ror segment --stats`` and the dataset card.
+#: ``segments_per_trace`` is its mean number of segments per trace; ``max`` is the cap.
+METHOD_LENGTH_PROFILE: dict[str, float] = {"segments_per_trace": 239, "median": 16, "p5": 3, "p95": 47, "max": MAX_SEGMENT_TOKENS}
 #: Name of the built-in token-count approximation (see :class:`ApproxTokenCounter`).
 APPROX_COUNTER_NAME = "approx:regex-v1"
 
@@ -74,18 +98,48 @@ APPROX_COUNTER_NAME = "approx:regex-v1"
 #: measured with the ``approx:regex-v1`` counter whatever tokenizer is configured, so the rules
 #: (not the cap) give the same segments for every tokenizer and stay fast.
 MIN_CLAUSE_TOKENS = 4
-#: Pieces longer than this (approximate tokens) are split again at weaker clause punctuation.
-SOFT_MAX_TOKENS = 40
+#: A sentence (or a cue-led clause) longer than this many approximate tokens is cut at its most
+#: central strong clause mark (``; ``, ``, so``, ``, but`` ...), else at weaker clause punctuation,
+#: until every piece fits; a shorter one stays whole, like the reference clause segmentations.
+SOFT_MAX_TOKENS = 80
 
-#: The method's hard cap on a segment's length, in tokens of the subject model's tokenizer.
-MAX_SEGMENT_TOKENS = 125
 
-#: Segment length profile of the method's corpus (tokens; Wang, Fayyaz, Peng, arXiv:2611.05919):
-#: 78,955 segments of 330 traces. Shown beside ours by ``ror segment --stats`` and the dataset card.
-METHOD_LENGTH_PROFILE: dict[str, float] = {"segments_per_trace": 239, "median": 16, "p5": 3, "p95": 47, "max": MAX_SEGMENT_TOKENS}
-#: Lines longer than this (characters) are handed to spaCy in whitespace-cut chunks, far
-#: below spaCy's ``max_length`` (1,000,000) so memory stays flat on any trace length.
-SPACY_CHUNK_CHARS = 20_000
+# --------------------------------------------------------------------------- records
+def _fast_segment_factory() -> Any:
+    """A constructor of already-checked :class:`Segment` records, about 2x ``model_construct``.
+
+    It fills the same four slots ``Segment.model_construct`` fills for a model without defaults,
+    extras or private attributes. Building segments is the part of :func:`segment_many` that
+    runs in the parent process, so it bounds the parallel speed-up. At import the result is
+    compared with a validated record; if a pydantic version fills other slots,
+    ``model_construct`` is used instead.
+    """
+    fields = frozenset(Segment.model_fields)
+    new, setattr_ = object.__new__, object.__setattr__
+
+    def make(trace_id: str, segment_index: int, char_start: int, char_end: int, text: str, n_tokens: int) -> Segment:
+        obj = new(Segment)
+        setattr_(obj, "__dict__", {"trace_id": trace_id, "segment_index": segment_index, "char_start": char_start,
+                                   "char_end": char_end, "text": text, "n_tokens": n_tokens})
+        setattr_(obj, "__pydantic_fields_set__", set(fields))
+        setattr_(obj, "__pydantic_extra__", None)
+        setattr_(obj, "__pydantic_private__", None)
+        return obj
+
+    def construct(trace_id: str, segment_index: int, char_start: int, char_end: int, text: str, n_tokens: int) -> Segment:
+        return Segment.model_construct(trace_id=trace_id, segment_index=segment_index, char_start=char_start,
+                                       char_end=char_end, text=text, n_tokens=n_tokens)
+
+    probe = ("t", 0, 0, 2, "ab", 1)
+    ref = Segment(trace_id="t", segment_index=0, char_start=0, char_end=2, text="ab", n_tokens=1)
+    fast = make(*probe)
+    same = all(getattr(fast, slot, None) == getattr(ref, slot, None) for slot in ("__dict__", "__pydantic_fields_set__", "__pydantic_extra__", "__pydantic_private__"))
+    return make if same and fast == ref and fast.model_dump_json() == ref.model_dump_json() else construct
+
+
+#: ``_new_segment(trace_id, segment_index, char_start, char_end, text, n_tokens)``: a
+#: :class:`Segment` without validation, for spans :func:`check_segments` verifies.
+_new_segment = _fast_segment_factory()
 
 
 # --------------------------------------------------------------------------- token counting
@@ -162,9 +216,21 @@ class ApproxTokenCounter:
         int
             Estimated number of tokens.
         """
-        n = 0
-        for piece in _PRETOKEN.findall(text):
-            n += 1
+        pieces = _PRETOKEN.findall(text)
+        n = len(pieces)
+        if _CJK_CHAR.search(text) is None:
+            # Fast path: a piece of at most 2 characters never adds (a letter run adds from 11
+            # characters on, a symbol run from 3), and without CJK no per-piece CJK scan is needed.
+            for piece in pieces:
+                if len(piece) > 2:
+                    core = piece.strip()
+                    if core:
+                        if core[-1].isalpha():
+                            n += (len(core) - 1) // _LETTERS_PER_TOKEN
+                        elif not core[0].isdigit():
+                            n += (len(core) - 1) // _SYMBOLS_PER_TOKEN
+            return n
+        for piece in pieces:
             core = piece.strip()
             if not core:
                 continue
@@ -293,17 +359,22 @@ def _load_named_tokenizer(spec: str) -> HFTokenCounter:
 
 
 # --------------------------------------------------------------------------- protected spans
-_NO_BLANK = r"(?:(?!\n[ \t\r]*\n).)"  # any char, but never across a blank line
+# Line ends as Markdown and LaTeX read them: LF, CRLF or a lone CR (old Mac, some exports).
+_EOL = r"(?:\r\n|\r(?!\n)|\n)"  # never "\r" alone when "\n" follows: CRLF is one line end
+_NO_BLANK = rf"(?:(?!{_EOL}[ \t]*{_EOL}).)"  # any char, but never across a blank line
 _PROTECTED = re.compile(
-    r"(?P<fence>^[ \t]*(?P<ticks>`{3,}|~{3,})[^\n]*(?:\n.*?(?:\n[ \t]*(?P=ticks)[ \t]*(?=\n|\Z))|.*\Z))"
+    rf"(?P<fence>(?:^|(?<=\r))[ \t]*(?P<ticks>`{{3,}}|~{{3,}})[^\r\n]*"
+    rf"(?:{_EOL}.*?(?:{_EOL}[ \t]*(?P=ticks)[ \t]*(?=[\r\n]|\Z))|.*\Z))"
     rf"|(?P<dd>\$\${_NO_BLANK}+?\$\$)"
     rf"|(?P<brk>\\\[{_NO_BLANK}+?\\\])"
     rf"|(?P<env>\\begin\{{(?P<envname>[A-Za-z]+\*?)\}}{_NO_BLANK}*?\\end\{{(?P=envname)\}})"
     rf"|(?P<par>\\\({_NO_BLANK}+?\\\))"
-    r"|(?P<dollar>(?<![\\$])\$(?=[^\s$])[^$\n]*?(?<=[^\s\\$])\$(?![\d$]))"
-    r"|(?P<code>`[^`\n]+`)",
+    r"|(?P<dollar>(?<![\\$])\$(?=[^\s$])[^$\r\n]*?(?<=[^\s\\$])\$(?![\d$]))"
+    r"|(?P<code>`[^`\r\n]+`)",
     re.MULTILINE | re.DOTALL,
 )
+# Characters at which (or at whose line start) a protected span can begin.
+_PROTECTED_TRIGGER = re.compile(r"[$\\`~]")
 
 
 def find_protected_spans(text: str) -> list[tuple[int, int]]:
@@ -324,7 +395,29 @@ def find_protected_spans(text: str) -> list[tuple[int, int]]:
         ``$`` follows Pandoc's rule (no space inside the delimiters, closing ``$`` not followed
         by a digit), so prices such as ``$5 and $10`` are not math.
     """
-    return [m.span() for m in _PROTECTED.finditer(text)]
+    # Same result as ``[m.span() for m in _PROTECTED.finditer(text)]``, about 20x faster: a match
+    # can only start at a "$", "\\" or "`", or at the start of a line whose first non-blank
+    # character is "`" or "~" (a fence), so only those positions are tried, in text order.
+    spans: list[tuple[int, int]] = []
+    end = 0
+    match = _PROTECTED.match
+    for trigger in _PROTECTED_TRIGGER.finditer(text):
+        p = trigger.start()
+        if p < end:
+            continue
+        if text[p] in "`~":
+            line_start = max(text.rfind("\n", 0, p), text.rfind("\r", 0, p)) + 1
+            if line_start >= end and line_start < p and not text[line_start:p].strip(" \t"):
+                m = match(text, line_start)
+                if m is not None and m.group("fence") is not None:
+                    spans.append(m.span())
+                    end = m.end()
+                    continue
+        m = match(text, p)
+        if m is not None:
+            spans.append(m.span())
+            end = m.end()
+    return spans
 
 
 class _Spans:
@@ -348,10 +441,33 @@ _ENUM_MARK = (
     r"|#{1,6}|>+|(?:Step|Case|Part)\s+\w{1,4}[.:)])(?:\*\*|__)?"
 )
 _ENUMERATOR = re.compile(rf"[ \t]*(?:{_ENUM_MARK}\s+)+")
-# Sentence punctuation followed by whitespace, with closing quotes/brackets/emphasis between.
-_SENT_END = re.compile(r"(?:[.!?]+|…)[\"'”’»)\]}*_]*\s+(?=\S)")
-_HAS_SENT_PUNCT = re.compile(r"[.!?…]")
-_CJK_END = re.compile(r"[。！？]+[」』”’）)】〕〉》]*\s*(?=\S)")
+
+
+@lru_cache(maxsize=1)
+def _spacy_sentence_enders() -> str:
+    """spaCy's sentencizer punctuation (``Sentencizer.default_punct_chars``: ``.!?``, ``。！？``,
+    ``।``, ``؟``, ``።`` and the enders of other scripts), plus ``…``. Imports spaCy (seconds),
+    so it is called when a :class:`Segmenter` is built, not when this module is imported."""
+    from spacy.pipeline.sentencizer import Sentencizer
+
+    return "".join(sorted(set(Sentencizer.default_punct_chars) | {"…"}))
+
+
+def _sentence_end_patterns(enders: str) -> tuple[re.Pattern[str], re.Pattern[str]]:
+    """``(all, bmp)``: sentence punctuation followed by whitespace, closing quotes, brackets and
+    emphasis allowed between (spaCy's sentencizer rule, a token of its punctuation list ends a
+    sentence, read on characters). ``bmp`` leaves out the enders beyond U+FFFF: a character
+    class with astral members makes ``re`` test every position the slow way (10x slower on the
+    real traces), so ``bmp`` serves every text without an astral character."""
+    tail = r"[\"'”’»)\]}*_]*\s+(?=\S)"
+    bmp = "".join(c for c in enders if c <= "\uffff")
+    return re.compile(f"[{re.escape(enders)}]+{tail}"), re.compile(f"[{re.escape(bmp)}]+{tail}")
+
+
+# Question marks of any script: a quoted or bracketed question may continue its sentence.
+_QUESTION_MARKS = frozenset("?？؟﹖⸮፧⁇")
+# Full-width sentence enders of scripts written without spaces (CJK needs no space after them).
+_CJK_END = re.compile(r"[。！？｡]+[」』”’）)】〕〉》]*\s*(?=\S)")
 # Openers that belong to the next sentence when spaCy leaves them on the previous one.
 _OPENERS = "\"'“‘«([{*_"
 _CLOSERS = "\"'”’»)]}*_"
@@ -387,28 +503,28 @@ def _spacy_abbreviations() -> frozenset[str]:
     return frozenset(out)
 
 
-@lru_cache(maxsize=1)
-def _nlp() -> Any:
-    """spaCy's blank English pipeline with the rule-based sentencizer (loaded once)."""
-    import spacy
-
-    nlp = spacy.blank("en")
-    nlp.add_pipe("sentencizer")
-    nlp.max_length = max(nlp.max_length, 2 * SPACY_CHUNK_CHARS)
-    return nlp
-
-
 # Clause boundaries: the cut is at the end of each match (the next clause's first character).
+# A cue that opens a new reasoning step: always a clause start, whatever the sentence length.
+_CLAUSE_CUE = re.compile(
+    r"[,;]\s+(?=(?:(?:but|and|no|oh|or)[,\s]+)?(?:wait|hmm+|alternatively)\b)"
+    r"|\s+[—–]\s+(?=(?:wait|hmm+|alternatively)\b)",
+    re.IGNORECASE,
+)
+# Cheap pre-check: most sentences hold no cue at all.
+_CLAUSE_CUE_HINT = re.compile(r"wait|hmm|alternatively", re.IGNORECASE)
+# Where a long sentence is cut first: discourse markers and clause punctuation (ASCII and full width).
 _CLAUSE_STRONG = re.compile(
-    r";\s+(?=\S)"
-    r"|,\s+(?=(?:so|but|wait|hmm+|alternatively|however|therefore|thus|hence|otherwise|whereas|"
+    r";\s+(?=\S)|；\s*(?=\S)"
+    r"|,\s+(?=(?:so|but|however|therefore|thus|hence|otherwise|whereas|"
     r"which\s+(?:means|gives|implies)|meaning|that\s+means)\b)"
+    r"|，\s*(?=所以|但是|但|因此|然而|那么|不过|于是|因而|可是)"
     r"|\s+[—–]\s+(?=\S)"
     r"|(?<=\w)—(?=\w)",
     re.IGNORECASE,
 )
+# Weaker clause punctuation, for a long piece without a strong mark.
 _CLAUSE_WEAK = re.compile(
-    r"[,:]\s+(?=\S)"
+    r"[,:]\s+(?=\S)|[，：、]\s*(?=\S)"
     r"|\s+(?=(?:and|but|so|then|where|which|because|since|while|if|or|giving|yielding)\s)",
     re.IGNORECASE,
 )
@@ -416,7 +532,7 @@ _WHITESPACE_RUN = re.compile(r"\s+")
 
 
 class Segmenter:
-    """Clause-level segmenter for reasoning traces (spaCy sentencizer + rules).
+    """Clause-level segmenter for reasoning traces (spaCy's sentencizer rule and abbreviations + rules).
 
     Parameters
     ----------
@@ -443,7 +559,7 @@ class Segmenter:
 
     def __init__(self, *, max_tokens: int = MAX_SEGMENT_TOKENS, token_counter: TokenCounter | None = None) -> None:
         if max_tokens < 2 * MIN_CLAUSE_TOKENS:
-            raise ConfigError(f"max_tokens={max_tokens} is too small; use at least {2 * MIN_CLAUSE_TOKENS} (the method uses 125)")
+            raise ConfigError(f"max_tokens={max_tokens} is too small; use at least {2 * MIN_CLAUSE_TOKENS} (the method uses {MAX_SEGMENT_TOKENS})")
         self.max_tokens = max_tokens
         self.soft_max_tokens = min(SOFT_MAX_TOKENS, max_tokens)
         self.token_counter: TokenCounter = token_counter if token_counter is not None else ApproxTokenCounter()
@@ -451,6 +567,10 @@ class Segmenter:
         self._exact_is_approx = type(self.token_counter) is ApproxTokenCounter
         self._abbrev_any = ABBREVIATIONS_NEVER_FINAL
         self._abbrev_num = ABBREVIATIONS_BEFORE_NUMBER | _spacy_abbreviations()
+        # Built here, not at import: spaCy's data costs seconds to import. The patterns and sets
+        # travel with the object when segment_many pickles it to worker processes.
+        self._enders = _spacy_sentence_enders()
+        self._sent_end, self._sent_end_bmp = _sentence_end_patterns(self._enders)
 
     def __repr__(self) -> str:
         return f"Segmenter(name={self.name!r}, max_tokens={self.max_tokens}, token_counter={self.token_counter.name!r})"
@@ -475,12 +595,14 @@ class Segmenter:
         Raises
         ------
         SegmentationError
-            The result would break an offset invariant (a bug: reported, never returned).
+            ``trace_id`` is empty, or the result would break an offset invariant (a bug:
+            reported, never returned).
         """
-        segments = [
-            Segment(trace_id=trace_id, segment_index=i, char_start=s, char_end=e, text=text[s:e], n_tokens=n)
-            for i, (s, e, n) in enumerate(self._spans_with_counts(text))
-        ]
+        if not isinstance(trace_id, str) or not trace_id:
+            raise SegmentationError(f"trace_id must be a non-empty string, got {trace_id!r}")
+        # Built without pydantic validation (a third of the run time on the real traces):
+        # check_segments below verifies every constraint the record's validators would.
+        segments = [_new_segment(trace_id, i, s, e, text[s:e], n) for i, (s, e, n) in enumerate(self._spans_with_counts(text))]
         check_segments(text, segments, trace_id=trace_id)
         return segments
 
@@ -528,19 +650,16 @@ class Segmenter:
     # ------------------------------------------------------------------ sentences
     def _sentences(self, text: str, lines: list[tuple[int, int]], protected: _Spans) -> Iterable[tuple[int, int, list[int]]]:
         """Yield ``(line_start, line_end, sentence_starts)`` with accepted sentence cuts."""
-        chunks = [c for s, e in lines for c in _chunk(text, s, e)]
-        # Only lines with sentence punctuation can hold a sentence end: the others skip spaCy.
-        to_parse = [(s, e) for s, e in chunks if _HAS_SENT_PUNCT.search(text, s, e)]
-        docs = dict(zip(to_parse, _nlp().pipe((text[s:e] for s, e in to_parse), batch_size=256)))
-        for s, e in chunks:
-            doc = docs.get((s, e))
-            candidates = {s + sent.start_char for sent in doc.sents} if doc is not None else set()
-            line = text[s:e]
-            candidates.update(s + m.end() for m in _SENT_END.finditer(line))
-            cjk = {s + m.end() for m in _CJK_END.finditer(line)}
-            enum = _ENUMERATOR.match(line)
-            enum_end = s + enum.end() if enum else s
-            accepted = []
+        sent_end = self._sent_end if not text.isascii() and max(text) > "\uffff" else self._sent_end_bmp
+        for s, e in lines:
+            candidates = {m.end() for m in sent_end.finditer(text, s, e)}
+            cjk = {m.end() for m in _CJK_END.finditer(text, s, e)}
+            if not candidates and not cjk:
+                yield s, e, []
+                continue
+            enum = _ENUMERATOR.match(text, s, e)
+            enum_end = enum.end() if enum else s
+            accepted: list[int] = []
             for pos in sorted(candidates | cjk):
                 cut = pos if pos in cjk else self._sentence_cut(text, pos, s, e)
                 if cut is None or cut <= enum_end or cut >= e or protected.inside(cut):
@@ -564,8 +683,9 @@ class Segmenter:
         word_start = prev_end
         while word_start > line_start and not text[word_start - 1].isspace():
             word_start -= 1
-        prev = text[word_start:prev_end].rstrip(_CLOSERS)
-        if not prev or prev[-1] not in ".!?…":
+        raw_prev = text[word_start:prev_end]
+        prev = raw_prev.rstrip(_CLOSERS)
+        if not prev or prev[-1] not in self._enders:
             return None  # spaCy can start a sentence after a bare closer; not a sentence end
         nxt = text[gap:line_end].lstrip(_OPENERS)
         if not nxt:
@@ -578,8 +698,11 @@ class Segmenter:
                 return None
         if not (nxt[0].isalnum() or nxt[0] in _OPENERS or nxt[0] in "\\$¿¡"):
             return None  # "8! / 2", "x? = y": an operator cannot open a sentence
-        if nxt[0].isalpha() and nxt[0].islower() and prev[-1] in ".!…":
-            return None  # "approx. twelve", "etc. and", "5! ways", "so... then": same sentence
+        if nxt[0].isalpha() and nxt[0].islower() and (prev[-1] not in _QUESTION_MARKS or len(prev) < len(raw_prev)):
+            # "approx. twelve", "etc. and", "5! ways", "so... then", and a quoted or bracketed
+            # question: 'I ask "is n even?" and', '(does it hold?) for': same sentence. A bare
+            # "? lowercase" still ends one: traces often skip the capital after a question.
+            return None
         if len(word_core := prev[:-1].lstrip(_OPENERS)) == 1 and word_core.isupper() and prev[-1] == "." and nxt[0].isdigit():
             return None  # an option letter before its value: "A. 0.85"
         return gap
@@ -589,35 +712,36 @@ class Segmenter:
     # ``n_tokens`` use the configured counter. Each piece is counted O(1) times, so a sentence
     # costs O(length) however many clause markers it holds.
     def _split_clauses(self, text: str, s: int, e: int, protected: _Spans, out: list[tuple[int, int, int]]) -> None:
-        """Append the clause spans of sentence ``[s, e)`` to ``out``."""
+        """Append the clause spans of sentence ``[s, e)`` to ``out``.
+
+        A cue that opens a new reasoning step (``, wait``, ``; hmm``, ``, alternatively``) always
+        starts a clause; the rest of the sentence is cut only when long (:meth:`_split_long`).
+        """
         approx = self._approx.count
-        n = approx(text[s:e])
-        pieces = []
         last = s
-        if n >= 2 * MIN_CLAUSE_TOKENS:
-            consumed = 0
-            for m in _CLAUSE_STRONG.finditer(text, s, e):
+        if _CLAUSE_CUE_HINT.search(text, s, e) and approx(text[s:e]) >= 2 * MIN_CLAUSE_TOKENS:
+            for m in _CLAUSE_CUE.finditer(text, s, e):
                 cut = m.end()
                 if cut >= e or protected.inside(cut) or protected.inside(m.start() + 1):
                     continue
-                left = approx(text[last:cut].rstrip())
-                if left >= MIN_CLAUSE_TOKENS and n - consumed - left >= MIN_CLAUSE_TOKENS:
-                    pieces.append((last, cut))
-                    consumed += left
+                if approx(text[last:cut]) >= MIN_CLAUSE_TOKENS and approx(text[cut:e]) >= MIN_CLAUSE_TOKENS:
+                    ps, pe = _trim(text, last, cut)
+                    self._split_long(text, ps, pe, protected, out)
                     last = cut
-        pieces.append((last, e))
-        for ps, pe in pieces:
-            ps, pe = _trim(text, ps, pe)
-            self._soft_split(text, ps, pe, protected, out)
+        ps, pe = _trim(text, last, e)
+        self._split_long(text, ps, pe, protected, out)
 
-    def _soft_split(self, text: str, s: int, e: int, protected: _Spans, out: list[tuple[int, int, int]]) -> None:
-        n = self._approx.count(text[s:e])
+    def _split_long(self, text: str, s: int, e: int, protected: _Spans, out: list[tuple[int, int, int]], n: int = -1) -> None:
+        """Halve a piece longer than the soft limit at its most central strong, else weak, clause mark."""
+        n = self._approx.count(text[s:e]) if n < 0 else n
         if n > self.soft_max_tokens:
-            cut = self._best_cut(text, s, e, protected, _CLAUSE_WEAK, min_side=MIN_CLAUSE_TOKENS)
+            cut = self._best_cut(text, s, e, protected, _CLAUSE_STRONG, min_side=MIN_CLAUSE_TOKENS) or self._best_cut(
+                text, s, e, protected, _CLAUSE_WEAK, min_side=MIN_CLAUSE_TOKENS
+            )
             if cut is not None:
                 for ps, pe in ((s, cut), (cut, e)):
                     ps, pe = _trim(text, ps, pe)
-                    self._soft_split(text, ps, pe, protected, out)
+                    self._split_long(text, ps, pe, protected, out)
                 return
         if self._exact_is_approx:
             self._cap(text, s, e, n, protected, out)
@@ -670,42 +794,35 @@ def _trim(text: str, s: int, e: int) -> tuple[int, int]:
     return s, e
 
 
-def _chunk(text: str, s: int, e: int) -> list[tuple[int, int]]:
-    """Cut a very long line into pieces of at most SPACY_CHUNK_CHARS characters.
-
-    Each cut is at the last sentence end in the second half of the window, else at the last
-    whitespace, else at the window's end (the cap splits such a piece anyway).
-    """
-    out = []
-    while e - s > SPACY_CHUNK_CHARS:
-        limit = s + SPACY_CHUNK_CHARS
-        cut = -1
-        for m in _SENT_END.finditer(text, s + SPACY_CHUNK_CHARS // 2, limit):
-            cut = m.end()
-        if cut <= s:
-            cut = max(text.rfind(" ", s + 1, limit), text.rfind("\t", s + 1, limit))
-        if cut <= s:
-            cut = limit
-        out.append((s, cut))
-        s, _ = _trim(text, cut, e)
-    if s < e:
-        out.append((s, e))
-    return out
-
-
 def _starts_grapheme(ch: str) -> bool:
     """False for characters that continue the previous one (combining marks, ZWJ, selectors)."""
     return not (unicodedata.combining(ch) or ch in "\u200d\ufe0e\ufe0f" or "\U0001f3fb" <= ch <= "\U0001f3ff")
 
 
+# Marks that close or continue what precedes them: a segment must not start with one.
+_NO_START = frozenset(",.;:!?%)]}»”’、，。；：！？）」』】〕〉》…｡")
+
+
 def _char_cut(text: str, s: int, e: int) -> int | None:
-    """A cut between two non-space characters as near the middle as possible."""
+    """A cut between two non-space characters as near the middle as possible.
+
+    Never inside a grapheme cluster. In order of preference: just after a punctuation mark within
+    a quarter of the span from the middle; any character that is not a closing or continuing mark
+    (a segment must not start with ``，`` or ``)``); any character. None when no cut is allowed.
+    """
     mid = (s + e) // 2
-    for offset in range(0, (e - s) // 2 + 1):
-        for cut in (mid - offset, mid + offset):
-            if s < cut < e and not text[cut].isspace() and _starts_grapheme(text[cut]) and text[cut - 1] != "\u200d":
-                return cut
-    return None
+    order = [c for offset in range((e - s) // 2 + 1) for c in (mid - offset, mid + offset) if s < c < e]
+    allowed = [c for c in order if not text[c].isspace() and _starts_grapheme(text[c]) and text[c - 1] != "\u200d"]
+    reach = (e - s) // 4
+    for cut in allowed:
+        if abs(cut - mid) > reach:
+            break
+        if text[cut] not in _NO_START and unicodedata.category(text[cut - 1])[0] == "P":
+            return cut
+    for cut in allowed:
+        if text[cut] not in _NO_START:
+            return cut
+    return allowed[0] if allowed else None
 
 
 # --------------------------------------------------------------------------- invariants
@@ -791,7 +908,7 @@ def segment_stats(segments: Iterable[Segment]) -> dict[str, float]:
         ``median``, ``p5``, ``p95``, ``max``, ``mean``. Percentiles use linear interpolation
         between order statistics (``statistics.quantiles(method="inclusive")``, the same as
         ``numpy.percentile``'s default). With no segments the length figures are NaN.
-        Reference (the method's corpus): median 16, p5 3, p95 47, max 125.
+        The method's reference profile is :data:`METHOD_LENGTH_PROFILE`.
     """
     lengths: list[int] = []
     traces: set[str] = set()
@@ -816,3 +933,142 @@ def segment_stats(segments: Iterable[Segment]) -> dict[str, float]:
         "max": float(max(lengths)),
         "mean": float(statistics.fmean(lengths)),
     }
+
+
+# --------------------------------------------------------------------------- many traces
+#: Characters of trace text sent to a worker process per task: large enough that the cost of
+#: moving the task and its segments between processes stays small, small enough that every
+#: worker gets many tasks (load balance) and memory in flight stays bounded.
+TASK_CHARS = 200_000
+
+_WORKER_SEGMENTER: Segmenter | None = None
+
+
+def _init_worker(segmenter: Segmenter) -> None:
+    import signal
+
+    global _WORKER_SEGMENTER
+    _WORKER_SEGMENTER = segmenter
+    # Ctrl-C reaches the whole process group: only the parent handles it (it stops the pool and
+    # records the interruption); a worker dying of it would turn it into a BrokenProcessPool.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _segment_task(batch: list[tuple[str, str]]) -> list[list[tuple[int, int, int]]]:
+    """Spans with counts of each ``(trace_id, text)`` (checked in the worker, rebuilt by the parent)."""
+    assert _WORKER_SEGMENTER is not None
+    return [[(s.char_start, s.char_end, s.n_tokens) for s in _WORKER_SEGMENTER.segment(text, tid)] for tid, text in batch]
+
+
+def _batches(items: Iterable[tuple[str, str]], task_chars: int) -> Iterator[list[tuple[str, str]]]:
+    batch: list[tuple[str, str]] = []
+    size = 0
+    for trace_id, text in items:
+        batch.append((trace_id, text))
+        size += len(text)
+        if size >= task_chars:
+            yield batch
+            batch, size = [], 0
+    if batch:
+        yield batch
+
+
+def default_workers() -> int:
+    """Number of CPU cores this process may run on (``os.sched_getaffinity``, else ``os.cpu_count``)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def segment_many(
+    items: Iterable[tuple[str, str]],
+    *,
+    segmenter: Segmenter | None = None,
+    workers: int | None = None,
+    task_chars: int = TASK_CHARS,
+) -> Iterator[list[Segment]]:
+    """Segment many traces, in parallel over CPU cores, yielding results in input order.
+
+    Parameters
+    ----------
+    items : iterable of (str, str)
+        ``(trace_id, text)`` pairs; consumed lazily (at most about ``4 * workers`` tasks of
+        ``task_chars`` characters are in flight), so a corpus of any size streams through.
+    segmenter : Segmenter, optional
+        The configured segmenter (cap, token counter); default ``Segmenter()``. It is pickled
+        to each worker, so its token counter must be picklable (:class:`ApproxTokenCounter` and
+        :class:`HFTokenCounter` are).
+    workers : int, optional
+        Worker processes. ``None`` (default): every core this process may use
+        (:func:`default_workers`). ``1``: segment in this process, no pool. An input that fits
+        one task is also segmented in this process (starting workers would cost more).
+    task_chars : int, default :data:`TASK_CHARS`
+        Characters of text per task sent to a worker.
+
+    Yields
+    ------
+    list of Segment
+        The segments of each input trace, in input order: the same list, byte for byte, as
+        ``segmenter.segment(text, trace_id)`` (each worker runs that very method, invariant
+        check included).
+
+    Raises
+    ------
+    ConfigError
+        ``workers`` or ``task_chars`` is below 1.
+    SegmentationError
+        From the first trace whose segmentation breaks an invariant (a bug) or that has an
+        empty trace id; traces before it have already been yielded.
+
+    Notes
+    -----
+    Workers are started with ``forkserver`` (``spawn`` where it does not exist), which re-imports
+    the caller's ``__main__`` module: a script that calls this with ``workers > 1`` needs the
+    usual ``if __name__ == "__main__":`` guard, as for any ``multiprocessing`` pool.
+    """
+    segmenter = segmenter if segmenter is not None else Segmenter()
+    workers = default_workers() if workers is None else workers
+    if workers < 1 or task_chars < 1:  # checked here, at the call, not at the first next()
+        raise ConfigError(f"workers={workers} and task_chars={task_chars} must both be at least 1")
+    if workers == 1:
+        return (segmenter.segment(text, trace_id) for trace_id, text in items)
+    return _segment_in_pool(items, segmenter, workers, task_chars)
+
+
+def _segment_in_pool(items: Iterable[tuple[str, str]], segmenter: Segmenter, workers: int, task_chars: int) -> Iterator[list[Segment]]:
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    batches = _batches(items, task_chars)
+    first = next(batches, None)
+    second = next(batches, None) if first is not None else None
+    if first is None or second is None:  # the input fits one task: starting workers would only cost
+        for trace_id, text in first or []:
+            yield segmenter.segment(text, trace_id)
+        return
+    # forkserver (else spawn), not fork: a forked copy of a process that already runs threads
+    # (the Rust tokenizer's pool, DuckDB) can deadlock. The server imports this module once, so
+    # each worker starts as a cheap fork of it; workers are started on demand, up to ``workers``.
+    method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
+    context = multiprocessing.get_context(method)
+    if method == "forkserver":
+        context.set_forkserver_preload([__name__])
+    workers = min(workers, 61) if os.name == "nt" else workers  # the Windows limit of ProcessPoolExecutor
+    pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_init_worker, initargs=(segmenter,))
+    pending: deque = deque()
+    try:
+        for batch in itertools.chain((first, second), batches):
+            pending.append((batch, pool.submit(_segment_task, batch)))
+            if len(pending) >= 4 * workers:  # bounded read-ahead: memory stays flat on any corpus
+                yield from _collect(*pending.popleft())
+        while pending:
+            yield from _collect(*pending.popleft())
+    finally:  # also when the caller stops early or a task failed: drop what is queued
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _collect(batch: list[tuple[str, str]], future: Any) -> Iterator[list[Segment]]:
+    # The worker already checked every invariant on these spans: build the records unvalidated.
+    for (trace_id, text), spans in zip(batch, future.result()):
+        yield [_new_segment(trace_id, i, s, e, text[s:e], n) for i, (s, e, n) in enumerate(spans)]

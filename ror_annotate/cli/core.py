@@ -82,6 +82,7 @@ TokenizerOption = Annotated[
     typer.Option("--tokenizer", help="Subject-model fast tokenizer (name or local path) for token counts and token alignment; default: a documented approximation."),
 ]
 MaxTokensSegOption = Annotated[int, typer.Option("--max-segment-tokens", min=8, help="Hard cap on segment length in tokens.")]
+WorkersOption = Annotated[int | None, typer.Option("--workers", min=1, help="Processes segmenting in parallel (default: all cores; the segments are the same for any number).")]
 JudgeSpecOption = Annotated[str, typer.Option("--judge", help="baseline (offline cue-phrase rules) or openai:MODEL.")]
 ForceOption = Annotated[bool, typer.Option("--force", help="Re-segment traces whose stored segmentation differs, deleting their labels.")]
 
@@ -189,6 +190,7 @@ def ingest(
 def segment(
     tokenizer: TokenizerOption = None,
     max_segment_tokens: MaxTokensSegOption = 125,
+    workers: WorkersOption = None,
     force: ForceOption = False,
     stats: Annotated[bool, typer.Option("--stats", help="Print the segment length profile (tokens) next to the method's reference figures.")] = False,
     db: DbOption = DEFAULT_DB_PATH,
@@ -199,7 +201,7 @@ def segment(
 
     with open_store(db, lock_timeout, must_exist=True) as store:
         with _progress() as progress:
-            summary = pipeline.segment(store, tokenizer=tokenizer, max_tokens=max_segment_tokens, force=force, progress=progress)
+            summary = pipeline.segment(store, tokenizer=tokenizer, max_tokens=max_segment_tokens, force=force, workers=workers, progress=progress)
         console.print(
             f"segments: {summary.segments} in {summary.traces} traces "
             f"({summary.inserted} new, {summary.unchanged} unchanged, {summary.replaced} re-segmented)"
@@ -266,6 +268,7 @@ def run(
     allow_markers: AllowMarkersOption = False,
     tokenizer: TokenizerOption = None,
     max_segment_tokens: MaxTokensSegOption = 125,
+    workers: WorkersOption = None,
     judge: JudgeSpecOption = "baseline",
     base_url: JudgeBaseUrlOption = None,
     chunk_size: JudgeChunkSizeOption = None,
@@ -308,7 +311,8 @@ def run(
         with _progress() as progress, _judge_counts_on_outcome_error():
             summary = pipeline.run(
                 store, source, preset=preset, split=split, columns=columns, skip_invalid=skip_invalid, limit=limit,
-                format=format, allow_markers=allow_markers, tokenizer=tokenizer, max_segment_tokens=max_segment_tokens, judge=the_judge, judge_options=options,
+                format=format, allow_markers=allow_markers, tokenizer=tokenizer, max_segment_tokens=max_segment_tokens, workers=workers,
+                judge=the_judge, judge_options=options,
                 out=out, labels=labels, split_seed=split_seed, split_fractions=fractions, stratify_by=stratify_by,
                 chat_template=chat_template, license=card_license(source), max_failed=failed_limit, progress=progress,
             )
