@@ -289,16 +289,26 @@ def ingest(
     }
     with _stage(store, run, "ingest", params, progress) as (the_run, tracked):
         task = tracked.add_task("ingest", total=None)
-        result = load_traces(
-            text, columns=mapping, preset=preset, split=split, skip_invalid=skip_invalid, limit=limit, format=format,
-            allow_markers=allow_markers, progress=_every(250, lambda n, t: tracked.update(task, completed=n, total=t)),
-        )
-        tracked.update(task, total=len(result.traces), completed=len(result.traces))
-        counts = store.upsert_traces(result.traces, run_id=the_run.run_id)
+        counts: Counter[str] = Counter()
+
+        def store_batch(traces: list) -> None:
+            counts.update(store.upsert_traces(traces, run_id=the_run.run_id))
+
+        # Streamed in batches, inside one transaction: memory stays flat in corpus size, and a bad
+        # record (or an interrupt) anywhere rolls everything back, so nothing is stored unless the
+        # whole input validated.
+        with store.transaction():
+            result = load_traces(
+                text, columns=mapping, preset=preset, split=split, skip_invalid=skip_invalid, limit=limit, format=format,
+                allow_markers=allow_markers, progress=_every(250, lambda n, t: tracked.update(task, completed=n, total=t)),
+                on_batch=store_batch,
+            )
+        n_read = len(result.trace_ids)
+        tracked.update(task, total=n_read, completed=n_read)
         summary = IngestSummary(
-            source=result.source, read=len(result.traces), inserted=counts["inserted"], unchanged=counts["unchanged"],
+            source=result.source, read=n_read, inserted=counts["inserted"], unchanged=counts["unchanged"],
             skipped=len(result.skipped), skipped_reasons=[f"{s.where}: {s.reason}" if s.reason and s.where not in s.reason else s.reason for s in result.skipped[:20]],
-            trace_ids=[t.trace_id for t in result.traces], formats=dict(result.formats.most_common()), notes=dict(result.notes),
+            trace_ids=result.trace_ids, formats=dict(result.formats.most_common()), notes=dict(result.notes),
         )
         if run is None:
             the_run.counts.update(summary.counts())

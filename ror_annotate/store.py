@@ -601,7 +601,9 @@ class Store:
         traces = list(traces)
         if not traces:
             return {"inserted": 0, "unchanged": 0}
-        existing = dict(self.con.execute("SELECT trace_id, text_sha256 FROM traces").fetchall())
+        existing = dict(self.con.execute(
+            f"SELECT trace_id, text_sha256 FROM traces WHERE {_IDS_FILTER}", [[t.trace_id for t in traces]]
+        ).fetchall())
         new, unchanged = [], 0
         seen: dict[str, str] = {}
         for t in traces:

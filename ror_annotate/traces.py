@@ -152,6 +152,8 @@ class LoadResult:
     source: str = ""
     notes: Counter[str] = field(default_factory=Counter)
     formats: Counter[str] = field(default_factory=Counter)
+    #: Ids of every trace read, in input order (also when the traces went to ``on_batch``).
+    trace_ids: list[str] = field(default_factory=list)
 
 
 # --------------------------------------------------------------------------- reasoning extraction
@@ -497,6 +499,8 @@ def load_traces(
     format: str = AUTO,
     allow_markers: bool = False,
     progress: Callable[[int, int | None], None] | None = None,
+    on_batch: Callable[[list[Trace]], None] | None = None,
+    batch_size: int = 500,
 ) -> LoadResult:
     """Read and validate every trace of ``source`` (file path or Hugging Face dataset name).
 
@@ -522,6 +526,13 @@ def load_traces(
         marker (counted in :attr:`LoadResult.notes`) instead of refusing it.
     progress : callable, optional
         Called as ``progress(records_read, limit)`` after each record (a progress bar).
+    on_batch : callable, optional
+        Streaming: called with each batch of up to ``batch_size`` validated traces, which are then
+        dropped from memory (``LoadResult.traces`` ends empty; ``trace_ids`` keeps every id). The
+        caller makes "nothing stored unless the whole input validates" hold by writing the batches
+        inside one transaction, as :func:`ror_annotate.pipeline.ingest` does.
+    batch_size : int
+        Traces per ``on_batch`` call.
 
     Raises
     ------
@@ -547,6 +558,12 @@ def load_traces(
     # A file's name, not its path: local directories must not leak into exports and cards.
     source_name = Path(source).name if Path(source).is_file() else str(source)
     seen: dict[str, str] = {}
+
+    def flush(force: bool) -> None:
+        if on_batch is not None and result.traces and (force or len(result.traces) >= batch_size):
+            on_batch(result.traces)
+            result.traces = []
+
     for n_read, (where, rec) in enumerate(iter_records(source, split=split, config=config, streaming=limit is not None), 1):
         if progress is not None:
             progress(n_read, limit)
@@ -564,14 +581,16 @@ def load_traces(
             result.skipped.append(SkippedRecord(where=where, reason=exc.message))
             continue
         result.notes.update(notes)
-        for t in traces:
+        for t in traces[: None if limit is None else limit - len(result.trace_ids)]:
             seen[t.trace_id] = where
             result.traces.append(t)
+            result.trace_ids.append(t.trace_id)
             result.formats[t.source_format or "unknown"] += 1
-        if limit is not None and len(result.traces) >= limit:
-            result.traces = result.traces[:limit]
+        flush(force=False)
+        if limit is not None and len(result.trace_ids) >= limit:
             break
-    if not result.traces:
+    flush(force=True)
+    if not result.trace_ids:
         detail = f" ({len(result.skipped)} records skipped as invalid)" if result.skipped else ""
         raise InputError(f"{source}: no traces found{detail}")
     return result
