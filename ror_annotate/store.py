@@ -225,16 +225,25 @@ def is_interrupt(exc: BaseException) -> bool:
     """Whether ``exc`` is Ctrl-C (or SIGTERM, which the CLI turns into Ctrl-C) in any of its disguises:
     :class:`KeyboardInterrupt`, DuckDB's ``InterruptException``, or the plain ``RuntimeError("Query
     interrupted")`` DuckDB raises when the signal lands while a result is being fetched."""
-    if isinstance(exc, (KeyboardInterrupt, duckdb.InterruptException)):
-        return True
-    return isinstance(exc, RuntimeError) and "query interrupted" in str(exc).lower()
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    # An interrupt can also surface as a later error it caused (a cleanup query on the transaction
+    # the interrupt aborted: "Current transaction is aborted"); walk the chain of causes.
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, (KeyboardInterrupt, duckdb.InterruptException)):
+            return True
+        if isinstance(current, RuntimeError) and "query interrupted" in str(current).lower():
+            return True
+        current = current.__cause__ or current.__context__
+    return False
 
 
 def translate_duckdb_error(exc: BaseException, path: str, what: str = "") -> BaseException:
     """The project's view of a DuckDB exception: an interrupted query (Ctrl-C inside DuckDB) becomes
     :class:`KeyboardInterrupt`, a write to a read-only store :class:`StoreReadOnlyError`, anything else a
     :class:`StoreError` naming the store file; other exceptions are returned unchanged."""
-    if isinstance(exc, duckdb.InterruptException):
+    if is_interrupt(exc):
         return KeyboardInterrupt()
     if not isinstance(exc, duckdb.Error):
         return exc

@@ -256,3 +256,28 @@ def test_status_shows_a_running_jobs_progress(tmp_path: Path) -> None:
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_an_error_caused_by_an_interrupt_counts_as_the_interrupt(db_path: Path) -> None:
+    """A cleanup query on the transaction Ctrl-C aborted fails with "Current transaction is aborted";
+    that error must not mask the interrupt (the run is "interrupted", the CLI exits 130)."""
+    from ror_annotate.store import is_interrupt, translate_duckdb_error
+
+    try:
+        try:
+            raise duckdb.InterruptException("INTERRUPT Error: Interrupted!")
+        except duckdb.InterruptException:
+            raise duckdb.TransactionException("Current transaction is aborted (please ROLLBACK)")  # noqa: B904
+    except duckdb.TransactionException as masked:
+        assert is_interrupt(masked)
+        assert isinstance(translate_duckdb_error(masked, str(db_path)), KeyboardInterrupt)
+    assert not is_interrupt(duckdb.TransactionException("Current transaction is aborted (please ROLLBACK)"))
+    assert is_interrupt(RuntimeError("Query interrupted"))
+    with Store(db_path) as store:
+        with pytest.raises(KeyboardInterrupt):
+            with store.run("demo"):
+                try:
+                    raise KeyboardInterrupt()
+                except KeyboardInterrupt:
+                    raise StoreError("store x: TransactionContext Error: Current transaction is aborted")  # noqa: B904
+        assert store.runs()[-1].status == "interrupted"

@@ -105,10 +105,10 @@ class RorGroup(TyperGroup):
         except _CLICK_USAGE_ERRORS as exc:
             print_error(_usage_error(exc))
             raise typer.Exit(2) from None
-        except RorError as exc:
-            print_error(exc)
-            raise typer.Exit(exc.exit_status) from None  # typer vendors click: click.exceptions.Exit is not caught
         except BaseException as exc:
+            if isinstance(exc, RorError) and not _is_interrupt(exc):
+                print_error(exc)
+                raise typer.Exit(exc.exit_status) from None  # typer vendors click: click.exceptions.Exit is not caught
             if not _is_interrupt(exc):
                 raise
             err_console.print(
