@@ -71,6 +71,16 @@ def card_license(source: str) -> str:
         return "other"
 
 
+#: The ``source`` the sample's traces are stored under (their ``source_repo``).
+SAMPLE_SOURCE = "interp-reasoning/thought-anchors.com"
+
+
+def source_licenses(source: str) -> dict[str, str]:
+    """Known licences of the traces read from ``source``: ``{SAMPLE_SOURCE: "mit"}`` for the embedded
+    sample (so its card and manifest say the text may be published), else nothing."""
+    return {SAMPLE_SOURCE: SAMPLE_LICENSE} if card_license(source) == SAMPLE_LICENSE else {}
+
+
 def resolve_source(source: str, preset: str | None, *, sample: bool, default_to_sample: bool) -> str:
     """The input a command reads: ``source``, or the embedded sample's path.
 

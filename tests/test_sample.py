@@ -114,3 +114,22 @@ def test_sample_is_byte_identical_to_the_thought_anchors_lines_of_shared_data() 
 @pytest.mark.parametrize("case", sorted(p.name for p in PITFALLS.glob("*.json")))
 def test_pitfall_copies_equal_the_shared_originals(case: str) -> None:
     assert (PITFALLS / case).read_bytes() == (SHARED_PITFALLS / case).read_bytes()
+
+
+def test_the_samples_export_says_its_text_may_be_published(tmp_path) -> None:
+    """The sample is MIT (data/README.md): its export must not list it under 'licence unknown'."""
+    import json
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", "from ror_annotate.cli import app; app(prog_name='ror')", "run", "--db", "s.duckdb", "--out", "out"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    manifest = (tmp_path / "out" / "ror_export.json").read_text(encoding="utf-8")
+    assert "interp-reasoning/thought-anchors.com" in manifest
+    assert "licence unknown" not in done.stdout.replace("\n", " ")
+    data = json.loads(manifest)
+    assert data["parameters"]["license"] == "mit"
+    assert data["sources"] == [{"source": "interp-reasoning/thought-anchors.com", "license": "mit", "publishable": True, "n_traces": 40}]

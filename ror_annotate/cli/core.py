@@ -15,7 +15,7 @@ from rich.text import Text
 from rich.markup import escape
 
 from ..errors import JudgeOutcomeError
-from ..sample import card_license, resolve_source
+from ..sample import card_license, resolve_source, source_licenses
 from .app import DEFAULT_DB_PATH, DbOption, LockTimeoutOption, app, console, err_console, open_store, parse_fractions
 from .judge_options import (
     JudgeBaseUrlOption,
@@ -314,7 +314,8 @@ def run(
                 format=format, allow_markers=allow_markers, tokenizer=tokenizer, max_segment_tokens=max_segment_tokens, workers=workers,
                 judge=the_judge, judge_options=options,
                 out=out, labels=labels, split_seed=split_seed, split_fractions=fractions, stratify_by=stratify_by,
-                chat_template=chat_template, license=card_license(source), max_failed=failed_limit, progress=progress,
+                chat_template=chat_template, license=card_license(source), source_licenses=source_licenses(source),
+                max_failed=failed_limit, progress=progress,
             )
         _print_skipped(summary.ingest.skipped_reasons, summary.ingest.skipped)
         _print_formats(summary.ingest.formats, summary.ingest.notes)
