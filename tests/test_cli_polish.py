@@ -180,3 +180,12 @@ def test_offline_mode_failure_points_to_the_sample(tmp_path: Path) -> None:
     errors = [ln for ln in done.stderr.splitlines() if ln.startswith("error [")]
     assert done.returncode == 2 and len(errors) == 1 and errors[0].startswith("error [E100]: simplescaling/s1K"), done.stderr
     assert "embedded sample" in errors[0] and "Traceback" not in done.stderr
+
+
+def test_python_dash_m_runs_the_cli() -> None:
+    import subprocess
+    import sys
+
+    for module in ("ror_annotate", "ror_annotate.cli"):
+        done = subprocess.run([sys.executable, "-m", module, "--version"], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0 and done.stdout.startswith("ror_annotate "), (module, done.stderr)
