@@ -43,3 +43,13 @@ def build_store(path: Path, traces: dict[str, tuple[str, str]]) -> Store:
     for tid, (_, text) in traces.items():
         store.replace_segments(tid, split_segments(tid, text), segmenter="test-regex", token_counter="chars/4")
     return store
+
+
+class Sleeps:
+    """Records the waits a judge asks for instead of sleeping them (pass as its ``sleep``)."""
+
+    def __init__(self) -> None:
+        self.waits: list[float] = []
+
+    async def __call__(self, seconds: float) -> None:
+        self.waits.append(seconds)

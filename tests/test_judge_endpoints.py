@@ -27,7 +27,7 @@ from ror_annotate.judge.client import ResponseParseError, completion_from_dict, 
 from ror_annotate.judge.llm import JUDGE_MIGRATIONS, LLMJudge
 from ror_annotate.store import Store
 
-from .judge_fixtures import LABELS_A, LABELS_U, TRACE_A, TRACE_U, build_store
+from .judge_fixtures import LABELS_A, LABELS_U, TRACE_A, TRACE_U, Sleeps, build_store
 from .openai_server import RETRY_MARK, THINK, FakeOpenAI, parse_prompt
 
 pytestmark = pytest.mark.integration
@@ -36,16 +36,6 @@ MODEL = "gpt-4.1-mini"
 ANN = f"openai:{MODEL}"
 LONG = " ".join(f"Step {i}: 12 * {i} = {12 * i}." for i in range(700))  # 700 segments, ~9,000 tokens marked
 CONTEXT = 8000  # the fake model's context: the short traces fit, LONG does not
-
-
-class Sleeps:
-    """Records the waits instead of sleeping them."""
-
-    def __init__(self) -> None:
-        self.waits: list[float] = []
-
-    async def __call__(self, seconds: float) -> None:
-        self.waits.append(seconds)
 
 
 @pytest.fixture(autouse=True)

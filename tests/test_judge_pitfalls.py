@@ -32,19 +32,11 @@ from ror_annotate.judge.client import (
 from ror_annotate.judge.schema import LabelBatch, strict_json_schema
 
 from .conftest import load_pitfall
-from .judge_fixtures import build_store
+from .judge_fixtures import Sleeps, build_store
 from .openai_server import FakeOpenAI
 
 TWO = "17 + 25 = 42. Wait, is that right?"  # segments 0 and 1
 OURS = {"compute": "execution", "verify": "reflection"}
-
-
-class Sleeps:
-    def __init__(self) -> None:
-        self.waits: list[float] = []
-
-    async def __call__(self, seconds: float) -> None:
-        self.waits.append(seconds)
 
 
 @pytest.fixture(autouse=True)
