@@ -87,9 +87,11 @@ def dir_size(path: Path, pattern: str = "**/*") -> int:
     return sum(p.stat().st_size for p in path.glob(pattern) if p.is_file())
 
 
-def bench(work: Path, corpus: Path, n_segments: int, mode: str) -> list[dict]:
+def bench(work: Path, corpus: Path, n_segments: int, mode: str, memory_limit: str | None = None) -> list[dict]:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
            "COLUMNS": "200"}
+    if memory_limit:
+        env["ROR_DUCKDB_MEMORY_LIMIT"] = memory_limit
     ror = [sys.executable, "-c", "from ror_annotate.cli import app; app()"]
     results = []
     if mode in ("stages", "both"):
@@ -123,6 +125,8 @@ def main() -> None:
     ap.add_argument("--workdir", type=Path, default=None)
     ap.add_argument("--keep", action="store_true", help="keep the work directory (corpus, stores, exports)")
     ap.add_argument("--json", type=Path, default=None, help="also write the figures as JSON here")
+    ap.add_argument("--duckdb-memory-limit", default=None, metavar="SIZE",
+                    help="run the commands with ROR_DUCKDB_MEMORY_LIMIT=SIZE (e.g. 256MB): bounds DuckDB's block cache")
     ap.add_argument("--traces", type=Path, default=SHARED, help="the real traces the corpus copies (shared/data/traces.jsonl)")
     args = ap.parse_args()
     if not args.traces.exists():
@@ -135,7 +139,9 @@ def main() -> None:
         n_traces, n_segments = build_corpus(corpus, target, args.traces)
         print(f"corpus: {n_traces} traces, {n_segments} segments, {corpus.stat().st_size / 2**20:.1f} MiB JSONL "
               f"(built in {time.perf_counter() - t0:.1f} s); {os.cpu_count()} CPUs")
-        results = bench(work, corpus, n_segments, args.mode)
+        limit = args.duckdb_memory_limit or os.environ.get("ROR_DUCKDB_MEMORY_LIMIT")
+        print(f"DuckDB memory_limit: {limit or 'DuckDB default (80% of RAM)'}")
+        results = bench(work, corpus, n_segments, args.mode, args.duckdb_memory_limit)
         print(f"{'stage':<24}{'seconds':>10}{'segments/s':>14}{'peak RSS MiB':>15}")
         for r in results:
             if "seconds" in r:

@@ -241,6 +241,20 @@ def _iter_traces_batched(store: "Store", ids: Sequence[str], batch: int = TRACE_
         yield from store.iter_traces(ids[start : start + batch])
 
 
+#: Traces per committed batch of :func:`ingest`.
+INGEST_BATCH = 500
+
+
+def _batch_fingerprint(traces: Sequence[Any]) -> str:
+    """sha256 over a batch's ``(trace_id, text_sha256)`` pairs: the write pass must see what was validated."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for t in traces:
+        h.update(f"{t.trace_id}\x00{t.text_sha256}\x00".encode())
+    return h.hexdigest()
+
+
 def ingest(
     store: "Store",
     source: str | Path = "",
@@ -256,6 +270,12 @@ def ingest(
     progress: Any = None,
 ) -> IngestSummary:
     """Read, validate and store traces; nothing is stored unless the whole input validates.
+
+    The input is read twice: a first pass validates every record and checks it against the store
+    without writing; the second stores the traces in committed batches of :data:`INGEST_BATCH`,
+    so memory stays flat in corpus size. An interrupt during the second pass keeps the batches
+    already written (a prefix of the input); running the same ingest again stores the rest. A hub
+    dataset read with ``limit`` (streamed) is fetched twice.
 
     Parameters
     ----------
@@ -278,6 +298,8 @@ def ingest(
         Bad input or options (see :func:`~ror_annotate.traces.load_traces`); nothing is stored.
     StoreError
         A trace id already stored with different text; nothing is stored.
+    InputError
+        The input changed between the two passes (the batches written before the change stay).
     """
     from .traces import load_traces
 
@@ -288,23 +310,48 @@ def ingest(
         **({} if mapping is None else mapping.model_dump(exclude_none=True)),
     }
     with _stage(store, run, "ingest", params, progress) as (the_run, tracked):
-        task = tracked.add_task("ingest", total=None)
-        counts: Counter[str] = Counter()
-
-        def store_batch(traces: list) -> None:
-            counts.update(store.upsert_traces(traces, run_id=the_run.run_id))
-
-        # Streamed in batches, inside one transaction: memory stays flat in corpus size, and a bad
-        # record (or an interrupt) anywhere rolls everything back, so nothing is stored unless the
-        # whole input validated.
-        with store.transaction():
+        def read(description: str, on_batch: Callable[[list], None]) -> Any:
+            task = tracked.add_task(description, total=None)
             result = load_traces(
                 text, columns=mapping, preset=preset, split=split, skip_invalid=skip_invalid, limit=limit, format=format,
                 allow_markers=allow_markers, progress=_every(250, lambda n, t: tracked.update(task, completed=n, total=t)),
-                on_batch=store_batch,
+                on_batch=on_batch, batch_size=INGEST_BATCH,
+            )
+            tracked.update(task, total=len(result.trace_ids), completed=len(result.trace_ids))
+            return result
+
+        # Two passes over the input, so that memory stays flat in corpus size: the first validates
+        # every record and checks it against the store, writing nothing; the second stores the
+        # traces in batches, each committed (one transaction over a whole corpus keeps all its text
+        # in DuckDB's transaction-local memory). A bad record therefore stores nothing, and an
+        # interrupt while writing keeps whole batches that a re-run counts as unchanged.
+        fingerprints: list[str] = []
+
+        def check_batch(traces: list) -> None:
+            store.check_traces(traces)
+            fingerprints.append(_batch_fingerprint(traces))
+
+        read("validate", check_batch)
+        counts: Counter[str] = Counter()
+
+        def store_batch(traces: list) -> None:
+            n = counts["batches"]
+            if n >= len(fingerprints) or fingerprints[n] != _batch_fingerprint(traces):
+                raise InputError(
+                    f"{text}: the input changed while it was being ingested (batch {n + 1} differs from what was "
+                    f"validated); {counts['inserted'] + counts['unchanged']} traces were stored before the change. "
+                    "Run the ingest again once the input is final"
+                )
+            counts["batches"] += 1
+            counts.update(store.upsert_traces(traces, run_id=the_run.run_id))
+
+        result = read("ingest", store_batch)
+        if counts["batches"] != len(fingerprints):
+            raise InputError(
+                f"{text}: the input changed while it was being ingested ({len(fingerprints)} batches validated, "
+                f"{counts['batches']} read back); run the ingest again once the input is final"
             )
         n_read = len(result.trace_ids)
-        tracked.update(task, total=n_read, completed=n_read)
         summary = IngestSummary(
             source=result.source, read=n_read, inserted=counts["inserted"], unchanged=counts["unchanged"],
             skipped=len(result.skipped), skipped_reasons=[f"{s.where}: {s.reason}" if s.reason and s.where not in s.reason else s.reason for s in result.skipped[:20]],

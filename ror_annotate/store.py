@@ -17,6 +17,7 @@ JSON-valued fields are stored as text (no DuckDB extension needed).
 from __future__ import annotations
 
 import json
+import os
 import random
 import re
 import threading
@@ -32,7 +33,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import duckdb
 import pyarrow as pa
 
-from .errors import SchemaVersionError, StoreError, StoreLockedError, StoreReadOnlyError
+from .errors import ConfigError, SchemaVersionError, StoreError, StoreLockedError, StoreReadOnlyError
 from .records import Label, Run, Segment, Trace, utc_now
 
 DEFAULT_DB = "ror.duckdb"
@@ -104,6 +105,29 @@ CORE_MIGRATIONS: tuple[str, ...] = (
     """,
     # v3: the format adapter that read each trace (ror_annotate.formats); NULL for traces stored before
     "ALTER TABLE traces ADD COLUMN source_format VARCHAR;",
+    # v4: labels without a PRIMARY KEY. Its ART index over random 32-hex label ids stays in memory and
+    # cannot be evicted (~70 MiB per million labels, counted against DuckDB's memory_limit), and no
+    # query uses it; upsert_labels keeps label_id unique (delete then insert, in one transaction).
+    """
+    CREATE TABLE labels_v4 (
+        label_id VARCHAR NOT NULL,
+        trace_id VARCHAR NOT NULL,
+        segment_index INTEGER NOT NULL,
+        label VARCHAR NOT NULL,
+        source VARCHAR NOT NULL,
+        annotator VARCHAR NOT NULL,
+        codebook_version VARCHAR NOT NULL,
+        run_id VARCHAR,
+        study VARCHAR,
+        confidence DOUBLE,
+        rationale VARCHAR,
+        created_at TIMESTAMP NOT NULL,
+        extra VARCHAR
+    );
+    INSERT INTO labels_v4 SELECT * FROM labels;
+    DROP TABLE labels;
+    ALTER TABLE labels_v4 RENAME TO labels;
+    """,
 )
 
 #: Tables owned by this module; anything else with a ``trace_id`` column belongs to a stage.
@@ -262,12 +286,29 @@ def duckdb_errors(path: str, what: str = "") -> Iterator[None]:
         raise translate_duckdb_error(exc, path, what) from exc
 
 
-def _connect_with_retry(path: str, lock_timeout: float, read_only: bool = False) -> duckdb.DuckDBPyConnection:
+#: Environment variable bounding DuckDB's memory (its buffer cache of table blocks above all).
+MEMORY_LIMIT_ENV = "ROR_DUCKDB_MEMORY_LIMIT"
+
+
+def _duckdb_config(memory_limit: str | None) -> dict[str, Any]:
+    limit = memory_limit if memory_limit is not None else os.environ.get(MEMORY_LIMIT_ENV, "").strip()
+    return {"memory_limit": limit} if limit else {}
+
+
+def _connect_with_retry(path: str, lock_timeout: float, read_only: bool = False, memory_limit: str | None = None) -> duckdb.DuckDBPyConnection:
     deadline = time.monotonic() + max(lock_timeout, 0.0)
     delay = 0.05
+    config = _duckdb_config(memory_limit)
     while True:
         try:
-            return duckdb.connect(path, read_only=read_only)
+            return duckdb.connect(path, read_only=read_only, config=config)
+        except (duckdb.InvalidInputException, duckdb.ParserException) as exc:
+            if not config:
+                raise StoreError(f"cannot open the store {path}: {exc}") from exc
+            given = "memory_limit" if memory_limit is not None else MEMORY_LIMIT_ENV
+            raise ConfigError(
+                f"{given}={config.get('memory_limit')!r} is not a DuckDB memory size (e.g. '512MB', '2GB'): {exc}"
+            ) from exc
         except duckdb.IOException as exc:
             if not _is_lock_error(exc):
                 raise StoreError(f"cannot open the store {path}: {exc}") from exc
@@ -376,9 +417,18 @@ class Store:
         Open without writing anything (no migration, no run record): for commands that only read
         (``status``, ``agree``) and for stores on read-only media. Writes raise
         :class:`StoreReadOnlyError`.
+    memory_limit : str, optional
+        DuckDB's ``memory_limit`` (``"512MB"``, ``"2GB"``) for this process's connection to the
+        file; default the environment variable ``ROR_DUCKDB_MEMORY_LIMIT``, else DuckDB's own
+        default (80% of RAM). DuckDB keeps every table block it reads or writes cached until this
+        limit, so on a large corpus the cache grows with the store; a limit bounds it (blocks are
+        re-read from the file, operators spill to ``<db>.tmp``). Ignored when the file is already
+        open in this process.
 
     Raises
     ------
+    ConfigError
+        ``memory_limit`` (or the environment variable) is not a size DuckDB understands.
     StoreLockedError
         The file stayed locked by another process for ``lock_timeout`` seconds.
     SchemaVersionError
@@ -388,7 +438,9 @@ class Store:
         ``read_only`` and there is no store file at ``path``; or DuckDB could not open it.
     """
 
-    def __init__(self, path: str | Path = DEFAULT_DB, *, lock_timeout: float = 10.0, read_only: bool = False) -> None:
+    def __init__(
+        self, path: str | Path = DEFAULT_DB, *, lock_timeout: float = 10.0, read_only: bool = False, memory_limit: str | None = None
+    ) -> None:
         self.path = str(path) if str(path) == ":memory:" else str(Path(path).expanduser().resolve())
         self.read_only = read_only and self.path != ":memory:"
         if self.read_only and not Path(self.path).is_file():
@@ -404,7 +456,7 @@ class Store:
                     f"the store {self.path} is already open read-only in this process; close that handle before writing"
                 )
             if entry is None:
-                entry = _Shared(_connect_with_retry(self.path, lock_timeout, self.read_only), self.read_only)
+                entry = _Shared(_connect_with_retry(self.path, lock_timeout, self.read_only, memory_limit), self.read_only)
                 if self.path != ":memory:":
                     _OPEN[self.path] = entry
             entry.refs += 1
@@ -610,24 +662,8 @@ class Store:
         traces = list(traces)
         if not traces:
             return {"inserted": 0, "unchanged": 0}
-        existing = dict(self.con.execute(
-            f"SELECT trace_id, text_sha256 FROM traces WHERE {_IDS_FILTER}", [[t.trace_id for t in traces]]
-        ).fetchall())
-        new, unchanged = [], 0
-        seen: dict[str, str] = {}
-        for t in traces:
-            digest = t.text_sha256
-            prior = existing.get(t.trace_id) or seen.get(t.trace_id)
-            if prior is not None:
-                if prior != digest:
-                    raise StoreError(
-                        f"trace {t.trace_id!r} is already in {self.path} with different text: trace ids must be stable. "
-                        "Give the new trace another id, or use another --db"
-                    )
-                unchanged += 1
-                continue
-            seen[t.trace_id] = digest
-            new.append(t)
+        new = self.check_traces(traces)
+        unchanged = len(traces) - len(new)
         if new:
             now = to_naive_utc(utc_now())
             table = pa.table(
@@ -651,6 +687,36 @@ class Store:
             with self.transaction():
                 self.insert_arrow("traces", table)
         return {"inserted": len(new), "unchanged": unchanged}
+
+    def check_traces(self, traces: Sequence[Trace]) -> list[Trace]:
+        """The traces of ``traces`` not yet stored, after checking none contradicts the store; writes nothing.
+
+        :meth:`upsert_traces` stores exactly these; an ingest calls this over the whole input first,
+        so a conflict anywhere is found before anything is written.
+
+        Raises
+        ------
+        StoreError
+            A stored trace (or an earlier one in ``traces``) has the same id but different text.
+        """
+        existing = dict(self.con.execute(
+            f"SELECT trace_id, text_sha256 FROM traces WHERE {_IDS_FILTER}", [[t.trace_id for t in traces]]
+        ).fetchall()) if traces else {}
+        new: list[Trace] = []
+        seen: dict[str, str] = {}
+        for t in traces:
+            digest = t.text_sha256
+            prior = existing.get(t.trace_id) or seen.get(t.trace_id)
+            if prior is not None:
+                if prior != digest:
+                    raise StoreError(
+                        f"trace {t.trace_id!r} is already in {self.path} with different text: trace ids must be stable. "
+                        "Give the new trace another id, or use another --db"
+                    )
+                continue
+            seen[t.trace_id] = digest
+            new.append(t)
+        return new
 
     def trace_ids(self) -> list[str]:
         """All stored trace ids, in ingestion order then id."""
@@ -847,12 +913,14 @@ class Store:
 
     # ------------------------------------------------------------------ labels
     def upsert_labels(self, labels: Iterable[Label]) -> int:
-        """Insert or replace labels by :attr:`Label.label_id`, in one transaction. Returns the count.
+        """Insert or replace labels by :attr:`Label.label_id`, in one transaction. Returns the count
+        of distinct label ids (of labels repeating an id in ``labels``, the last one is stored).
 
         Raises :class:`StoreError` if a label names a segment that is not stored.
         """
         self._require_writable("store labels")
-        labels = list(labels)
+        # one row per label_id, the last given winning (the table has no unique index to refuse a repeat)
+        labels = list({lab.label_id: lab for lab in labels}.values())
         if not labels:
             return 0
         table = pa.table(

@@ -529,8 +529,8 @@ def load_traces(
     on_batch : callable, optional
         Streaming: called with each batch of up to ``batch_size`` validated traces, which are then
         dropped from memory (``LoadResult.traces`` ends empty; ``trace_ids`` keeps every id). The
-        caller makes "nothing stored unless the whole input validates" hold by writing the batches
-        inside one transaction, as :func:`ror_annotate.pipeline.ingest` does.
+        caller makes "nothing stored unless the whole input validates" hold by validating in a
+        first pass that writes nothing, as :func:`ror_annotate.pipeline.ingest` does.
     batch_size : int
         Traces per ``on_batch`` call.
 

@@ -281,3 +281,71 @@ def test_an_error_caused_by_an_interrupt_counts_as_the_interrupt(db_path: Path) 
                 except KeyboardInterrupt:
                     raise StoreError("store x: TransactionContext Error: Current transaction is aborted")  # noqa: B904
         assert store.runs()[-1].status == "interrupted"
+
+
+# ----------------------------------------------------------------------------- ingest in two passes
+def _numbered_traces(path: Path, n: int, bad_line: int | None = None) -> Path:
+    lines = [json.dumps({"trace_id": f"n{i:04d}", "trace": f"Step {i}. So the answer is {i}."}) for i in range(n)]
+    if bad_line is not None:
+        lines[bad_line - 1] = '{"trace_id": "broken", "trace": '
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def test_ingest_validates_everything_before_writing_a_batch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(pipeline, "INGEST_BATCH", 10)
+    src = _numbered_traces(tmp_path / "t.jsonl", 35, bad_line=34)  # the bad record is in the 4th batch
+    with Store(tmp_path / "s.duckdb") as store:
+        with pytest.raises(InputError, match="t.jsonl:34"):
+            pipeline.ingest(store, src)
+        assert store.counts()["traces"] == 0
+        # a conflict with the store, in the last batch, also stores nothing
+        store.upsert_traces([Trace(trace_id="n0033", text="other text")])
+        with pytest.raises(StoreError, match="n0033"):
+            pipeline.ingest(store, _numbered_traces(tmp_path / "u.jsonl", 35))
+        assert store.counts()["traces"] == 1
+
+
+def test_ingest_interrupted_while_writing_keeps_whole_batches_and_resumes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(pipeline, "INGEST_BATCH", 10)
+    src = _numbered_traces(tmp_path / "t.jsonl", 35)
+    writes = {"n": 0}
+    real = Store.upsert_traces
+
+    def interrupted_on_third(self: Store, traces: list, **kw: object) -> dict:
+        writes["n"] += 1
+        if writes["n"] == 3:
+            raise KeyboardInterrupt
+        return real(self, traces, **kw)
+
+    with Store(tmp_path / "s.duckdb") as store:
+        monkeypatch.setattr(Store, "upsert_traces", interrupted_on_third)
+        with pytest.raises(KeyboardInterrupt):
+            pipeline.ingest(store, src)
+        assert store.trace_ids() == [f"n{i:04d}" for i in range(20)]  # two whole batches
+        assert [r.status for r in store.runs()] == ["interrupted"]
+        monkeypatch.setattr(Store, "upsert_traces", real)
+        again = pipeline.ingest(store, src)
+        assert (again.read, again.inserted, again.unchanged) == (35, 15, 20)
+        assert sorted(store.trace_ids()) == [f"n{i:04d}" for i in range(35)]
+
+
+def test_ingest_refuses_an_input_that_changes_between_its_passes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(pipeline, "INGEST_BATCH", 10)
+    src = _numbered_traces(tmp_path / "t.jsonl", 25)
+    real = Store.check_traces
+    checked = {"n": 0}
+
+    def edit_after_validation(self: Store, traces: list) -> list:
+        checked["n"] += 1
+        if checked["n"] == 3:  # the last validated batch: another user rewrites the file now
+            lines = src.read_text(encoding="utf-8").splitlines()
+            lines[14] = json.dumps({"trace_id": "n0014", "trace": "Edited in the meantime."})
+            src.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        return real(self, traces)
+
+    monkeypatch.setattr(Store, "check_traces", edit_after_validation)
+    with Store(tmp_path / "s.duckdb") as store:
+        with pytest.raises(InputError, match="changed while it was being ingested.*batch 2"):
+            pipeline.ingest(store, src)
+        assert store.counts()["traces"] == 10  # the first batch matched what was validated

@@ -187,3 +187,49 @@ def test_resegmenting_with_the_same_rules_does_no_work(db_path: Path, monkeypatc
         # the short trace splits the same way under a 64-token cap: spans kept, provenance updated
         assert (other_cap.unchanged, other_cap.replaced, other_cap.segments) == (1, 0, first.segments)
         assert store.segmentation_of("t1") == (f"{SEGMENTER_NAME}:max64", "approx:regex-v1")
+
+
+def test_a_v3_store_migrates_its_labels_to_a_table_without_an_index(tmp_path: Path) -> None:
+    db = tmp_path / "v3.duckdb"
+    con = duckdb.connect(str(db))
+    con.execute("CREATE TABLE schema_versions (component VARCHAR PRIMARY KEY, version INTEGER NOT NULL, applied_at TIMESTAMP NOT NULL)")
+    for migration in CORE_MIGRATIONS[:3]:
+        for statement in migration.split(";"):
+            if statement.strip():
+                con.execute(statement)
+    con.execute("INSERT INTO schema_versions VALUES ('core', 3, now())")
+    con.execute("INSERT INTO traces (trace_id, text, text_sha256, meta, ingested_at) VALUES ('t1', ?, 'x', '{}', now())", [TEXT])
+    con.execute("INSERT INTO segments VALUES ('t1', 0, 0, 13, ?, 4)", [TEXT[:13]])
+    lab = _label(0)
+    con.execute(
+        "INSERT INTO labels VALUES (?, 't1', 0, 'planning', 'human', 'a1', 'cb', NULL, NULL, NULL, 'why 🙂', now(), '{}')",
+        [lab.label_id],
+    )
+    con.close()
+    with Store(db) as store:
+        assert store.schema_version("core") == 4
+        (kept,) = store.labels()
+        assert (kept.label_id, kept.rationale) == (lab.label_id, "why 🙂")
+        assert store.execute(
+            "SELECT count(*) FROM duckdb_constraints() WHERE table_name = 'labels' AND constraint_type = 'PRIMARY KEY'"
+        ).fetchone() == (0,)
+        assert store.execute("SELECT count(*) FROM duckdb_indexes() WHERE table_name = 'labels'").fetchone() == (0,)
+        # upserting keeps one row per label id, also when one call repeats an id (the last one wins)
+        store.upsert_labels([_label(0, "fact")])
+        assert store.upsert_labels([_label(0, "execution"), _label(0, "reflection")]) == 1
+        assert [(x.label_id, x.label) for x in store.labels()] == [(lab.label_id, "reflection")]
+
+
+def test_duckdb_memory_limit_from_the_argument_or_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ror_annotate.errors import ConfigError
+
+    with Store(tmp_path / "a.duckdb", memory_limit="200MB") as store:
+        # DuckDB reports the limit in binary units: 200 MB = 200e6 bytes = 190.7 MiB
+        assert store.execute("SELECT current_setting('memory_limit')").fetchone() == ("190.7 MiB",)
+    monkeypatch.setenv("ROR_DUCKDB_MEMORY_LIMIT", "1GB")
+    with Store(tmp_path / "b.duckdb") as store:
+        assert store.execute("SELECT current_setting('memory_limit')").fetchone() == ("953.6 MiB",)
+    monkeypatch.setenv("ROR_DUCKDB_MEMORY_LIMIT", "lots")
+    with pytest.raises(ConfigError, match="ROR_DUCKDB_MEMORY_LIMIT='lots'"):
+        Store(tmp_path / "c.duckdb")
+    assert not (tmp_path / "c.duckdb").exists()
