@@ -333,23 +333,24 @@ def ingest(
 
         read("validate", check_batch)
         counts: Counter[str] = Counter()
+        written: list[str] = []  # fingerprints of the batches stored so far
 
         def store_batch(traces: list) -> None:
-            n = counts["batches"]
+            n = len(written)
             if n >= len(fingerprints) or fingerprints[n] != _batch_fingerprint(traces):
                 raise InputError(
                     f"{text}: the input changed while it was being ingested (batch {n + 1} differs from what was "
                     f"validated); {counts['inserted'] + counts['unchanged']} traces were stored before the change. "
                     "Run the ingest again once the input is final"
                 )
-            counts["batches"] += 1
             counts.update(store.upsert_traces(traces, run_id=the_run.run_id))
+            written.append(fingerprints[n])
 
         result = read("ingest", store_batch)
-        if counts["batches"] != len(fingerprints):
+        if len(written) != len(fingerprints):
             raise InputError(
                 f"{text}: the input changed while it was being ingested ({len(fingerprints)} batches validated, "
-                f"{counts['batches']} read back); run the ingest again once the input is final"
+                f"{len(written)} read back); run the ingest again once the input is final"
             )
         n_read = len(result.trace_ids)
         summary = IngestSummary(
