@@ -247,8 +247,10 @@ def _signals_held() -> Iterator[None]:
 
 def is_interrupt(exc: BaseException) -> bool:
     """Whether ``exc`` is Ctrl-C (or SIGTERM, which the CLI turns into Ctrl-C) in any of its disguises:
-    :class:`KeyboardInterrupt`, DuckDB's ``InterruptException``, or the plain ``RuntimeError("Query
-    interrupted")`` DuckDB raises when the signal lands while a result is being fetched."""
+    :class:`KeyboardInterrupt`, DuckDB's ``InterruptException``, the plain ``RuntimeError("Query
+    interrupted")`` DuckDB raises when the signal lands while a result is being fetched, or the
+    ``InvalidInputException`` ("... failed: KeyboardInterrupt") it raises when the signal lands
+    while it reads a registered Arrow table (every bulk insert)."""
     seen: set[int] = set()
     current: BaseException | None = exc
     # An interrupt can also surface as a later error it caused (a cleanup query on the transaction
@@ -258,6 +260,10 @@ def is_interrupt(exc: BaseException) -> bool:
         if isinstance(current, (KeyboardInterrupt, duckdb.InterruptException)):
             return True
         if isinstance(current, RuntimeError) and "query interrupted" in str(current).lower():
+            return True
+        # DuckDB re-raises a KeyboardInterrupt thrown inside a Python callback it made (reading a
+        # registered Arrow table's schema) as its own error, keeping only the name in the message.
+        if isinstance(current, duckdb.Error) and "failed: KeyboardInterrupt" in str(current):
             return True
         current = current.__cause__ or current.__context__
     return False

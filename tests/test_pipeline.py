@@ -273,6 +273,25 @@ def test_an_error_caused_by_an_interrupt_counts_as_the_interrupt(db_path: Path) 
         assert isinstance(translate_duckdb_error(masked, str(db_path)), KeyboardInterrupt)
     assert not is_interrupt(duckdb.TransactionException("Current transaction is aborted (please ROLLBACK)"))
     assert is_interrupt(RuntimeError("Query interrupted"))
+    # Ctrl-C landing while DuckDB reads a registered Arrow table (every bulk insert does) comes back
+    # as DuckDB's own InvalidInputException; produced here by the real DuckDB, not constructed.
+
+    class InterruptedArrowStream:
+        def __arrow_c_stream__(self, requested_schema: object = None) -> object:
+            raise KeyboardInterrupt
+
+    con = duckdb.connect()
+    caught: BaseException | None = None
+    try:  # DuckDB 2.0 reads the schema in register() and wraps the interrupt; DuckDB 1.3 lets it through
+        con.register("v", InterruptedArrowStream())
+        con.execute("SELECT * FROM v").fetchall()
+    except BaseException as exc:  # noqa: BLE001 - KeyboardInterrupt or duckdb.Error, depending on the version
+        caught = exc
+    assert isinstance(caught, (KeyboardInterrupt, duckdb.Error))
+    assert is_interrupt(caught)
+    assert isinstance(translate_duckdb_error(caught, str(db_path)), KeyboardInterrupt)
+    con.close()
+    assert not is_interrupt(duckdb.InvalidInputException("reading the schema of the object registered as 'v' failed: ValueError: x"))
     with Store(db_path) as store:
         with pytest.raises(KeyboardInterrupt):
             with store.run("demo"):
