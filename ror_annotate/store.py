@@ -138,6 +138,30 @@ DependentPolicy = Literal["cascade", "refuse"]
 
 #: Filter on a list of trace ids as a hash semi-join (``list_contains`` costs rows x ids).
 _IDS_FILTER = "trace_id IN (SELECT unnest(?::VARCHAR[]))"
+#: Rows per unit of the row-id ranges of :meth:`Store.trace_filter` (DuckDB's vector, the finest unit its scan skips).
+ROWID_BUCKET = 2048
+#: Most row-id ranges one :meth:`Store.trace_filter` condition names; the closest are merged beyond it.
+MAX_ROWID_RANGES = 32
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def rowid_ranges(buckets: Sequence[int], max_ranges: int = MAX_ROWID_RANGES) -> list[tuple[int, int]]:
+    """Sorted bucket numbers (``rowid // ROWID_BUCKET``) as at most ``max_ranges`` inclusive bucket ranges.
+
+    Runs of consecutive buckets become one range; beyond ``max_ranges`` the ranges with the
+    smallest gaps between them are merged (the result then covers some buckets not asked for).
+    """
+    runs: list[list[int]] = []
+    for b in buckets:
+        if runs and b <= runs[-1][1] + 1:
+            runs[-1][1] = max(runs[-1][1], b)
+        else:
+            runs.append([b, b])
+    while len(runs) > max(max_ranges, 1):
+        i = min(range(len(runs) - 1), key=lambda k: runs[k + 1][0] - runs[k][1])
+        runs[i][1] = runs[i + 1][1]
+        del runs[i + 1]
+    return [(lo, hi) for lo, hi in runs]
 
 _SECRET_KEY = re.compile(r"(api[_-]?key|token|secret|password|authorization)", re.IGNORECASE)
 _URL_PASSWORD = re.compile(r"(//[^/?#@:]*):[^/?#@]*@")
@@ -155,6 +179,8 @@ class _Shared:
         self.tx_depth = 0
         self.lock = threading.RLock()
         self.temp_components: set[str] = set()
+        self.memory_limit: str | None = None  # the configured DuckDB memory_limit; None: DuckDB's default
+        self.cache_checked_at = float("-inf")  # time.monotonic() of the last Store.release_cache check
 
 
 _OPEN: dict[str, _Shared] = {}
@@ -294,6 +320,10 @@ def duckdb_errors(path: str, what: str = "") -> Iterator[None]:
 
 #: Environment variable bounding DuckDB's memory (its buffer cache of table blocks above all).
 MEMORY_LIMIT_ENV = "ROR_DUCKDB_MEMORY_LIMIT"
+#: Bytes of cached table blocks :meth:`Store.release_cache` lets DuckDB keep.
+CACHE_KEEP_BYTES = 16 * 2**20
+#: Seconds between two looks at the cache by :meth:`Store.release_cache` (a look is a ~1 ms query).
+CACHE_CHECK_SECONDS = 1.0
 
 
 def _duckdb_config(memory_limit: str | None) -> dict[str, Any]:
@@ -463,6 +493,7 @@ class Store:
                 )
             if entry is None:
                 entry = _Shared(_connect_with_retry(self.path, lock_timeout, self.read_only, memory_limit), self.read_only)
+                entry.memory_limit = _duckdb_config(memory_limit).get("memory_limit")
                 if self.path != ":memory:":
                     _OPEN[self.path] = entry
             entry.refs += 1
@@ -544,6 +575,56 @@ class Store:
                 if shared.tx_depth == 0:
                     with duckdb_errors(self.path, "commit"):
                         self.con.execute("COMMIT")
+                    self.release_cache()
+
+    def release_cache(self, *, keep_bytes: int = CACHE_KEEP_BYTES, force: bool = False) -> int:
+        """Drop DuckDB's cached table blocks beyond ``keep_bytes``, between transactions; return the bytes dropped.
+
+        DuckDB keeps every block of a table it has read in its buffer pool until ``memory_limit``
+        (80% of RAM unless configured) forces it out. A stage that streams the corpus reads each block
+        once, so the cache only grows: ~70 MiB per million segments in ``ror run``. Lowering
+        ``memory_limit`` makes DuckDB evict unpinned blocks down to it (its buffer pool's ``SetLimit``);
+        the configured limit (``Store(memory_limit=)``, ``ROR_DUCKDB_MEMORY_LIMIT``, else DuckDB's
+        default) is set back at once, so a ``SET memory_limit`` of your own is replaced by it. Dropped
+        blocks are read again from the file (the OS page cache) when next needed.
+
+        Cheap enough to call after every unit of work: it looks at ``duckdb_memory()`` at most once per
+        :data:`CACHE_CHECK_SECONDS` (unless ``force``), and does nothing inside a transaction (a lowered
+        limit there can fail the commit) or while the cache is under ``keep_bytes``. Not for use while
+        another thread runs a query on this store: it could meet the lowered limit.
+
+        Raises
+        ------
+        StoreError
+            DuckDB refused to set the configured memory limit back (the store is left unusable).
+        """
+        shared = self._shared
+        now = time.monotonic()
+        if not force and now - shared.cache_checked_at < CACHE_CHECK_SECONDS:
+            return 0
+        with shared.lock:
+            shared.cache_checked_at = now
+            if shared.tx_depth:
+                return 0
+            used = dict(self.con.execute("SELECT tag, memory_usage_bytes FROM duckdb_memory()").fetchall())
+            cached = int(used.get("BASE_TABLE", 0))
+            if cached <= keep_bytes:
+                return 0
+            # what this cannot evict (indexes, other buffers) plus what may stay cached
+            floor_kib = (sum(int(v) for v in used.values()) - cached + keep_bytes) // 1024 + 1
+            with _signals_held():  # a Ctrl-C between the two statements would leave the low limit in place
+                try:
+                    self.con.execute(f"SET memory_limit = '{floor_kib}KiB'")
+                except duckdb.OutOfMemoryException:
+                    pass  # DuckDB evicted what it could; the limit is set back below either way
+                finally:
+                    with duckdb_errors(self.path, "restore memory_limit"):
+                        if shared.memory_limit:
+                            self.con.execute(f"SET memory_limit = '{shared.memory_limit}'")
+                        else:
+                            self.con.execute("RESET memory_limit")
+            after = self.con.execute("SELECT memory_usage_bytes FROM duckdb_memory() WHERE tag = 'BASE_TABLE'").fetchone()
+            return max(cached - int(after[0] if after else 0), 0)
 
     def _abandon_transaction(self) -> None:
         """Roll back whatever transaction an interrupt left open (e.g. Ctrl-C between ``BEGIN`` and the
@@ -906,16 +987,84 @@ class Store:
 
     def segments_by_trace(self, trace_ids: Sequence[str]) -> dict[str, list[Segment]]:
         """The stored segments of several traces in one query: ``{trace_id: [Segment, ...]}`` in
-        segment order; a trace without segments maps to ``[]``. For stages that work in batches."""
+        segment order; a trace without segments maps to ``[]``. For stages that work in batches
+        (it reads only the table's row groups that hold these traces: :meth:`rows_of_traces`)."""
         out: dict[str, list[Segment]] = {t: [] for t in trace_ids}
         with duckdb_errors(self.path, "read segments"):
-            rows = self.con.execute(
-                "SELECT trace_id, segment_index, char_start, char_end, text, n_tokens FROM segments "
-                f"WHERE {_IDS_FILTER} ORDER BY trace_id, segment_index", [list(trace_ids)],
-            ).fetchall()
+            rows = self.rows_of_traces(
+                "segments", "trace_id, segment_index, char_start, char_end, text, n_tokens", trace_ids,
+                order_by="trace_id, segment_index",
+            )
         for r in rows:
             out[r[0]].append(Segment(trace_id=r[0], segment_index=r[1], char_start=r[2], char_end=r[3], text=r[4], n_tokens=r[5]))
         return out
+
+    def trace_filter(self, table: str, trace_ids: Sequence[str]) -> tuple[str, list[Any]] | None:
+        """A ``WHERE`` condition for the rows of ``trace_ids`` in ``table`` that lets DuckDB skip the
+        rest of the table, with its parameters; None when no row of ``table`` belongs to them.
+
+        ``trace_id IN (SELECT unnest(?))`` alone is a semi-join that DuckDB applies after its scan, so
+        a query reads every column it returns over the whole table: each batch of a stage read the
+        whole corpus (and its blocks stayed in DuckDB's cache). Here one query first reads the
+        ``trace_id`` column alone to find where those rows are, as ranges of row ids rounded to
+        :data:`ROWID_BUCKET` rows (at most :data:`MAX_ROWID_RANGES`, see :func:`rowid_ranges`); the
+        condition is ``(rowid BETWEEN ? AND ? OR ...) AND trace_id IN (...)``, which DuckDB pushes into
+        its scan, and it selects exactly the rows the semi-join does. Measured on a 1M-segment store
+        (DuckDB 2.0): a 20k-segment batch's text read 1 MiB of blocks in 4 ms instead of 18 MiB in 22 ms.
+
+        Row ids hold within one snapshot: run this and the query using it in one transaction
+        (:meth:`rows_of_traces` does).
+
+        Raises
+        ------
+        ValueError
+            ``table`` is not a plain identifier.
+        """
+        if not _IDENTIFIER.fullmatch(table):
+            raise ValueError(f"not a table name: {table!r}")
+        ids = list(trace_ids)
+        if not ids:
+            return None
+        buckets = self.con.execute(
+            f'SELECT DISTINCT rowid // {ROWID_BUCKET} AS b FROM "{table}" WHERE {_IDS_FILTER} ORDER BY b', [ids]
+        ).fetchall()
+        if not buckets:
+            return None
+        ranges = rowid_ranges([int(b[0]) for b in buckets])
+        params: list[Any] = [v for lo, hi in ranges for v in (lo * ROWID_BUCKET, (hi + 1) * ROWID_BUCKET - 1)]
+        clause = " OR ".join(["rowid BETWEEN ? AND ?"] * len(ranges))
+        return f"({clause}) AND {_IDS_FILTER}", [*params, ids]
+
+    def rows_of_traces(
+        self, table: str, columns: str, trace_ids: Sequence[str], *, where: str = "", params: Sequence[Any] = (), order_by: str = ""
+    ) -> list[tuple[Any, ...]]:
+        """``SELECT columns FROM table`` over the rows of ``trace_ids`` (and ``where``, with ``params``),
+        reading only the parts of the table that hold them (:meth:`trace_filter`), in one snapshot.
+
+        Parameters
+        ----------
+        table, columns : str
+            A table with a ``trace_id`` column, and the SQL list of columns to return.
+        trace_ids : sequence of str
+            The traces; none gives ``[]``.
+        where, params : str and sequence, optional
+            A further condition ANDed to the traces' one, and its parameters.
+        order_by : str, optional
+            SQL ``ORDER BY`` list.
+
+        Returns
+        -------
+        list of tuple
+            The rows, as DuckDB returns them.
+        """
+        with self.transaction():
+            found = self.trace_filter(table, trace_ids)
+            if found is None:
+                return []
+            condition, values = found
+            sql = f'SELECT {columns} FROM "{table}" WHERE {condition}' + (f" AND ({where})" if where else "")
+            sql += f" ORDER BY {order_by}" if order_by else ""
+            return self.con.execute(sql, [*values, *params]).fetchall()
 
     # ------------------------------------------------------------------ labels
     def upsert_labels(self, labels: Iterable[Label]) -> int:
@@ -946,21 +1095,30 @@ class Store:
                 "extra": [json.dumps(lab.extra, ensure_ascii=False, default=str) for lab in labels],
             }
         )
+        trace_ids = list(dict.fromkeys(lab.trace_id for lab in labels))
         view = f"_ror_labels_{uuid.uuid4().hex[:8]}"
         self._register(view, table)
         try:
-            missing = self.con.execute(
-                f"SELECT v.trace_id, v.segment_index FROM {view} v ANTI JOIN segments s "
-                "ON v.trace_id = s.trace_id AND v.segment_index = s.segment_index LIMIT 1"
-            ).fetchall()  # fetchall: DuckDB 2 refuses unregister() while a result is unfinished
-            if missing:
-                trace_id, index = missing[0]
-                raise StoreError(
-                    f"label for segment {trace_id}#{index} names a segment that is not in {self.path}; "
-                    "segment the trace first (ror segment)"
-                )
             with self.transaction():
-                self.con.execute(f"DELETE FROM labels WHERE label_id IN (SELECT label_id FROM {view})")
+                # both lookups read only the parts of segments and labels that hold these traces (trace_filter):
+                # label_id is derived from the trace id, so a stored label with the same id is among them
+                stored = self.trace_filter("segments", trace_ids)
+                condition, values = stored if stored is not None else ("false", [])
+                missing = self.con.execute(
+                    f"SELECT v.trace_id, v.segment_index FROM {view} v ANTI JOIN "
+                    f"(SELECT trace_id, segment_index FROM segments WHERE {condition}) s "
+                    "ON v.trace_id = s.trace_id AND v.segment_index = s.segment_index LIMIT 1", values,
+                ).fetchall()  # fetchall: DuckDB 2 refuses unregister() while a result is unfinished
+                if missing:
+                    trace_id, index = missing[0]
+                    raise StoreError(
+                        f"label for segment {trace_id}#{index} names a segment that is not in {self.path}; "
+                        "segment the trace first (ror segment)"
+                    )
+                existing = self.trace_filter("labels", trace_ids)
+                if existing is not None:
+                    condition, values = existing
+                    self.con.execute(f"DELETE FROM labels WHERE {condition} AND label_id IN (SELECT label_id FROM {view})", values)
                 self.con.execute(f"INSERT INTO labels SELECT * FROM {view}")
         finally:
             self._unregister(view)
@@ -1019,16 +1177,15 @@ class Store:
             if val is not None:
                 where.append(f"{col} = ?")
                 params.append(val)
-        if trace_ids is not None:
-            where.append(_IDS_FILTER)
-            params.append(list(trace_ids))
-        sql = (
-            "SELECT trace_id, segment_index, label, source, annotator, codebook_version, run_id, study, confidence, "
-            "rationale, created_at, extra FROM labels"
+        columns = (
+            "trace_id, segment_index, label, source, annotator, codebook_version, run_id, study, confidence, rationale, created_at, extra"
         )
-        if where:
-            sql += " WHERE " + " AND ".join(where)
-        rows = self.con.execute(sql + " ORDER BY trace_id, segment_index, source, annotator", params).fetchall()
+        order_by = "trace_id, segment_index, source, annotator"
+        if trace_ids is not None:
+            rows = self.rows_of_traces("labels", columns, trace_ids, where=" AND ".join(where), params=params, order_by=order_by)
+        else:
+            sql = f"SELECT {columns} FROM labels" + (" WHERE " + " AND ".join(where) if where else "")
+            rows = self.con.execute(f"{sql} ORDER BY {order_by}", params).fetchall()
         return [
             Label(
                 trace_id=r[0], segment_index=r[1], label=r[2], source=r[3], annotator=r[4], codebook_version=r[5],

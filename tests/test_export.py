@@ -637,7 +637,8 @@ def test_small_batches_and_shards_give_the_same_dataset(tmp_path, monkeypatch):
     store = make_store(tmp_path / "s.duckdb")
     tok = F.byte_level_bpe()
     export_dataset(store, tmp_path / "one", tokenizer=tok, split_fractions=(1, 0, 0))
-    monkeypatch.setattr(write, "MAX_SHARD_BYTES", 1)  # every write starts a new shard
+    monkeypatch.setattr(write, "MAX_SHARD_BYTES", 1)  # every row group starts a new shard
+    monkeypatch.setattr(write, "ROW_GROUP_BYTES", 1)  # every batch is its own row group
     summary = export_dataset(store, tmp_path / "many", tokenizer=tok, split_fractions=(1, 0, 0), batch_size=1, max_batch_segments=1)
     files = sorted(p.name for p in (tmp_path / "many" / "data" / "segments").iterdir())
     assert files == ["train-00000-of-00003.parquet", "train-00001-of-00003.parquet", "train-00002-of-00003.parquet"]  # 3 traces
@@ -652,6 +653,25 @@ def test_small_batches_and_shards_give_the_same_dataset(tmp_path, monkeypatch):
     many = json.loads((tmp_path / "many" / "ror_export.json").read_text())
     for key in ("label_counts", "segment_length", "analytics", "n_rows", "n_tokens", "n_straddling", "sources"):
         assert one[key] == many[key], key
+
+
+def test_batches_are_gathered_into_row_groups(tmp_path, monkeypatch):
+    """One trace per batch still gives one row group per file below ROW_GROUP_BYTES (a parquet writer keeps
+    every row group's metadata until it closes), and a row group per batch once each batch reaches it."""
+    import pyarrow.parquet as pq
+
+    import ror_annotate.export.write as write
+
+    store = make_store(tmp_path / "s.duckdb")  # 3 traces
+    export_dataset(store, tmp_path / "gathered", split_fractions=(1, 0, 0), batch_size=1, max_batch_segments=1)
+    monkeypatch.setattr(write, "ROW_GROUP_BYTES", 1)
+    export_dataset(store, tmp_path / "each", split_fractions=(1, 0, 0), batch_size=1, max_batch_segments=1)
+    for config in ("traces", "segments"):
+        gathered = pq.ParquetFile(tmp_path / "gathered" / "data" / config / "train-00000-of-00001.parquet")
+        each = pq.ParquetFile(tmp_path / "each" / "data" / config / "train-00000-of-00001.parquet")
+        assert (gathered.metadata.num_row_groups, each.metadata.num_row_groups) == (1, 3), config
+        assert gathered.read().to_pylist() == each.read().to_pylist(), config
+        assert gathered.metadata.num_rows == each.metadata.num_rows > 0
 
 
 def test_percentile_from_counts_matches_numpy():

@@ -233,3 +233,104 @@ def test_duckdb_memory_limit_from_the_argument_or_the_environment(tmp_path: Path
     with pytest.raises(ConfigError, match="ROR_DUCKDB_MEMORY_LIMIT='lots'"):
         Store(tmp_path / "c.duckdb")
     assert not (tmp_path / "c.duckdb").exists()
+
+
+def test_rowid_ranges_by_hand() -> None:
+    from ror_annotate.store import rowid_ranges
+
+    assert rowid_ranges([]) == []
+    assert rowid_ranges([1, 2, 3, 7, 8, 20]) == [(1, 3), (7, 8), (20, 20)]
+    # two ranges at most: the gap 3 -> 7 (4) is smaller than 8 -> 20 (12), so that one is closed
+    assert rowid_ranges([1, 2, 3, 7, 8, 20], max_ranges=2) == [(1, 8), (20, 20)]
+    assert rowid_ranges([1, 2, 3, 7, 8, 20], max_ranges=1) == [(1, 20)]
+
+
+def _many_segments(tid: str, n: int) -> tuple[Trace, list[Segment]]:
+    words = [f"w{i}é" for i in range(n)]  # 3-5 characters each, one space apart
+    text = " ".join(words)
+    segs, pos = [], 0
+    for i, w in enumerate(words):
+        segs.append(Segment(trace_id=tid, segment_index=i, char_start=pos, char_end=pos + len(w), text=w, n_tokens=1))
+        pos += len(w) + 1
+    return Trace(trace_id=tid, text=text), segs
+
+
+def test_reads_by_trace_touch_only_their_rows_and_match_a_plain_filter(db_path: Path) -> None:
+    """segments_by_trace / labels(trace_ids=) / rows_of_traces return what a plain ``trace_id IN`` filter
+    returns, also for a trace whose rows lie in two places and for rows of an open transaction; the
+    condition's row-id ranges cover the traces' rows and not the whole table."""
+    from ror_annotate.store import ROWID_BUCKET
+
+    sizes = {"a": 3000, "b": 3000, "c": 2000}
+    with Store(db_path) as store:
+        for tid, n in sizes.items():  # rows 0-2999 (a), 3000-5999 (b), 6000-7999 (c)
+            trace, segs = _many_segments(tid, n)
+            store.upsert_traces([trace])
+            store.replace_segments(tid, segs, segmenter="s", token_counter="c")
+
+        def plain(table: str, ids: list[str]) -> list[tuple]:
+            return store.execute(
+                f"SELECT trace_id, segment_index FROM {table} WHERE list_contains(?, trace_id) ORDER BY 1, 2", [ids]
+            ).fetchall()
+
+        condition, params = store.trace_filter("segments", ["b"])
+        bounds = params[:-1]
+        # b's rows 3000..5999 are buckets 1 and 2 of 2048 rows: one range, rows 2048..6143
+        assert bounds == [ROWID_BUCKET, 3 * ROWID_BUCKET - 1] and params[-1] == ["b"] and "rowid BETWEEN" in condition
+        assert store.trace_filter("segments", ["nope"]) is None and store.trace_filter("segments", []) is None
+
+        labels = [Label(trace_id=t, segment_index=i, label="fact", source="baseline", annotator="x", codebook_version="v")
+                  for t in ("a", "b", "c") for i in range(sizes[t])]  # label rows as the segments: a, b, c
+        store.upsert_labels(labels)
+        store.upsert_labels([Label(trace_id="a", segment_index=1, label="fact", source="human", annotator="h", codebook_version="v")])
+        # a's labels now sit in two places: rows 0..2999 (buckets 0-1) and row 8000 (bucket 3)
+        assert store.trace_filter("labels", ["a"])[1][:-1] == [0, 2 * ROWID_BUCKET - 1, 3 * ROWID_BUCKET, 4 * ROWID_BUCKET - 1]
+        for ids in (["a"], ["b"], ["c", "a"], ["a", "b", "c"]):
+            got = store.segments_by_trace(ids)
+            assert sorted((s.trace_id, s.segment_index) for v in got.values() for s in v) == plain("segments", ids), ids
+            assert [(x.trace_id, x.segment_index) for x in store.labels(trace_ids=ids)] == plain("labels", ids), ids
+
+        with store.transaction():  # rows not yet committed are found too
+            store.upsert_labels([Label(trace_id="b", segment_index=5, label="planning", source="human", annotator="h",
+                                       codebook_version="v")])
+            got = store.labels(source="human", trace_ids=["b"])
+            assert [(x.trace_id, x.segment_index, x.label) for x in got] == [("b", 5, "planning")]
+            # an upsert of a stored id replaces it, found through the same ranges
+            store.upsert_labels([Label(trace_id="a", segment_index=1, label="reflection", source="human", annotator="h",
+                                       codebook_version="v")])
+        human = store.labels(source="human", trace_ids=["a", "b"])
+        assert [(x.trace_id, x.segment_index, x.label) for x in human] == [("a", 1, "reflection"), ("b", 5, "planning")]
+        assert store.execute("SELECT count(*), count(DISTINCT label_id) FROM labels").fetchone() == (len(labels) + 2,) * 2
+        with pytest.raises(StoreError, match="b#3000 names a segment that is not"):
+            store.upsert_labels([Label(trace_id="b", segment_index=3000, label="fact", source="human", annotator="h", codebook_version="v")])
+
+
+def test_release_cache_drops_cached_blocks_and_keeps_the_configured_limit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def cached(store: Store) -> int:
+        row = store.execute("SELECT coalesce(sum(memory_usage_bytes), 0) FROM duckdb_memory() WHERE tag = 'BASE_TABLE'").fetchone()
+        return int(row[0])
+
+    for configured in ("300MB", None):
+        path = tmp_path / f"{configured}.duckdb"
+        with Store(path, memory_limit=configured) as store:
+            store.execute("CREATE TABLE big AS SELECT i, repeat('x', 200) || i::VARCHAR AS s FROM range(200000) r(i)")
+            store.execute("CHECKPOINT")
+        with Store(path, memory_limit=configured) as store:
+            limit = store.execute("SELECT current_setting('memory_limit')").fetchone()
+            assert store.execute("SELECT sum(length(s)) FROM big").fetchone()[0] > 40_000_000
+            before = cached(store)
+            assert before > 2**20  # the scan left the table's blocks cached
+            assert store.release_cache(keep_bytes=before) == 0  # under the threshold: nothing to do
+            with store.transaction():
+                assert store.release_cache(keep_bytes=0, force=True) == 0  # never inside a transaction
+            dropped = store.release_cache(keep_bytes=0, force=True)
+            assert dropped > 0 and cached(store) == before - dropped < before
+            assert store.execute("SELECT current_setting('memory_limit')").fetchone() == limit, configured
+            assert store.execute("SELECT count(*) FROM big").fetchone() == (200000,)  # the blocks are read again
+            # at most one look per CACHE_CHECK_SECONDS
+            import ror_annotate.store as store_module
+
+            monkeypatch.setattr(store_module, "CACHE_CHECK_SECONDS", 3600.0)
+            store.execute("SELECT sum(length(s)) FROM big").fetchone()
+            assert store.release_cache(keep_bytes=0) == 0 and cached(store) > 0
+            monkeypatch.undo()

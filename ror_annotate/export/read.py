@@ -6,8 +6,8 @@ traces, segments and labels one batch of traces at a time (about ``max_segments`
 batch). Rows are checked on the way in, so a corrupt store row (a label outside the codebook, a
 segment whose text is not at its offsets) stops the export with one coded line naming the row.
 
-These are read-only queries on the core tables; the store's own methods load whole tables or one
-trace at a time, which is either unbounded or one query per trace.
+These are read-only queries on the core tables; segments and labels come through
+:meth:`Store.rows_of_traces`, which reads only the parts of a table that hold the batch.
 """
 
 from __future__ import annotations
@@ -123,10 +123,10 @@ def _read_batch(store: "Store", ids: list[str], with_format: bool) -> Batch:
         formats[r[0]] = r[10] if with_format else None  # stores written before the column existed have none
     traces = [by_id[i] for i in ids]
     segments: dict[str, list[Segment]] = defaultdict(list)
-    rows = store.execute(
-        "SELECT trace_id, segment_index, char_start, char_end, text, n_tokens FROM segments "
-        f"WHERE {_ids_filter('trace_id')} ORDER BY trace_id, segment_index", [ids]
-    ).fetchall()
+    # rows_of_traces reads only the row groups holding the batch: a plain IN filter read the whole table per batch
+    rows = store.rows_of_traces(
+        "segments", "trace_id, segment_index, char_start, char_end, text, n_tokens", ids, order_by="trace_id, segment_index"
+    )
     for r in rows:
         text = by_id[r[0]].text
         if not (0 <= r[2] < r[3] <= len(text)) or text[r[2] : r[3]] != r[4]:
@@ -137,10 +137,9 @@ def _read_batch(store: "Store", ids: list[str], with_format: bool) -> Batch:
             )
         segments[r[0]].append(Segment.model_construct(trace_id=r[0], segment_index=r[1], char_start=r[2], char_end=r[3], text=r[4], n_tokens=r[5]))
     labels: dict[tuple[str, int], list[Label]] = defaultdict(list)
-    rows = store.execute(
-        "SELECT label_id, trace_id, segment_index, label, source, annotator, codebook_version, study, created_at, extra "
-        f"FROM labels WHERE {_ids_filter('trace_id')}", [ids]
-    ).fetchall()
+    rows = store.rows_of_traces(
+        "labels", "label_id, trace_id, segment_index, label, source, annotator, codebook_version, study, created_at, extra", ids
+    )
     for r in rows:
         if r[3] not in BEHAVIORS or r[4] not in _SOURCES:
             what = f"label {r[3]!r} is not one of the codebook's behaviors ({', '.join(BEHAVIORS)})" if r[3] not in BEHAVIORS \
