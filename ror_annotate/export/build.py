@@ -492,7 +492,6 @@ def _write_rows(
     done = 0
     for batch in read.batches(store, keys, max_segments=max_batch_segments, max_traces=batch_size):
         done += len(batch.traces)
-        store.release_cache()  # each block is read once: DuckDB's cache of them would grow with the corpus
         if progress is not None:  # counted as the batch starts: the bar moves while it is written
             progress(done, len(keys))
         chosen_batch: list[list[ChosenLabel]] = []
