@@ -169,13 +169,18 @@ def _every(n: int, update: Callable[[int, int | None], None]) -> Callable[[int, 
 
 @contextmanager
 def _stage(store: "Store", run: Run | None, command: str, parameters: dict[str, Any], progress: Any) -> Iterator[tuple[Run, _TrackedProgress]]:
-    """The run to record into (the enclosing job's, or a new one) and a progress tracker."""
+    """The run to record into (the enclosing job's, or a new one) and a progress tracker.
+
+    A stage that completes ends with :meth:`Store.checkpoint`: its writes go into the store file
+    while its own working memory is already released, not later on top of another stage's.
+    """
     tracked = progress if isinstance(progress, _TrackedProgress) else _TrackedProgress(store, progress)
     if run is not None:
         yield run, tracked
-        return
-    with store.run(command, parameters) as new_run:
-        yield new_run, tracked
+    else:
+        with store.run(command, parameters) as new_run:
+            yield new_run, tracked
+    store.checkpoint()
 
 
 # --------------------------------------------------------------------------- input

@@ -623,8 +623,38 @@ class Store:
                             self.con.execute(f"SET memory_limit = '{shared.memory_limit}'")
                         else:
                             self.con.execute("RESET memory_limit")
-            after = self.con.execute("SELECT memory_usage_bytes FROM duckdb_memory() WHERE tag = 'BASE_TABLE'").fetchone()
-            return max(cached - int(after[0] if after else 0), 0)
+            # fetchall: a result read to its end leaves the connection free for DuckDB 2's relational API (con.sql)
+            after = self.con.execute("SELECT memory_usage_bytes FROM duckdb_memory() WHERE tag = 'BASE_TABLE'").fetchall()
+            return max(cached - int(after[0][0] if after else 0), 0)
+
+    def checkpoint(self) -> bool:
+        """Write what the write-ahead log holds into the database file now (DuckDB ``CHECKPOINT``).
+
+        DuckDB checkpoints by itself when the WAL passes its ``checkpoint_threshold`` (16 MiB by
+        default) and when the store closes. A checkpoint rewrites each changed table's last, partly
+        filled row group (up to 122,880 rows), so the one at close after a labelling pass costs ~100
+        MiB for a moment, on top of whatever the last stage left allocated: at 1M segments ``ror
+        run`` peaked there, after the export. The pipeline calls this at the end of each stage
+        instead, where that stage's working memory is already released, and drops the blocks the
+        checkpoint read (:meth:`release_cache`). It also leaves a store file that holds all its data
+        without its ``.wal``.
+
+        Returns False, doing nothing, on a read-only store or inside a transaction (a ``CHECKPOINT``
+        there would fail the transaction); True otherwise.
+
+        Raises
+        ------
+        StoreError
+            DuckDB could not write the checkpoint (e.g. the disk is full); the WAL keeps the data.
+        """
+        shared = self._shared
+        with shared.lock:
+            if self.read_only or shared.tx_depth:
+                return False
+            with duckdb_errors(self.path, "checkpoint"):
+                self.con.execute("CHECKPOINT").fetchall()
+        self.release_cache(force=True)
+        return True
 
     def _abandon_transaction(self) -> None:
         """Roll back whatever transaction an interrupt left open (e.g. Ctrl-C between ``BEGIN`` and the

@@ -204,6 +204,11 @@ def test_pipeline_functions_return_typed_summaries(tmp_path: Path) -> None:
         again = pipeline.label(store)
         assert (again.labeled, again.skipped) == (0, seg.segments)
         commands = [(r.command, r.status) for r in store.runs()]
+        # each stage ends with a checkpoint: the store file alone holds every label, without its WAL
+        alone = tmp_path / "alone.duckdb"
+        alone.write_bytes((tmp_path / "s.duckdb").read_bytes())
+        with duckdb.connect(str(alone), read_only=True) as con:
+            assert con.execute("SELECT count(*) FROM labels").fetchone() == (seg.segments,)
     assert commands == [("ingest", "ok"), ("segment", "ok"), ("label", "ok"), ("label", "ok")]
     with pytest.raises(InputError, match="no such file"):
         pipeline.check_source(tmp_path / "missing.jsonl")
@@ -251,7 +256,7 @@ def test_status_shows_a_running_jobs_progress(tmp_path: Path) -> None:
         assert holder.stdout.readline().strip() == "ready"
         done = subprocess.run([*ROR, "status", "--db", str(db), "--lock-timeout", "0.2"], capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, done.stderr
-        assert "locked by a running job" in done.stdout
+        assert "locked by a running job" in " ".join(done.stdout.split())  # rich wraps at the terminal's width
         assert "segment" in done.stdout and "7" in done.stdout and "40" in done.stdout and "running" in done.stdout
     finally:
         holder.kill()

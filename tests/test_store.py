@@ -305,6 +305,35 @@ def test_reads_by_trace_touch_only_their_rows_and_match_a_plain_filter(db_path: 
             store.upsert_labels([Label(trace_id="b", segment_index=3000, label="fact", source="human", annotator="h", codebook_version="v")])
 
 
+def _file_alone(path: Path, copy: Path) -> Path:
+    """A copy of the store file without its write-ahead log (what a checkpoint must make complete)."""
+    import shutil
+
+    shutil.copyfile(path, copy)
+    return copy
+
+
+def test_checkpoint_puts_the_wal_into_the_store_file(tmp_path: Path) -> None:
+    path = tmp_path / "s.duckdb"
+    wal = Path(f"{path}.wal")
+    with Store(path) as store:
+        store.upsert_traces([_trace()])
+        store.replace_segments("t1", _segments(), segmenter="s", token_counter="c")
+        assert wal.exists() and wal.stat().st_size > 0  # small writes stay in the WAL (DuckDB's 16 MiB threshold)
+        with duckdb.connect(str(_file_alone(path, tmp_path / "before.duckdb"))) as con:
+            assert con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'segments'").fetchone() == (0,)
+        with store.transaction():
+            assert store.checkpoint() is False  # never inside a transaction
+        assert wal.stat().st_size > 0
+        assert store.checkpoint() is True
+        assert not wal.exists() or wal.stat().st_size == 0
+        assert store.con.sql("SELECT count(*) FROM traces").fetchall() == [(1,)]  # no unfinished result left behind
+        with duckdb.connect(str(_file_alone(path, tmp_path / "after.duckdb"))) as con:
+            assert con.execute("SELECT text FROM segments ORDER BY segment_index").fetchall() == [(TEXT[0:13],), (TEXT[14:],)]
+    with Store(path, read_only=True) as store:
+        assert store.checkpoint() is False
+
+
 def test_release_cache_drops_cached_blocks_and_keeps_the_configured_limit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     def cached(store: Store) -> int:
         row = store.execute("SELECT coalesce(sum(memory_usage_bytes), 0) FROM duckdb_memory() WHERE tag = 'BASE_TABLE'").fetchone()
