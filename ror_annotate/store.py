@@ -631,10 +631,10 @@ class Store:
         """Write what the write-ahead log holds into the database file now (DuckDB ``CHECKPOINT``).
 
         DuckDB checkpoints by itself when the WAL passes its ``checkpoint_threshold`` (16 MiB by
-        default) and when the store closes. A checkpoint rewrites each changed table's last, partly
-        filled row group (up to 122,880 rows), so the one at close after a labelling pass costs ~100
-        MiB for a moment, on top of whatever the last stage left allocated: at 1M segments ``ror
-        run`` peaked there, after the export. The pipeline calls this at the end of each stage
+        default) and when the store closes. Once a table spans a few row groups (122,880 rows each),
+        a checkpoint after appends to it rewrites its last row groups: ~100 MiB for a moment on a
+        ``labels`` table of 300k+ rows, on top of whatever the last stage left allocated when it
+        happens at close (at 1M segments ``ror run`` peaked there, after the export). The pipeline calls this at the end of each stage
         instead, where that stage's working memory is already released, and drops the blocks the
         checkpoint read (:meth:`release_cache`). It also leaves a store file that holds all its data
         without its ``.wal``.
