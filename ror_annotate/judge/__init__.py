@@ -13,11 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from importlib import import_module
-from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import ConfigError
+from ..registry import Registry
 
 if TYPE_CHECKING:  # pragma: no cover
     from rich.progress import Progress
@@ -96,39 +95,21 @@ class Judge(Protocol):
 
 
 JudgeFactory = Callable[..., Judge]
-_REGISTRY: dict[str, JudgeFactory] = {}
-# Built-in judges live in these modules; importing one registers it.
-_BUILTIN_MODULES = {"baseline": ".baseline", "openai": ".llm"}
+#: Every judge by name: built-ins import their module on first use; others come through the
+#: ``ror_annotate.judges`` entry-point group (see :mod:`ror_annotate.registry`).
+JUDGES: Registry[JudgeFactory] = Registry(
+    "judges", builtin_modules={"baseline": "ror_annotate.judge.baseline", "openai": "ror_annotate.judge.llm"}, what="judge"
+)
 
 
 def register_judge(name: str) -> Callable[[JudgeFactory], JudgeFactory]:
     """Decorator: register ``factory(model: str | None, **options) -> Judge`` under ``name``."""
-
-    def deco(factory: JudgeFactory) -> JudgeFactory:
-        _REGISTRY[name] = factory
-        return factory
-
-    return deco
-
-
-def _load(name: str) -> JudgeFactory | None:
-    if name in _REGISTRY:
-        return _REGISTRY[name]
-    if name in _BUILTIN_MODULES:
-        import_module(_BUILTIN_MODULES[name], __name__)
-        return _REGISTRY.get(name)
-    for ep in entry_points(group="ror_annotate.judges"):
-        if ep.name == name:
-            _REGISTRY[name] = ep.load()
-            return _REGISTRY[name]
-    return None
+    return JUDGES.register(name)
 
 
 def available_judges() -> list[str]:
     """Names of every judge that can be made (built-in and entry points)."""
-    names = set(_REGISTRY) | set(_BUILTIN_MODULES)
-    names |= {ep.name for ep in entry_points(group="ror_annotate.judges")}
-    return sorted(names)
+    return JUDGES.names()
 
 
 def make_judge(spec: str, **options: Any) -> Judge:
@@ -140,7 +121,7 @@ def make_judge(spec: str, **options: Any) -> Judge:
         Unknown judge name (the message lists the available ones).
     """
     name, _, model = spec.partition(":")
-    factory = _load(name)
+    factory = JUDGES.find(name)
     if factory is None:
         raise ConfigError(f"unknown judge {spec!r}. Available judges: {', '.join(available_judges())} (e.g. --judge openai:gpt-4.1-mini)")
     return factory(model or None, **options)
@@ -151,5 +132,5 @@ from .outcome import DEFAULT_MAX_FAILED, MaxFailed, check_label_outcome  # noqa:
 
 __all__ = [
     "DEFAULT_MAX_FAILED", "Judge", "JudgeConfig", "JudgeReport", "MaxFailed", "available_judges", "check_label_outcome", "make_judge",
-    "register_judge",
+    "JUDGES", "register_judge",
 ]

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..codebook import DEFAULT_CODEBOOK
 from ..errors import ConfigError
+from ..options import options_error
 
 #: The OpenAI Batch API's documented per-batch limits: requests per batch and input file size (bytes).
 BATCH_MAX_REQUESTS = 50_000
@@ -74,19 +75,4 @@ class JudgeConfig(BaseModel):
         try:
             return cls(**given)
         except ValidationError as exc:
-            err = exc.errors()[0]
-            name = str(err["loc"][0]) if err["loc"] else "options"
-            flag = f"--{name.replace('_', '-')}"
-            value = given.get(name)
-            raise ConfigError(f"{flag} {_expected(err)}, got {value!r}") from exc
-
-
-def _expected(err: Any) -> str:
-    ctx = err.get("ctx") or {}
-    bounds = {"greater_than_equal": ">=", "greater_than": ">", "less_than_equal": "<=", "less_than": "<"}
-    if err["type"] in bounds:
-        limit = next(iter(ctx.values()), "?")
-        return f"must be {bounds[err['type']]} {limit}"
-    if err["type"] == "literal_error":
-        return f"must be {ctx.get('expected', 'one of the allowed values')}"
-    return f"is invalid: {err['msg'][0].lower()}{err['msg'][1:]}"
+            raise options_error(exc, given) from exc

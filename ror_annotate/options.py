@@ -1,0 +1,79 @@
+"""The base of every stage's options model (one pydantic model per stage).
+
+Each stage (ingest, segment, label, aggregate, verify, review study, export, view, capture,
+steer, ...) declares its options once, as a subclass of :class:`StageOptions`: unknown names are
+refused with the closest known name, every value is checked against its bounds when the model is
+built (so validation happens once), the model is frozen, and a run records
+``options.model_dump(mode="json")``. The CLI derives its flags' defaults from the fields.
+"""
+
+from __future__ import annotations
+
+import difflib
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from .errors import ConfigError
+
+OptionsT = TypeVar("OptionsT", bound="StageOptions")
+
+
+class StageOptions(BaseModel):
+    """Validated, frozen options of one stage; subclasses add fields (``extra="forbid"``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    #: Name used in error messages ("the aggregate stage"); subclasses set it.
+    stage: str = "stage"
+
+    @classmethod
+    def from_options(cls: type[OptionsT], options: dict[str, Any], *, what: str | None = None) -> OptionsT:
+        """Validate keyword options; ``None`` values mean "not given" and take the default.
+
+        Raises
+        ------
+        ConfigError
+            An unknown option (with the closest known name) or a value out of bounds, named as its
+            command-line flag (``--chunk-size must be >= 1, got 0``).
+        """
+        what = what or cls.model_fields["stage"].default
+        known = [name for name in cls.model_fields if name != "stage"]
+        unknown = [name for name in options if name not in cls.model_fields or name == "stage"]
+        if unknown:
+            hints = []
+            for name in unknown:
+                close = difflib.get_close_matches(name, known, n=1)
+                hints.append(f"{name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+            raise ConfigError(f"unknown option(s) for {what}: {', '.join(hints)}; known options: {', '.join(known)}")
+        given = {k: v for k, v in options.items() if v is not None}
+        try:
+            return cls(**given)
+        except ValidationError as exc:
+            raise options_error(exc, given) from exc
+
+    def recorded(self) -> dict[str, Any]:
+        """The options as a run records them (JSON types; the ``stage`` tag left out)."""
+        return self.model_dump(mode="json", exclude={"stage"})
+
+
+def options_error(exc: ValidationError, given: dict[str, Any]) -> ConfigError:
+    """A :class:`ConfigError` naming the first invalid option as its command-line flag."""
+    err = exc.errors()[0]
+    name = str(err["loc"][0]) if err["loc"] else "options"
+    flag = f"--{name.replace('_', '-')}"
+    return ConfigError(f"{flag} {_expected(err)}, got {given.get(name)!r}")
+
+
+def _expected(err: Any) -> str:
+    ctx = err.get("ctx") or {}
+    bounds = {"greater_than_equal": ">=", "greater_than": ">", "less_than_equal": "<=", "less_than": "<"}
+    if err["type"] in bounds:
+        limit = next(iter(ctx.values()), "?")
+        return f"must be {bounds[err['type']]} {limit}"
+    if err["type"] == "literal_error":
+        return f"must be {ctx.get('expected', 'one of the allowed values')}"
+    return f"is invalid: {err['msg'][0].lower()}{err['msg'][1:]}"
+
+
+__all__ = ["StageOptions", "options_error"]
