@@ -31,9 +31,19 @@ BEHAVIORS: tuple[str, ...] = (
 
 Behavior = Literal["planning", "execution", "restatement", "fact", "reflection", "conclusion"]
 
-#: Where a label came from. ``baseline`` is the offline cue-phrase judge, never an LLM.
-LabelSource = Literal["judge", "baseline", "human", "adjudicated"]
-LABEL_SOURCES: tuple[str, ...] = ("judge", "baseline", "human", "adjudicated")
+#: Where a label came from. ``baseline`` is the offline cue-phrase judge, never an LLM; ``aggregate``
+#: combines several raters (ror aggregate); ``verify`` is a verifier's audit of another rater's labels
+#: (ror verify); ``import`` came from another project's labels (ror labels import).
+LabelSource = Literal["judge", "baseline", "human", "adjudicated", "aggregate", "verify", "import"]
+LABEL_SOURCES: tuple[str, ...] = ("judge", "baseline", "human", "adjudicated", "aggregate", "verify", "import")
+
+#: Kind of rater behind each label source, when no declared annotator says otherwise (an imported
+#: rater declares its own kind in the ``annotators`` table).
+RaterKind = Literal["machine", "human"]
+SOURCE_KINDS: dict[str, str] = {
+    "judge": "machine", "baseline": "machine", "aggregate": "machine", "verify": "machine",
+    "human": "human", "adjudicated": "human", "import": "machine",
+}
 
 
 def utc_now() -> datetime:
@@ -130,6 +140,20 @@ class Label(_Record):
     rationale: str | None = None
     created_at: datetime = Field(default_factory=utc_now)
     extra: dict[str, Any] = Field(default_factory=dict, description="Source-specific provenance (Label Studio ids, lead time, ...).")
+    distribution: list[float] | None = Field(
+        None, description="Probability of each behavior in BEHAVIORS order (6 values summing to 1), e.g. an aggregate's posterior."
+    )
+
+    @model_validator(mode="after")
+    def _check_distribution(self) -> "Label":
+        d = self.distribution
+        if d is not None:
+            if len(d) != len(BEHAVIORS) or any(not (0.0 <= p <= 1.0) for p in d) or abs(sum(d) - 1.0) > 1e-6:
+                raise ValueError(
+                    f"label of {self.trace_id}#{self.segment_index}: distribution must be {len(BEHAVIORS)} probabilities "
+                    f"in BEHAVIORS order summing to 1, got {d!r}"
+                )
+        return self
 
     @property
     def label_id(self) -> str:
@@ -139,6 +163,27 @@ class Label(_Record):
             ensure_ascii=False,
         )
         return sha256_text(key)[:32]
+
+
+class Annotator(_Record):
+    """A declared rater: who or what produced a set of labels, and how.
+
+    Machines (LLM judges, the baseline, aggregates, verifiers, imported machine labels) carry their
+    model, provider (the endpoint's base URL with any secret scrubbed), sampling settings and codebook;
+    humans carry only their pseudonym, study and role. E-mails never appear here.
+    """
+
+    annotator: str = Field(min_length=1, description="The id written on the rater's labels (Label.annotator).")
+    kind: RaterKind
+    source: LabelSource
+    model: str | None = Field(None, description="Model or method name (e.g. 'gpt-4.1-mini', 'dawid-skene').")
+    provider: str | None = Field(None, description="Base URL of the endpoint, secrets scrubbed; None for the default provider.")
+    temperature: float | None = None
+    samples: int | None = Field(None, ge=1)
+    codebook_version: str | None = None
+    study: str | None = None
+    details: dict[str, Any] = Field(default_factory=dict, description="Anything else: raters combined, role, crosswalk, accuracy estimates ...")
+    declared_at: datetime = Field(default_factory=utc_now)
 
 
 class Run(_Record):
@@ -154,7 +199,7 @@ class Run(_Record):
     counts: dict[str, Any] = Field(default_factory=dict, description="What the run did: traces, segments, labels, requests, tokens, cost_usd ...")
 
 
-RECORDS: dict[str, type[BaseModel]] = {"trace": Trace, "segment": Segment, "label": Label, "run": Run}
+RECORDS: dict[str, type[BaseModel]] = {"trace": Trace, "segment": Segment, "label": Label, "run": Run, "annotator": Annotator}
 
 
 def write_json_schemas(directory: str | Path) -> list[Path]:

@@ -34,7 +34,7 @@ import duckdb
 import pyarrow as pa
 
 from .errors import ConfigError, SchemaVersionError, StoreError, StoreLockedError, StoreReadOnlyError
-from .records import Label, Run, Segment, Trace, utc_now
+from .records import SOURCE_KINDS, Annotator, Label, Run, Segment, Trace, utc_now
 
 DEFAULT_DB = "ror.duckdb"
 
@@ -128,10 +128,27 @@ CORE_MIGRATIONS: tuple[str, ...] = (
     DROP TABLE labels;
     ALTER TABLE labels_v4 RENAME TO labels;
     """,
+    # v5: declared raters (kind, model, provider, sampling, codebook) and a class distribution per label
+    """
+    ALTER TABLE labels ADD COLUMN distribution DOUBLE[];
+    CREATE TABLE annotators (
+        annotator VARCHAR PRIMARY KEY,
+        kind VARCHAR NOT NULL,
+        source VARCHAR NOT NULL,
+        model VARCHAR,
+        provider VARCHAR,
+        temperature DOUBLE,
+        samples INTEGER,
+        codebook_version VARCHAR,
+        study VARCHAR,
+        details VARCHAR,
+        declared_at TIMESTAMP NOT NULL
+    );
+    """,
 )
 
 #: Tables owned by this module; anything else with a ``trace_id`` column belongs to a stage.
-CORE_TABLES = ("traces", "segmentations", "segments", "labels", "runs", "trace_dependents", "schema_versions")
+CORE_TABLES = ("traces", "segmentations", "segments", "labels", "runs", "trace_dependents", "schema_versions", "annotators")
 
 #: What :meth:`Store.replace_segments` does to a stage's rows of a re-segmented trace.
 DependentPolicy = Literal["cascade", "refuse"]
@@ -1123,6 +1140,7 @@ class Store:
                 "rationale": pa.array([lab.rationale for lab in labels], type=pa.string()),
                 "created_at": pa.array([to_naive_utc(lab.created_at) for lab in labels], type=pa.timestamp("us")),
                 "extra": [json.dumps(lab.extra, ensure_ascii=False, default=str) for lab in labels],
+                "distribution": pa.array([lab.distribution for lab in labels], type=pa.list_(pa.float64())),
             }
         )
         trace_ids = list(dict.fromkeys(lab.trace_id for lab in labels))
@@ -1208,7 +1226,8 @@ class Store:
                 where.append(f"{col} = ?")
                 params.append(val)
         columns = (
-            "trace_id, segment_index, label, source, annotator, codebook_version, run_id, study, confidence, rationale, created_at, extra"
+            "trace_id, segment_index, label, source, annotator, codebook_version, run_id, study, confidence, rationale, created_at, extra, "
+            "distribution"
         )
         order_by = "trace_id, segment_index, source, annotator"
         if trace_ids is not None:
@@ -1220,7 +1239,7 @@ class Store:
             Label(
                 trace_id=r[0], segment_index=r[1], label=r[2], source=r[3], annotator=r[4], codebook_version=r[5],
                 run_id=r[6], study=r[7], confidence=r[8], rationale=r[9], created_at=_to_aware(r[10]),
-                extra=json.loads(r[11]) if r[11] else {},
+                extra=json.loads(r[11]) if r[11] else {}, distribution=list(r[12]) if r[12] is not None else None,
             )
             for r in rows
         ]
@@ -1259,6 +1278,50 @@ class Store:
                 "SELECT source, annotator, count(*) FROM labels GROUP BY source, annotator ORDER BY source, annotator"
             ).fetchall()
         ]
+
+    def upsert_annotators(self, annotators: Iterable[Annotator]) -> int:
+        """Declare raters (insert or replace by :attr:`Annotator.annotator`), in one transaction.
+
+        The provider is scrubbed of secrets (:func:`scrub_url`) before it is written. Returns the
+        number of distinct annotators written.
+        """
+        self._require_writable("declare annotators")
+        rows = list({a.annotator: a for a in annotators}.values())
+        if not rows:
+            return 0
+        with duckdb_errors(self.path, "declare annotators"), self.transaction():
+            for a in rows:
+                self.con.execute("DELETE FROM annotators WHERE annotator = ?", [a.annotator])
+                self.con.execute(
+                    "INSERT INTO annotators VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    [
+                        a.annotator, a.kind, a.source, a.model, scrub_url(a.provider) if a.provider else None, a.temperature,
+                        a.samples, a.codebook_version, a.study, json.dumps(a.details, ensure_ascii=False, default=str),
+                        to_naive_utc(a.declared_at),
+                    ],
+                )
+        return len(rows)
+
+    def declared_annotators(self) -> dict[str, Annotator]:
+        """Every declared rater, by annotator id (empty on a store with none)."""
+        with duckdb_errors(self.path, "read annotators"):
+            rows = self.con.execute(
+                "SELECT annotator, kind, source, model, provider, temperature, samples, codebook_version, study, details, declared_at "
+                "FROM annotators ORDER BY annotator"
+            ).fetchall()
+        return {
+            r[0]: Annotator(
+                annotator=r[0], kind=r[1], source=r[2], model=r[3], provider=r[4], temperature=r[5], samples=r[6],
+                codebook_version=r[7], study=r[8], details=json.loads(r[9]) if r[9] else {}, declared_at=_to_aware(r[10]),
+            )
+            for r in rows
+        }
+
+    def rater_kinds(self) -> dict[str, str]:
+        """``{annotator: "machine" | "human"}`` for every annotator with labels: its declared kind, else
+        the kind of its label source (:data:`~ror_annotate.records.SOURCE_KINDS`)."""
+        declared = {a: d.kind for a, d in self.declared_annotators().items()}
+        return {annotator: declared.get(annotator, SOURCE_KINDS.get(source, "machine")) for source, annotator, _ in self.annotators()}
 
     # ------------------------------------------------------------------ runs
     def start_run(self, command: str, parameters: dict[str, Any] | None = None) -> Run:

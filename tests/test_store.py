@@ -207,7 +207,7 @@ def test_a_v3_store_migrates_its_labels_to_a_table_without_an_index(tmp_path: Pa
     )
     con.close()
     with Store(db) as store:
-        assert store.schema_version("core") == 4
+        assert store.schema_version("core") == len(CORE_MIGRATIONS)
         (kept,) = store.labels()
         assert (kept.label_id, kept.rationale) == (lab.label_id, "why 🙂")
         assert store.execute(
@@ -363,3 +363,32 @@ def test_release_cache_drops_cached_blocks_and_keeps_the_configured_limit(tmp_pa
             store.execute("SELECT sum(length(s)) FROM big").fetchone()
             assert store.release_cache(keep_bytes=0) == 0 and cached(store) > 0
             monkeypatch.undo()
+
+
+def test_v5_declared_annotators_and_label_distributions(tmp_path: Path) -> None:
+    from ror_annotate.records import Annotator, Label
+
+    with Store(tmp_path / "s.duckdb") as store:
+        store.upsert_traces([Trace(trace_id="t1", text=TEXT)])
+        store.replace_segments("t1", [Segment(trace_id="t1", segment_index=0, char_start=0, char_end=13, text=TEXT[:13], n_tokens=4)],
+                               segmenter="s", token_counter="c")
+        dist = [0.7, 0.1, 0.05, 0.05, 0.05, 0.05]
+        lab = Label(trace_id="t1", segment_index=0, label="planning", source="aggregate", annotator="aggregate:dawid-skene",
+                    codebook_version="cb", confidence=0.7, distribution=dist)
+        store.upsert_labels([lab])
+        (back,) = store.labels(source="aggregate")
+        assert back.distribution == dist and back.confidence == 0.7
+        store.upsert_annotators([
+            Annotator(annotator="openai:m", kind="machine", source="judge", model="m", provider="https://user:pw@host/v1?key=sk-abc",
+                      temperature=0.0, samples=3, codebook_version="cb"),
+            Annotator(annotator="aggregate:dawid-skene", kind="machine", source="aggregate", model="dawid-skene",
+                      details={"raters": ["openai:m", "baseline:cue-v1"]}),
+        ])
+        declared = store.declared_annotators()
+        assert set(declared) == {"openai:m", "aggregate:dawid-skene"}
+        assert "pw" not in (declared["openai:m"].provider or "") and "sk-abc" not in (declared["openai:m"].provider or "")
+        assert declared["openai:m"].samples == 3 and declared["aggregate:dawid-skene"].details["raters"][1] == "baseline:cue-v1"
+        assert store.rater_kinds() == {"aggregate:dawid-skene": "machine"}
+    with pytest.raises(ValueError, match="distribution must be 6 probabilities"):
+        Label(trace_id="t1", segment_index=0, label="planning", source="aggregate", annotator="a", codebook_version="cb",
+              distribution=[0.5, 0.5])
