@@ -54,6 +54,24 @@ class InputError(RorError, ValueError):
     code = "E100"
 
 
+class ImportLabelError(InputError):
+    """A label the crosswalk does not declare (neither mapped nor listed as unmapped)."""
+
+    code = "E130"
+
+
+class ImportSpanError(InputError):
+    """A span or text that does not match the stored trace or segment."""
+
+    code = "E131"
+
+
+class ImportRecordError(InputError):
+    """A malformed or unknown record: missing field, bad value, unknown trace or segment, conflicting labels."""
+
+    code = "E132"
+
+
 class ConfigError(RorError, ValueError):
     """An unknown registry name, an invalid combination of options, a missing setting."""
 

@@ -37,6 +37,7 @@ from .segment import MAX_SEGMENT_TOKENS
 if TYPE_CHECKING:  # pragma: no cover
     from .export import ExportSummary
     from .judge import Judge, MaxFailed
+    from .labels_import import ImportOptions, ImportSummary
     from .store import Store
     from .traces import ColumnMap
 
@@ -655,3 +656,22 @@ def run(
             trace_ids=ingested.trace_ids, run=the_run, progress=tracked,
         )
         return RunSummary(run_id=the_run.run_id, ingest=ingested, segment=segmented, label=labelled, export=exported)
+
+
+# --------------------------------------------------------------------------- labels import (issue 24)
+def import_labels(
+    store: "Store", path: str | Path, options: "ImportOptions | dict[str, Any]", *, run: Run | None = None,
+) -> "ImportSummary":
+    """Import another project's labels through a crosswalk (:func:`ror_annotate.labels_import.import_labels`).
+
+    Raises
+    ------
+    ConfigError, ImportLabelError (E130), ImportSpanError (E131), ImportRecordError (E132)
+        See :func:`ror_annotate.labels_import.import_labels`; nothing is stored on error.
+    """
+    from .labels_import import import_labels as _import
+
+    return _import(store, path, options, run=run)
+
+
+__all__ += ["import_labels"]
