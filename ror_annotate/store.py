@@ -1279,6 +1279,21 @@ class Store:
             ).fetchall()
         ]
 
+    def latest_annotator(self, source: str, trace_ids: Sequence[str] | None = None) -> str | None:
+        """The annotator of ``source`` whose newest label is the newest (of ``trace_ids``), or None.
+
+        Ties on ``created_at`` go to the largest annotator id. The export uses it to publish one
+        aggregation run (``aggregate:<method>``) rather than a mix of several.
+        """
+        sql = "SELECT annotator FROM labels WHERE source = ?"
+        params: list[Any] = [source]
+        if trace_ids is not None:
+            sql += f" AND {_IDS_FILTER}"
+            params.append(list(trace_ids))
+        with duckdb_errors(self.path, "read labels"):
+            row = self.con.execute(sql + " GROUP BY annotator ORDER BY max(created_at) DESC, annotator DESC LIMIT 1", params).fetchone()
+        return None if row is None else str(row[0])
+
     def upsert_annotators(self, annotators: Iterable[Annotator]) -> int:
         """Declare raters (insert or replace by :attr:`Annotator.annotator`), in one transaction.
 

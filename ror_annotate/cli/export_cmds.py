@@ -16,7 +16,7 @@ from .app import DEFAULT_DB_PATH, DbOption, LockTimeoutOption, app, console, dep
 def export_cmd(
     name: Annotated[str, typer.Argument(help="Dataset name; written to exports/NAME unless --out is given.")],
     out: Annotated[Path | None, typer.Option("--out", help="Export directory (replaced atomically if it holds an earlier export).")] = None,
-    labels: Annotated[str, typer.Option("--labels", help="Which labels: auto, adjudicated, human, judge, baseline, majority.")] = "auto",
+    labels: Annotated[str, typer.Option("--labels", help="Which labels: auto (adjudicated, else human, else aggregate, else judge, else baseline), adjudicated, human, aggregate, judge, baseline, majority, import.")] = "auto",
     tokenizer: Annotated[str | None, typer.Option("--tokenizer", help="Fast tokenizer (hub name in the local cache, or a local directory) for the 'tokens' configuration.")] = None,
     chat_template: Annotated[bool, typer.Option("--chat-template", help="Tokenize the chat-template rendering (problem as user turn, reasoning as thinking).")] = False,
     split_seed: Annotated[int, typer.Option("--split-seed", help="Seed of the by-trace train/validation/test split.")] = 0,

@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..errors import ConfigError, ExportError
-from ..records import BEHAVIORS
+from ..records import BEHAVIORS, SOURCE_KINDS
 from ..store import Store
 from . import read
 from .features import BEHAVIOR_ID, CONFIGS
@@ -62,6 +62,10 @@ class ExportSummary:
     sources : list of dict -- per (source, licence): ``source``, ``license``, ``publishable``, ``n_traces``
     provenance : dict -- codebook versions, judge models, prompt template hashes (segments each),
         annotators in the store, tool version
+    uncertainty : dict -- ``raters`` (every rater with labels: annotator, kind, source, model, n_labels,
+        crosswalk), ``aggregate`` (the aggregate rater read, or None) and its ``aggregation_method``,
+        ``n_labelled``, ``n_human_verified``, ``human_verified_share``, ``n_with_confidence``,
+        ``mean_label_confidence`` over the exported labelled segments
     seconds : float
     """
 
@@ -85,6 +89,7 @@ class ExportSummary:
     trace_sources: dict[str, dict[str, int]] = field(default_factory=dict)
     sources: list[dict[str, Any]] = field(default_factory=list)
     provenance: dict[str, Any] = field(default_factory=dict)
+    uncertainty: dict[str, Any] = field(default_factory=dict)
     seconds: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
@@ -160,6 +165,9 @@ class _Stats:
         self.n_ties = 0
         self.n_tokens = 0
         self.n_straddling = 0
+        self.n_verified = 0  # labelled segments whose human reference equals the label
+        self.n_confident = 0  # labelled segments with a label confidence
+        self.sum_confidence = 0.0
 
     def add_lengths(self, n_tok: np.ndarray) -> None:
         if not len(n_tok):
@@ -180,6 +188,32 @@ class _Stats:
             "p95": percentile_from_counts(self.length_hist, 95),
             "max": int(np.flatnonzero(self.length_hist)[-1]),
         }
+
+
+def _uncertainty(store: Store, stats: _Stats, aggregate: str | None) -> dict[str, Any]:
+    """The card's rater and label-uncertainty figures (see :class:`ExportSummary`)."""
+    declared = store.declared_annotators()
+    kinds = store.rater_kinds()
+    raters = []
+    for source, annotator, n in store.annotators():
+        d = declared.get(annotator)
+        raters.append({
+            "annotator": annotator, "kind": kinds.get(annotator, "machine"), "source": source,
+            "model": d.model if d is not None else None, "n_labels": n,
+            "crosswalk": (d.details.get("crosswalk") if d is not None else None),
+        })
+    method = None
+    if aggregate is not None:
+        d = declared.get(aggregate)
+        method = (d.model if d is not None and d.model else None) or aggregate.split(":", 1)[-1]
+    n_labelled = sum(v for k, v in stats.labels.items() if k != "unlabeled")
+    return {
+        "raters": raters, "aggregate": aggregate, "aggregation_method": method, "n_labelled": n_labelled,
+        "n_human_verified": stats.n_verified,
+        "human_verified_share": stats.n_verified / n_labelled if n_labelled else None,
+        "n_with_confidence": stats.n_confident,
+        "mean_label_confidence": stats.sum_confidence / stats.n_confident if stats.n_confident else None,
+    }
 
 
 def _check_label_source_present(store: Store, label_source: str, present: set[str]) -> None:
@@ -224,6 +258,13 @@ def _tokens_table(cols: dict[str, list[Any]]) -> pa.Table:
             data[k] = _list_array(v, pa.int32())
         elif k in ("labels", "labeled_classes"):
             data[k] = _list_array(v, pa.int64())
+        elif k == "confidence":
+            values = np.concatenate(v) if len(v) else np.zeros(0, dtype=np.float32)
+            lengths = np.fromiter((len(a) for a in v), dtype=np.int64, count=len(v))
+            offsets = np.zeros(len(v) + 1, dtype=np.int32)
+            np.cumsum(lengths, out=offsets[1:])
+            inner = pa.array(values.astype(np.float32), pa.float32(), mask=np.isnan(values))
+            data[k] = pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), inner)
         elif k == "offsets":
             inner = _list_array([a.reshape(-1) for a in v], pa.int32())
             pairs = pa.FixedSizeListArray.from_arrays(inner.values, 2)
@@ -262,8 +303,9 @@ def export_dataset(
     store : Store
     out_dir : Path or str
         Export directory; replaced atomically if it holds an earlier export.
-    label_source : {"auto", "adjudicated", "human", "judge", "baseline", "majority"}
-        Which labels to export (:mod:`ror_annotate.export.labels`).
+    label_source : {"auto", "adjudicated", "human", "judge", "baseline", "majority", "aggregate", "import"}
+        Which labels to export (:mod:`ror_annotate.export.labels`); ``aggregate`` (and ``auto``) read the
+        aggregate rater whose newest label is the newest (:meth:`Store.latest_annotator`).
     tokenizer : str, Path or tokenizer object, optional
         Fast tokenizer of the subject model (``tokenizer.json``, a directory or a model name, see
         :func:`ror_annotate.tokenizer.load_tokenizer`). Without it no ``tokens`` configuration is
@@ -339,9 +381,11 @@ def export_dataset(
     tmp = new_tmp_dir(out_dir)
     writer = ExportWriter(tmp, configs)
     try:
+        key_ids = [k.trace_id for k in keys]
+        aggregate = store.latest_annotator("aggregate", key_ids) if label_source in ("aggregate", "auto") else None
         stats, per_trace, sources = _write_rows(
             store, writer, keys, split_of, label_source, aligner, tv, dict(source_licenses or {}), batch_size, max_batch_segments,
-            progress,
+            progress, aggregate=aggregate, kinds=store.rater_kinds(),
         )
         data_files, infos, n_rows = writer.close(fingerprint_seed=f"{name}/{seed}/{label_source}")
         from ..analytics import summarize
@@ -399,6 +443,7 @@ def export_dataset(
                 "annotators": [list(a) for a in store.annotators()],
                 "tool_version": tv,
             },
+            uncertainty=_uncertainty(store, stats, aggregate),
         )
         agreement_text, figures = agreement_section(store)
         reports: dict[str, str] = {}
@@ -427,6 +472,13 @@ def export_dataset(
     return summary
 
 
+#: Arrow types of the segment columns whose type a batch cannot infer when every value is null or empty.
+_TYPED: dict[str, pa.DataType] = {
+    "label_distribution": pa.list_(pa.float32()),
+    "raters": pa.list_(pa.struct([("annotator", pa.string()), ("kind", pa.string()), ("label", pa.int64())])),
+}
+
+
 class _Rows:
     """Rows of one batch per configuration and split, as columns in the features' order."""
 
@@ -443,11 +495,34 @@ class _Rows:
 
     def write(self, writer: ExportWriter) -> None:
         for (config, split), cols in self.cols.items():
-            table = _tokens_table(cols) if config == "tokens" else pa.table({k: pa.array(v) for k, v in cols.items()})
+            table = _tokens_table(cols) if config == "tokens" else pa.table({k: pa.array(v, type=_TYPED.get(k)) for k, v in cols.items()})
             writer.write(config, split, table)
 
 
-def _segment_row(s: Any, c: ChosenLabel, t: Any, al: Any, i: int, n_tokens: int, tv: str) -> dict[str, Any]:
+def _raters(labels: Sequence[Any], kinds: Mapping[str, str]) -> list[dict[str, Any]]:
+    """Every rater's latest label of one segment, by annotator: ``{annotator, kind, label}``."""
+    from ..reference import latest_per_annotator
+
+    votes = labels if len(labels) == 1 else latest_per_annotator(labels)
+    return [
+        {"annotator": v.annotator, "kind": kinds.get(v.annotator) or SOURCE_KINDS.get(v.source, "machine"), "label": BEHAVIOR_ID[v.label]}
+        for v in votes
+    ]
+
+
+def _human_verified(labels: Sequence[Any], c: ChosenLabel) -> bool:
+    """Whether the segment's human reference (:mod:`ror_annotate.reference`) exists and equals the chosen label."""
+    if c.label is None or not any(lab.source in ("human", "adjudicated") for lab in labels):
+        return False
+    from ..reference import reference_label
+
+    ref = reference_label(labels)
+    return ref is not None and ref.label == c.label
+
+
+def _segment_row(
+    s: Any, c: ChosenLabel, t: Any, al: Any, i: int, n_tokens: int, tv: str, raters: list[dict[str, Any]], verified: bool,
+) -> dict[str, Any]:
     has_tokens = al is not None and al.token_start[i] >= 0
     return {
         "trace_id": s.trace_id, "segment_index": s.segment_index, "text": s.text, "char_start": s.char_start,
@@ -455,19 +530,32 @@ def _segment_row(s: Any, c: ChosenLabel, t: Any, al: Any, i: int, n_tokens: int,
         "token_end": int(al.token_end[i]) if has_tokens else None, "n_tokens": n_tokens,
         "label": BEHAVIOR_ID[c.label] if c.label else None, "label_source": c.source, "annotator": c.annotator,
         "n_votes": c.n_votes, "vote_share": c.vote_share, "codebook_version": c.codebook_version,
-        "judge_model": c.judge_model, "prompt_template_hash": c.prompt_template_hash, "tool_version": tv,
+        "judge_model": c.judge_model, "prompt_template_hash": c.prompt_template_hash,
+        "label_confidence": c.confidence if c.label else None,
+        "label_distribution": list(c.distribution) if c.label and c.distribution is not None else None,
+        "raters": raters, "human_verified": verified, "tool_version": tv,
         "dataset": t.dataset, "model": t.model,
     }
 
 
-def _token_row(t: Any, chosen: Sequence[ChosenLabel], al: Any, aligner: Any, label_source: str, tv: str) -> dict[str, Any]:
+def _token_row(
+    t: Any, chosen: Sequence[ChosenLabel], al: Any, aligner: Any, label_source: str, tv: str, segs: Sequence[Any],
+) -> dict[str, Any]:
     from ..align import IGNORE_INDEX
 
     labels = np.asarray(al.labels, dtype=np.int64)
     positions = np.flatnonzero(labels != IGNORE_INDEX).astype(np.int32)
+    # per token, its segment's label confidence (NaN -> null where unlabeled or without a confidence)
+    top = max((s.segment_index for s in segs), default=-1) + 1
+    seg_conf = np.full(top + 1, np.nan)  # by segment_index; the last slot serves tokens of no segment (-1)
+    for s, c in zip(segs, chosen):
+        if c.label is not None and c.confidence is not None:
+            seg_conf[s.segment_index] = c.confidence
+    seg_ids = np.asarray(al.segment_ids, dtype=np.int64)
+    confidence = np.where(labels != IGNORE_INDEX, seg_conf[np.where(seg_ids >= 0, seg_ids, top)], np.nan)
     return {
         "trace_id": t.trace_id, "dataset": t.dataset, "model": t.model, "input_ids": al.input_ids, "labels": labels,
-        "labeled_positions": positions, "labeled_classes": labels[positions], "segment_ids": al.segment_ids,
+        "labeled_positions": positions, "labeled_classes": labels[positions], "segment_ids": al.segment_ids, "confidence": confidence,
         "offsets": al.offsets, "text": al.rendered.text, "text_offset": al.rendered.text_offset,
         "rendering": al.rendered.rendering, "tokenizer": aligner.name, "tokenizer_vocab_sha256": aligner.vocab_sha256,
         "label_source": label_source, "codebook_version": joined([c.codebook_version for c in chosen]),
@@ -479,7 +567,7 @@ def _token_row(t: Any, chosen: Sequence[ChosenLabel], al: Any, aligner: Any, lab
 def _write_rows(
     store: Store, writer: ExportWriter, keys: Sequence[read.TraceKey], split_of: Mapping[str, str], label_source: str,
     aligner: Any, tv: str, source_licenses: Mapping[str, str], batch_size: int, max_batch_segments: int,
-    progress: Callable[[int, int], None] | None = None,
+    progress: Callable[[int, int], None] | None = None, aggregate: str | None = None, kinds: Mapping[str, str] | None = None,
 ) -> tuple[_Stats, list[Any], list[dict[str, Any]]]:
     """Stream every batch of traces into ``writer``; return the running stats, per-trace analytics and sources."""
     from ..align import IGNORE_INDEX
@@ -498,7 +586,7 @@ def _write_rows(
         for t in batch.traces:
             chosen = []
             for s in batch.segments[t.trace_id]:
-                c, tied = choose_label(batch.labels.get((t.trace_id, s.segment_index), ()), label_source)
+                c, tied = choose_label(batch.labels.get((t.trace_id, s.segment_index), ()), label_source, aggregate=aggregate)
                 stats.n_ties += tied
                 chosen.append(c)
             chosen_batch.append(chosen)
@@ -532,7 +620,14 @@ def _write_rows(
                 "n_segments": len(segs),
             })
             for i, (s, c) in enumerate(zip(segs, chosen)):
-                rows.add("segments", split, _segment_row(s, c, t, al, i, int(n_tok[i]), tv))
+                seg_labels = batch.labels.get((t.trace_id, s.segment_index), ())
+                verified = _human_verified(seg_labels, c)
+                rows.add("segments", split, _segment_row(s, c, t, al, i, int(n_tok[i]), tv, _raters(seg_labels, kinds or {}), verified))
+                if c.label is not None:
+                    stats.n_verified += verified
+                    if c.confidence is not None:
+                        stats.n_confident += 1
+                        stats.sum_confidence += c.confidence
                 stats.labels[c.label or "unlabeled"] += 1
                 stats.sources[c.source or "none"] += 1
                 for counter, value in ((stats.codebooks, c.codebook_version), (stats.judges, c.judge_model),
@@ -549,7 +644,7 @@ def _write_rows(
             if al is not None:
                 stats.n_straddling += al.n_straddling
                 stats.n_tokens += len(al.input_ids)
-                rows.add("tokens", split, _token_row(t, chosen, al, aligner, label_source, tv))
+                rows.add("tokens", split, _token_row(t, chosen, al, aligner, label_source, tv, segs))
         rows.write(writer)
     sources = [
         {"source": src, "license": lic, "publishable": license_allows_publishing(lic), "n_traces": n}
