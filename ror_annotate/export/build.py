@@ -109,6 +109,11 @@ class ExportSummary:
             rows.append(("tokens", f"{self.n_tokens} ({self.n_straddling} straddling a segment boundary)"))
         if self.n_ties:
             rows.append(("tied votes (unlabeled)", str(self.n_ties)))
+        u = self.uncertainty
+        if u.get("n_labelled"):
+            rows.append(("human-verified labels", f"{u['n_human_verified']} of {u['n_labelled']}"))
+            if u.get("aggregate"):
+                rows.append(("aggregate rater", str(u["aggregate"])))
         blocked = [s["source"] for s in self.sources if not s["publishable"]]
         if blocked:
             rows.append(("text not publishable (licence unknown)", ", ".join(str(b) for b in blocked[:5]) + (" ..." if len(blocked) > 5 else "")))
