@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from .crosswalks import Crosswalk, load_crosswalk
-from .errors import ImportLabelError, ImportRecordError, ImportSpanError
+from .errors import ConfigError, ImportLabelError, ImportRecordError, ImportSpanError
 from .options import StageOptions
 from .records import BEHAVIORS, Annotator, Label, Run
 
@@ -335,7 +335,8 @@ def import_labels(store: "Store", path: str | Path, options: ImportOptions | dic
     Raises
     ------
     ConfigError
-        Bad options or an unknown / invalid crosswalk.
+        Bad options, an unknown / invalid crosswalk, or an ``annotator`` that already names a rater
+        of another source (a judge, a human ...).
     ImportLabelError (E130)
         A category the crosswalk does not declare.
     ImportSpanError (E131)
@@ -352,6 +353,15 @@ def import_labels(store: "Store", path: str | Path, options: ImportOptions | dic
     if not path.is_file():
         raise ImportRecordError(f"{path}: no such file; give a .jsonl, .csv or .parquet file of labels")
     crosswalk = load_crosswalk(opts.crosswalk)
+    taken = {annotator: source for source, annotator, _ in store.annotators() if source != "import"}
+    declared = store.declared_annotators().get(opts.annotator)
+    if declared is not None and declared.source != "import":
+        taken.setdefault(opts.annotator, declared.source)
+    if opts.annotator in taken:
+        raise ConfigError(
+            f"--annotator {opts.annotator!r} already names a {taken[opts.annotator]} rater in {store.path}; "
+            "give the imported labels their own rater id (e.g. 'thought-anchors:gpt-4o')"
+        )
     unit, records = _parse(path, opts, crosswalk)
     by_trace: dict[str, list[_Record]] = defaultdict(list)
     for rec in records:

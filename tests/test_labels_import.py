@@ -157,6 +157,13 @@ def test_error_codes_and_unknown_file_type(tmp_path):
         pipeline.import_labels(store, tmp_path / "x.txt", {"annotator": "x", "kind": "machine", "min_shares": 0.3})
     with pytest.raises(ConfigError, match="--kind"):
         ImportOptions.from_options({"annotator": "x", "kind": "robot"})
+    # an id already used by another source's rater is refused (its declaration would be overwritten)
+    from ror_annotate.records import Label
+
+    store.upsert_labels([Label(trace_id="t-2", segment_index=0, label="fact", source="judge", annotator="openai:g", codebook_version="cb")])
+    _jsonl(tmp_path / "ok.jsonl", [{"segment_id": "t-2#0", "label": "fact"}])
+    with pytest.raises(ConfigError, match="already names a judge rater"):
+        pipeline.import_labels(store, tmp_path / "ok.jsonl", {"annotator": "openai:g", "kind": "machine"})
 
 
 # the mapping table of ../shared/data/README.md, written out by hand
