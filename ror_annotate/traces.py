@@ -492,7 +492,7 @@ def records_to_traces(
     return traces
 
 
-def load_traces(
+def load_traces(  # noqa: C901  (one branch per input kind (file, folder, hub, preset))
     source: str | Path,
     *,
     columns: ColumnMap | None = None,
