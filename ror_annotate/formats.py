@@ -807,11 +807,6 @@ def markers_in(text: str | None, extra: tuple[str, ...] = ()) -> list[str]:
     return sorted({m.group() for m in _MARKER_RE.finditer(text)} | {t for t in extra if t in text})
 
 
-def text_formats() -> list[str]:
-    """Names of the adapters that read a string."""
-    return [n for n, a in FORMATS.items() if not isinstance(a, StructuredFormat)]
-
-
 def _check_name(format: str) -> None:
     if format != AUTO and format not in FORMATS:
         raise ConfigError(f"unknown format {format!r}. Available formats: {AUTO}, {', '.join(FORMATS)}")
