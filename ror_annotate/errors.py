@@ -193,3 +193,17 @@ class SteerError(RorError, RuntimeError):
     """Router capture, probing or steering failed (unsupported family, hook never fired...)."""
 
     code = "E900"
+
+
+class CaptureCheckError(SteerError):
+    """A capture self-check failed: what the model returned cannot be router logits as captured.
+
+    Codes: E910 the values are not logits (probabilities, log-probabilities, sigmoid scores,
+    non-finite or all-zero rows); E911 a MoE layer returned nothing (no router found for a layer
+    with experts, or its hook never fired); E912 the selected experts are not k distinct in-range
+    ids equal to the family's top-k of the captured logits; E913 the first rows differ from a plain
+    unbatched forward of the same tokens. The message names the family, the layer and the check.
+    Nothing of the failing batch is written.
+    """
+
+    code = "E910"

@@ -31,8 +31,9 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
-from ..errors import SteerError
+from ..errors import CaptureCheckError, SteerError
 from . import require_torch
+from .checks import FORWARD_CHECK_ROWS, check_batch, check_forward, check_layers_found, moe_layers_of
 from .families import RouterSite, find_router_sites
 from .hooks import RouterHooks
 
@@ -444,8 +445,9 @@ class _BatchRecorder:
         n = len(self.slot)
         batch, seq = int(ids.shape[0]), int(ids.shape[1])
         self.shape = (batch, seq)
-        self.logits = torch.empty((batch, seq, n, self.n_experts), dtype=self.logits_dtype, device=device)
-        self.selected = torch.empty((batch, seq, n, self.top_k), dtype=torch.int16, device=device)
+        # NaN / -1 where a hook never writes, so the self-checks see a layer that returned nothing
+        self.logits = torch.full((batch, seq, n, self.n_experts), float("nan"), dtype=self.logits_dtype, device=device)
+        self.selected = torch.full((batch, seq, n, self.top_k), -1, dtype=torch.int16, device=device)
 
     def on_route(self, site: RouterSite, logits: Any, output: tuple) -> None:
         i = self.slot.get(site.position)
@@ -526,11 +528,13 @@ class _BackgroundWriter:
     An error in the thread is raised in the caller at the next ``submit`` or at ``close``.
     """
 
-    def __init__(self, writer: "_Writer", *, threaded: bool, depth: int = 2) -> None:
+    def __init__(self, writer: "_Writer", *, threaded: bool, depth: int = 2,
+                 check: "Callable[[list[dict], np.ndarray, np.ndarray, list[slice]], None] | None" = None) -> None:
         import queue
         import threading
 
         self.writer = writer
+        self.check = check
         self.error: BaseException | None = None
         self.queue: Any = queue.Queue(maxsize=depth) if threaded else None
         self.thread = threading.Thread(target=self._run, name="ror-capture-writer", daemon=True) if threaded else None
@@ -540,6 +544,8 @@ class _BackgroundWriter:
     def _write(self, job: tuple) -> None:
         infos, copy, slices = job
         logits, selected = copy.arrays()
+        if self.check is not None:  # before anything of the batch is written
+            self.check(infos, logits, selected, slices)
         self.writer.append([(info, logits[row, sl], selected[row, sl])
                             for row, (info, sl) in enumerate(zip(infos, slices))])
 
@@ -603,7 +609,7 @@ def capture_router_logits(model: Any, tokens: Any, out_dir: str | Path, *, model
                           batch_size: int = 8, max_batch_tokens: int | None = 16384, padding_side: str = "right",
                           pad_token_id: int | None = None, logits_dtype: str = "float16", overwrite: bool = False,
                           limit: int | None = None, progress: Callable[[int], None] | None = None,
-                          background_writer: bool | None = None) -> CaptureReport:
+                          background_writer: bool | None = None, checks: bool = True) -> CaptureReport:
     """Capture router logits of every trace of the ``tokens`` dataset into ``out_dir``.
 
     Parameters
@@ -639,6 +645,9 @@ def capture_router_logits(model: Any, tokens: Any, out_dir: str | Path, *, model
         Write to disk in a background thread while the next batch runs (default: on CUDA, where the
         device->host copy goes to pinned buffers asynchronously; on CPU the forward and the write
         share the same cores, so it is off).
+    checks : bool
+        Run the self-checks of :mod:`ror_annotate.steer.checks` on every batch before it is written
+        (default; off only to measure their cost).
 
     Returns
     -------
@@ -648,6 +657,9 @@ def capture_router_logits(model: Any, tokens: Any, out_dir: str | Path, *, model
     ------
     SteerError
         Unsupported model, an incompatible existing capture, an unknown layer or split.
+    CaptureCheckError
+        A self-check failed (E910-E913); the failing batch is not written, and a capture folder this
+        call created and left empty is removed.
     """
     import time
 
@@ -655,6 +667,8 @@ def capture_router_logits(model: Any, tokens: Any, out_dir: str | Path, *, model
     if logits_dtype not in STORE_DTYPES:
         raise SteerError(f"logits_dtype must be one of {sorted(STORE_DTYPES)}, got {logits_dtype!r}")
     sites = find_router_sites(model)
+    if checks:
+        check_layers_found(moe_layers_of(model), [s.layer for s in sites], family=sites[0].family.name)
     if layers is not None:
         wanted = set(int(x) for x in layers)
         unknown = wanted - {s.layer for s in sites}
@@ -673,11 +687,13 @@ def capture_router_logits(model: Any, tokens: Any, out_dir: str | Path, *, model
     unknown_splits = [s for s in splits if s not in tokens]
     if unknown_splits:
         raise SteerError(f"splits {unknown_splits} not in the tokens dataset; it has {list(tokens.keys())}")
+    created = not Path(out_dir).exists()
     writer = _Writer(Path(out_dir), meta, overwrite=overwrite)
     device = next(model.parameters()).device
     recorder = _BatchRecorder(sites, getattr(torch, logits_dtype))
     threaded = device.type == "cuda" if background_writer is None else background_writer
-    background = _BackgroundWriter(writer, threaded=threaded)
+    checker = _batch_checker(model, tokens, splits, writer.done, sites, meta, padding_side, pad_token_id) if checks else None
+    background = _BackgroundWriter(writer, threaded=threaded, check=checker)
     report = CaptureReport(out_dir=str(out_dir))
     start = time.perf_counter()
     try:
@@ -709,6 +725,9 @@ def capture_router_logits(model: Any, tokens: Any, out_dir: str | Path, *, model
                     if progress is not None:
                         progress(len(rows))
         background.close()
+    except CaptureCheckError:
+        _drop_if_empty(writer, created)
+        raise
     finally:
         if background.thread is not None and background.thread.is_alive():
             background.queue.put(None)
@@ -716,6 +735,51 @@ def capture_router_logits(model: Any, tokens: Any, out_dir: str | Path, *, model
         writer.close()
     report.seconds = time.perf_counter() - start
     return report
+
+
+def _batch_checker(model: Any, tokens: Any, splits: Sequence[str], done: set, sites: list[RouterSite], meta: CaptureMeta,
+                   padding_side: str, pad_token_id: int) -> Callable[[list[dict], np.ndarray, np.ndarray, list[slice]], None]:
+    """The per-batch self-check (E910-E913) of :func:`capture_router_logits`.
+
+    The plain forward of E913 runs here, before the capture's hooks are installed: the first
+    :data:`~ror_annotate.steer.checks.FORWARD_CHECK_ROWS` tokens of the first trace still to capture.
+    """
+    reference: dict[str, np.ndarray] = {}
+    for split in splits:
+        rows = _SplitRows(tokens[split])
+        first = next((i for i, tid in enumerate(rows.trace_ids) if tid not in done and rows.lengths[i]), None)
+        if first is not None:
+            row = rows.row(first)
+            _check_vocab([row], _embedding_rows(model), split)  # a clear error before any forward
+            ((ref, _),) = forward_router_logits(model, [list(row["input_ids"])[:FORWARD_CHECK_ROWS]], sites=sites,
+                                                padding_side=padding_side, pad_token_id=pad_token_id)
+            reference[row["trace_id"]] = ref.numpy()
+            break
+    kw = {"family": meta.family, "layers": meta.layers, "model_dtype": meta.model_dtype, "storage_dtype": meta.logits_dtype}
+
+    def check(infos: list[dict], logits: np.ndarray, selected: np.ndarray, slices: list[slice]) -> None:
+        real_logits = np.concatenate([logits[row, sl] for row, sl in enumerate(slices)])
+        real_selected = np.concatenate([selected[row, sl] for row, sl in enumerate(slices)])
+        check_batch(real_logits, real_selected, top_k=meta.top_k, **kw)
+        for row, (info, sl) in enumerate(zip(infos, slices)):
+            ref = reference.get(info["trace_id"])
+            if ref is not None:
+                check_forward(logits[row, sl][: len(ref)], ref, trace_id=info["trace_id"], **kw)
+
+    return check
+
+
+def _drop_if_empty(writer: "_Writer", created: bool) -> None:
+    """Remove a capture folder this call created when a self-check failed before anything was indexed."""
+    if not created or writer.index:
+        return
+    writer.close()
+    for name in ("meta.json", "index.jsonl", "logits.bin", "selected.bin"):
+        (writer.out_dir / name).unlink(missing_ok=True)
+    try:
+        writer.out_dir.rmdir()
+    except OSError:
+        pass
 
 
 __all__ = ["check_model_source", "model_tokenizer", "Capture", "CaptureMeta", "CaptureReport", "capture_router_logits", "forward_router_logits", "load_model"]
