@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -30,7 +29,9 @@ from ror_annotate.store import Store
 from ror_annotate.verify import VerifyOptions, default_rater, verify, verify_report
 
 from .judge_fixtures import LABELS_A, LABELS_U, TRACE_A, TRACE_U, build_store
-from .openai_server import FakeOpenAI, cue_label
+from .openai_server import FakeOpenAI
+from .verify_fixtures import VIDS as _VIDS
+from .verify_fixtures import VerifierServer
 
 pytestmark = pytest.mark.integration
 
@@ -40,9 +41,6 @@ JUDGE = "openai:judge-m"
 VERIFIER = "openai:verifier-m"
 V1 = load_codebook("six-behaviors@v1").sha256
 
-_VMARK = re.compile(r"«(\d+)(?: \| (\w+))?» ")
-_VIDS = re.compile(r"Audit exactly these segment ids \(\d+\): ([0-9, ]+)")
-
 TRACES = {"a0": ("Add 17 and 25.", TRACE_A), "a1": ("Add 17 and 25 again.", TRACE_A), "a2": ("Sum twice.", TRACE_A),
           "u": ("Add 1/2 and 1/3 — 数学.", TRACE_U)}
 TRUTH = {**{(t, i): lab for t in ("a0", "a1", "a2") for i, lab in enumerate(LABELS_A)}, **{("u", i): lab for i, lab in enumerate(LABELS_U)}}
@@ -51,46 +49,6 @@ PLANTED = {("a0", 0): "execution", ("a0", 2): "planning", ("a1", 3): "restatemen
            ("u", 1): "fact", ("u", 2): "planning", ("a2", 2): "planning"}
 #: Human labels on a0, u (all) and a1 (first three): the truth, except one segment where the human differs.
 HUMANS = {**{k: v for k, v in TRUTH.items() if k[0] in ("a0", "u") or (k[0] == "a1" and k[1] < 3)}, ("a0", 4): "fact"}
-
-
-class VerifierServer(FakeOpenAI):
-    """Answers verification requests: accept the shown label when it equals the cue rule, else revise to it.
-
-    ``broken=True`` answers every id with the invalid verdict ``"maybe"``. ``shown`` records the
-    labels read from the markers of each request.
-    """
-
-    def __init__(self, *, broken: bool = False, **kw: Any) -> None:
-        super().__init__(**kw)
-        self.broken = broken
-        self.shown: list[dict[int, str | None]] = []
-
-    def answer(self, body: dict[str, Any], fault: dict[str, Any]) -> tuple[int, dict[str, str], dict[str, Any]]:
-        if "status" in fault or fault.get("kind") in ("500", "truncate", "refusal"):
-            return super().answer(body, fault)
-        user = body["messages"][-1]["content"]
-        trace = user.split("<trace>\n", 1)[1].rsplit("\n</trace>", 1)[0]
-        parts = _VMARK.split(trace)
-        segs = {int(parts[i]): (parts[i + 1], parts[i + 2]) for i in range(1, len(parts) - 2, 3)}
-        self.shown.append({i: shown for i, (shown, _) in segs.items()})
-        ids = [int(x) for x in _VIDS.search(user).group(1).split(",")]
-        verdicts = []
-        for i in ids:
-            shown, text = segs[i]
-            truth = cue_label(text)
-            if self.broken:
-                verdicts.append({"segment_id": i, "verdict": "maybe", "label": None, "reason": None})
-            elif shown == truth:
-                verdicts.append({"segment_id": i, "verdict": "accept", "label": None, "reason": None})
-            else:
-                verdicts.append({"segment_id": i, "verdict": "revise", "label": truth, "reason": f"the codebook says {truth} — ✓"})
-        content = json.dumps({"verdicts": verdicts}, ensure_ascii=False)
-        reply = {"id": self._next_id("chatcmpl"), "object": "chat.completion", "created": int(time.time()), "model": body["model"],
-                 "choices": [{"index": 0, "finish_reason": "stop", "logprobs": None,
-                              "message": {"role": "assistant", "content": content, "refusal": None}}],
-                 "usage": {"prompt_tokens": 1000, "completion_tokens": 50, "total_tokens": 1050,
-                           "prompt_tokens_details": {"cached_tokens": 0}}}
-        return 200, {}, reply
 
 
 def _labelled_store(path: Path) -> Store:
