@@ -34,7 +34,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -408,7 +408,7 @@ def verify(store: "Store", options: VerifyOptions, *, trace_ids: Sequence[str] |
     params = {"judge": options.judge, "of": of, "max_failed": str(limit),
               **cfg.model_dump(mode="json", exclude_defaults=True)}
     with _stage(store, None, "verify", params, progress) as (run, tracked):
-        report: JudgeReport = verifier.label(store, ids, run=run, progress=tracked)
+        report: JudgeReport = verifier.label(store, ids, run=run, progress=cast(Any, tracked))  # rich Progress duck type
         report.skipped = audited - report.labeled - report.failed - int(report.extra.get("failed_kept", 0))
         counts = report.as_counts()
         revised = sum(1 for t in ids for lab in verifier.verified(store, t).values()

@@ -199,6 +199,11 @@ def test_no_verdicts_is_e524_and_nothing_stored(tmp_path):
     assert e.value.code == "E524" and e.value.exit_status == 3
     assert not store.labels(source="verify")
     assert store.runs()[-1].status != "ok"
+    store.close()
+    with VerifierServer(broken=True) as srv:
+        done = _cli("verify", "--judge", VERIFIER, "--base-url", srv.base_url, "--max-attempts", "1", "--db", str(tmp_path / "s.duckdb"))
+    assert done.returncode == 3 and done.stderr.startswith("error [E524]") and len(done.stderr.strip().splitlines()) == 1
+    assert "requests=" in done.stdout
 
 
 def test_secrets_never_stored(tmp_path, monkeypatch):

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from ..errors import UsageError
+from ..errors import UsageError, VerifyOutcomeError
 from .app import DEFAULT_DB_PATH, DbOption, LockTimeoutOption, app, console, open_store, progress_display
 from .judge_options import (
     JudgeBaseUrlOption,
@@ -74,8 +74,12 @@ def verify(
     summary = None
     with open_store(db, lock_timeout, must_exist=True) as store:
         if options is not None:
-            with progress_display() as progress:
-                summary = run_verify(store, options, trace_ids=trace or None, progress=progress)
+            try:
+                with progress_display() as progress:
+                    summary = run_verify(store, options, trace_ids=trace or None, progress=progress)
+            except VerifyOutcomeError as exc:  # show what the verifier did before the one-line E524 error
+                _print_counts(exc.counts)
+                raise
             if not as_json:
                 console.print(f"verify: {summary.verifier}: {summary.verified} verdicts ({summary.revised} revised), "
                               f"{summary.skipped} already verified, {summary.failed} failed, of {summary.audited} labels of "
@@ -83,7 +87,7 @@ def verify(
                 _print_counts(summary.counts)
         if report or as_json:
             rep = verify_report(store, verifier=None if summary is None else summary.verifier,
-                                of=None if summary is None else summary.of)
+                                of=of if summary is None else summary.of)
             if as_json:
                 print(json.dumps({"run": None if summary is None else summary.model_dump(mode="json"),
                                   "report": rep.model_dump(mode="json")}, indent=2, ensure_ascii=False))
