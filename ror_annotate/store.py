@@ -751,12 +751,6 @@ class Store:
         with duckdb_errors(self.path):
             return self.con.execute(sql, params) if params is not None else self.con.execute(sql)
 
-    def query_arrow(self, sql: str, params: Sequence[Any] | None = None) -> pa.Table:
-        """Run a query and return the result as a ``pyarrow.Table``."""
-        result = self.execute(sql, params)
-        table = result.fetch_arrow_table() if hasattr(result, "fetch_arrow_table") else result.arrow()  # type: ignore[attr-defined]
-        return table if isinstance(table, pa.Table) else table.read_all()
-
     def _register(self, view: str, rows: pa.Table) -> None:
         # DuckDB 2 refuses register()/unregister() while an earlier execute() has rows left
         # unfetched (e.g. after fetchone()); abort() drops that pending result and nothing else.

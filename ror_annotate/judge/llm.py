@@ -557,7 +557,7 @@ class LLMJudge:
         await self._judge_chunk(ctx, job, chunks[0])
         await asyncio.gather(*(self._judge_chunk(ctx, job, c) for c in chunks[1:]))
 
-    async def _judge_chunk(self, ctx: "_RunContext", job: "_TraceJob", ids: list[int]) -> None:
+    async def _judge_chunk(self, ctx: "_RunContext", job: "_TraceJob", ids: list[int]) -> None:  # noqa: C901  (one branch per failure class of a paid request (retry, fail, cache))
         """Ask for the labels of ``ids`` until each is labeled or has used its tries.
 
         A chunk whose ids all ended judge-failed in an earlier run continues from the stored attempt

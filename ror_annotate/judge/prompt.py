@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 from ..codebook import Codebook, render_markdown
 from ..records import Segment, Trace, sha256_text
@@ -122,19 +121,6 @@ def marked_trace(trace: Trace, segments: Sequence[Segment], *, window: tuple[int
     elif hi < len(segments) - 1:
         parts.append(f"\n[... segments {segments[hi + 1].segment_index}-{segments[-1].segment_index} omitted ...]")
     return "".join(parts)
-
-
-@dataclass(frozen=True)
-class TracePrompt:
-    """Everything about one trace's prompt that does not depend on which ids are asked.
-
-    ``prefix_tokens`` is the estimated size of system message + trace block (the cacheable prefix).
-    """
-
-    system: str
-    trace_block: str
-    prefix_tokens: int
-    windowed: bool
 
 
 def _choose_window(segments: Sequence[Segment], positions: Sequence[int], budget: int) -> tuple[int, int]:

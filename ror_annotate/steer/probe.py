@@ -254,7 +254,7 @@ def _subsample(table: TokenTable, max_train: int | None, seed: int) -> TokenTabl
     return table.subset(keep)
 
 
-def run_probes(capture: Capture, table: TokenTable, *, level: str = "token", windows: Sequence[int] = (1,),
+def run_probes(capture: Capture, table: TokenTable, *, level: str = "token", windows: Sequence[int] = (1,),  # noqa: C901  (one branch per optional table row (windows, residual, controls))
                controls: Sequence[str] = ("position", "tfidf"), embeddings: np.ndarray | None = None,
                Cs: Sequence[float] = DEFAULT_CS, max_train: int | None = 50_000, seed: int = 0,
                progress: Callable[[str], None] | None = None) -> tuple[list[ProbeRow], dict[str, dict[int, float]]]:
