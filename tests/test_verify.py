@@ -31,7 +31,7 @@ from ror_annotate.verify import VerifyOptions, default_rater, verify, verify_rep
 from .judge_fixtures import LABELS_A, LABELS_U, TRACE_A, TRACE_U, build_store
 from .openai_server import FakeOpenAI
 from .verify_fixtures import VIDS as _VIDS
-from .verify_fixtures import VerifierServer
+from .verify_fixtures import VerifierServer, parse_verify_prompt
 
 pytestmark = pytest.mark.integration
 
@@ -82,9 +82,11 @@ def test_verifier_revises_exactly_the_planted_errors(tmp_path):
     assert all(b["messages"][1]["content"].count("<trace>") == 1 for b in bodies)
     assert all("Audit exactly these segment ids" in b["messages"][1]["content"] for b in bodies)
     # the audited label is shown in every segment's marker
-    shown = {}
-    for seen in srv.shown:
-        shown.update(seen)
+    tid_of = {problem: tid for tid, (problem, _) in TRACES.items()}
+    for body in bodies:
+        tid = tid_of[body["messages"][1]["content"].split("<problem>\n", 1)[1].split("\n</problem>", 1)[0]]
+        segs, _ = parse_verify_prompt(body["messages"])
+        assert {i: shown for i, (shown, _) in segs.items()} == {i: PLANTED.get((t, i), lab) for (t, i), lab in TRUTH.items() if t == tid}
     assert "«1 | fact» " in next(b for b in bodies if "数学" in b["messages"][1]["content"])["messages"][1]["content"]
     verdicts = _verdicts(store)
     assert set(verdicts) == set(TRUTH)
