@@ -165,6 +165,20 @@ class JudgeOutcomeError(JudgeError):
         self.counts = dict(counts or {})
 
 
+class VerifyError(JudgeError):
+    """``ror verify`` cannot start: the audited rater has no labels (E521), the default rater is
+    ambiguous (E522), or there is nothing to verify (E523); E520 for anything else."""
+
+    code = "E520"
+
+
+class VerifyOutcomeError(JudgeOutcomeError):
+    """The verifier ran, but returned no verdict, or left more segments failed than ``--max-failed``
+    allows (exit status 3, like :class:`JudgeOutcomeError`); the verdicts written stay stored."""
+
+    code = "E524"
+
+
 class ReviewError(RorError, RuntimeError):
     """The Label Studio review queue failed (server unreachable, bad token, edited config)."""
 

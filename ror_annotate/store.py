@@ -1273,6 +1273,14 @@ class Store:
             ).fetchall()
         ]
 
+    def latest_label_times(self, *, source: str | None = None) -> dict[str, datetime]:
+        """``{annotator: created_at of its latest label}`` (UTC, aware) for every annotator with labels
+        (of ``source`` only, when given); e.g. the latest ``aggregate:*`` rater for ``ror verify``."""
+        sql = "SELECT annotator, max(created_at) FROM labels" + (" WHERE source = ?" if source is not None else "")
+        with duckdb_errors(self.path, "read labels"):
+            rows = self.con.execute(sql + " GROUP BY annotator ORDER BY annotator", [] if source is None else [source]).fetchall()
+        return {r[0]: _to_aware(r[1]) for r in rows}  # type: ignore[misc]
+
     def upsert_annotators(self, annotators: Iterable[Annotator]) -> int:
         """Declare raters (insert or replace by :attr:`Annotator.annotator`), in one transaction.
 
