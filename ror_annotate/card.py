@@ -233,7 +233,7 @@ def _uncertainty_lines(u: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def _body(s: "ExportSummary", data_files: Mapping[str, Mapping[str, list[str]]], agreement: str, reports: Mapping[str, str]) -> str:
+def _body(s: "ExportSummary", data_files: Mapping[str, Mapping[str, list[str]]], agreement: str, reports: Mapping[str, str]) -> str:  # noqa: C901  (one branch per optional card section)
     p = s.parameters
     prov = s.provenance
     tc = s.token_counter or {}

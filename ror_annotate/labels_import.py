@@ -313,6 +313,80 @@ def project_spans(
     return out
 
 
+def _check_annotator(store: "Store", annotator: str) -> None:
+    """Refuse a rater id that already names a rater of another source (its declaration would be replaced)."""
+    taken = {name: source for source, name, _ in store.annotators() if source != "import"}
+    declared = store.declared_annotators().get(annotator)
+    if declared is not None and declared.source != "import":
+        taken.setdefault(annotator, declared.source)
+    if annotator in taken:
+        raise ConfigError(
+            f"--annotator {annotator!r} already names a {taken[annotator]} rater in {store.path}; "
+            "give the imported labels their own rater id (e.g. 'thought-anchors:gpt-4o')"
+        )
+
+
+def _segments_of(store: "Store", by_trace: dict[str, list[_Record]]) -> dict[str, list[Any]]:
+    """The stored segments of every named trace; an unknown or unsegmented trace is an error naming its first record."""
+    known = set(store.trace_ids())
+    for tid, recs in by_trace.items():
+        if tid not in known:
+            raise ImportRecordError(f"{recs[0].where}: trace {tid!r} is not in the store {store.path}; ingest and segment it first")
+    segments = store.segments_by_trace(list(by_trace))
+    for tid, recs in by_trace.items():
+        if not segments.get(tid):
+            raise ImportRecordError(f"{recs[0].where}: trace {tid!r} has no segments in {store.path}; run ror segment first")
+    return segments
+
+
+def _segment_outcomes(tid: str, recs: Sequence[_Record], segs: Sequence[Any]) -> list[Projected]:
+    """Per stored segment (in order): its record's behavior, ``unmapped`` or ``uncovered``."""
+    by_index = {s.segment_index: s for s in segs}
+    chosen: dict[int, _Record] = {}
+    for rec in recs:
+        seg = by_index.get(rec.segment_index)  # type: ignore[arg-type]
+        if seg is None:
+            raise ImportRecordError(
+                f"{rec.where}: segment {tid}#{rec.segment_index} is not stored (the trace has segments 0..{len(segs) - 1}); "
+                "span records (char_start, char_end) fit any segmentation"
+            )
+        if rec.text is not None and rec.text != seg.text:
+            raise ImportSpanError(f"{rec.where}: text {rec.text[:40]!r} differs from stored segment {tid}#{seg.segment_index} {seg.text[:40]!r}")
+        prev = chosen.get(seg.segment_index)
+        if prev is not None and prev.category != rec.category:
+            raise ImportRecordError(
+                f"{rec.where}: segment {tid}#{seg.segment_index} already labelled {prev.category!r} at {prev.where}; one label per segment"
+            )
+        chosen[seg.segment_index] = rec
+    out = []
+    for s in segs:
+        rec = chosen.get(s.segment_index)
+        if rec is None:
+            out.append(Projected(None, "uncovered"))
+        else:
+            out.append(Projected(rec.behavior, "labelled" if rec.behavior else "unmapped", None, (rec.category,), rec.confidence))
+    return out
+
+
+def _span_outcomes(tid: str, text: str, recs: Sequence[_Record], segs: Sequence[Any], min_share: float) -> list[Projected]:
+    """Check every span against the trace text, then project them onto the segments (:func:`project_spans`)."""
+    spans = []
+    for rec in recs:
+        a, b = rec.char_start, rec.char_end
+        assert a is not None and b is not None
+        if not 0 <= a < b <= len(text):
+            raise ImportSpanError(
+                f"{rec.where}: span [{a}, {b}) is outside trace {tid!r} (length {len(text)} characters); offsets are Python string indices"
+            )
+        if rec.text is not None and text[a:b] != rec.text:
+            raise ImportSpanError(
+                f"{rec.where}: text {rec.text[:40]!r} does not match trace {tid!r} at [{a}, {b}) ({text[a:b][:40]!r}); "
+                "offsets must be Python string indices (code points) into the stored text"
+            )
+        spans.append((a, b, rec.behavior, rec.category, rec.confidence))
+    return project_spans(text, [(s.char_start, s.char_end) for s in segs], spans, min_share=min_share)
+
+
 # --------------------------------------------------------------------------- the stage
 def import_labels(store: "Store", path: str | Path, options: ImportOptions | dict[str, Any], *, run: Run | None = None) -> ImportSummary:
     """Import another project's labels from ``path`` into ``store`` (module docstring for the rules).
@@ -353,27 +427,12 @@ def import_labels(store: "Store", path: str | Path, options: ImportOptions | dic
     if not path.is_file():
         raise ImportRecordError(f"{path}: no such file; give a .jsonl, .csv or .parquet file of labels")
     crosswalk = load_crosswalk(opts.crosswalk)
-    taken = {annotator: source for source, annotator, _ in store.annotators() if source != "import"}
-    declared = store.declared_annotators().get(opts.annotator)
-    if declared is not None and declared.source != "import":
-        taken.setdefault(opts.annotator, declared.source)
-    if opts.annotator in taken:
-        raise ConfigError(
-            f"--annotator {opts.annotator!r} already names a {taken[opts.annotator]} rater in {store.path}; "
-            "give the imported labels their own rater id (e.g. 'thought-anchors:gpt-4o')"
-        )
+    _check_annotator(store, opts.annotator)
     unit, records = _parse(path, opts, crosswalk)
     by_trace: dict[str, list[_Record]] = defaultdict(list)
     for rec in records:
         by_trace[rec.trace_id].append(rec)
-    known = set(store.trace_ids())
-    for tid, recs in by_trace.items():
-        if tid not in known:
-            raise ImportRecordError(f"{recs[0].where}: trace {tid!r} is not in the store {store.path}; ingest and segment it first")
-    segments = store.segments_by_trace(list(by_trace))
-    for tid, recs in by_trace.items():
-        if not segments.get(tid):
-            raise ImportRecordError(f"{recs[0].where}: trace {tid!r} has no segments in {store.path}; run ror segment first")
+    segments = _segments_of(store, by_trace)
 
     summary = ImportSummary(
         file=path.name, annotator=opts.annotator, kind=opts.kind, crosswalk=crosswalk.id, unit=unit, records=len(records),
@@ -383,62 +442,26 @@ def import_labels(store: "Store", path: str | Path, options: ImportOptions | dic
     labels: list[Label] = []
     counts: Counter[str] = Counter()
     base_extra = {"file": path.name, "crosswalk": crosswalk.id, "unit": unit}
-
-    def make(tid: str, index: int, behavior: str, categories: Sequence[str], confidence: float | None, **extra: Any) -> Label:
-        counts[behavior] += 1
-        return Label(
-            trace_id=tid, segment_index=index, label=behavior, source="import", annotator=opts.annotator,  # type: ignore[arg-type]
-            codebook_version=f"crosswalk:{crosswalk.id}", confidence=confidence,
-            extra={**base_extra, "source_labels": list(categories), **extra},
-        )
-
     for tid, recs in by_trace.items():
         segs = segments[tid]
         if unit == "segment":
-            by_index = {s.segment_index: s for s in segs}
-            chosen: dict[int, _Record] = {}
-            for rec in recs:
-                seg = by_index.get(rec.segment_index)  # type: ignore[arg-type]
-                if seg is None:
-                    raise ImportRecordError(
-                        f"{rec.where}: segment {tid}#{rec.segment_index} is not stored (the trace has segments 0..{len(segs) - 1}); "
-                        "span records (char_start, char_end) fit any segmentation"
-                    )
-                if rec.text is not None and rec.text != seg.text:
-                    raise ImportSpanError(f"{rec.where}: text {rec.text[:40]!r} differs from stored segment {tid}#{seg.segment_index} {seg.text[:40]!r}")
-                prev = chosen.get(seg.segment_index)
-                if prev is not None and prev.category != rec.category:
-                    raise ImportRecordError(f"{rec.where}: segment {tid}#{seg.segment_index} already labelled {prev.category!r} at {prev.where}; one label per segment")
-                chosen[seg.segment_index] = rec
-            for index, rec in sorted(chosen.items()):
-                if rec.behavior is None:
-                    summary.unmapped += 1
-                else:
-                    labels.append(make(tid, index, rec.behavior, [rec.category], rec.confidence, record=rec.where))
-            summary.uncovered += len(segs) - len(chosen)
+            outcomes = _segment_outcomes(tid, recs, segs)
         else:
-            text = store.get_trace(tid).text
-            spans = []
-            for rec in recs:
-                a, b = rec.char_start, rec.char_end
-                assert a is not None and b is not None
-                if not 0 <= a < b <= len(text):
-                    raise ImportSpanError(f"{rec.where}: span [{a}, {b}) is outside trace {tid!r} (length {len(text)} characters); offsets are Python string indices")
-                if rec.text is not None and text[a:b] != rec.text:
-                    raise ImportSpanError(
-                        f"{rec.where}: text {rec.text[:40]!r} does not match trace {tid!r} at [{a}, {b}) ({text[a:b][:40]!r}); "
-                        "offsets must be Python string indices (code points) into the stored text"
-                    )
-                spans.append((a, b, rec.behavior, rec.category, rec.confidence))
-            projected = project_spans(text, [(s.char_start, s.char_end) for s in segs], spans, min_share=opts.min_share)
-            for seg, p in zip(segs, projected):
-                if p.status == "labelled":
-                    assert p.behavior is not None
-                    labels.append(make(tid, seg.segment_index, p.behavior, p.categories, p.confidence, share=round(p.share or 0.0, 6)))
-                elif p.status == "tie":
-                    summary.ties += 1
-                else:
-                    setattr(summary, p.status, getattr(summary, p.status) + 1)
+            outcomes = _span_outcomes(tid, store.get_trace(tid).text, recs, segs, opts.min_share)
+        for seg, p in zip(segs, outcomes):
+            if p.status != "labelled":
+                key = "ties" if p.status == "tie" else p.status
+                setattr(summary, key, getattr(summary, key) + 1)
+                continue
+            assert p.behavior is not None
+            counts[p.behavior] += 1
+            extra = {**base_extra, "source_labels": list(p.categories)}
+            if p.share is not None:
+                extra["share"] = round(p.share, 6)
+            labels.append(Label(
+                trace_id=tid, segment_index=seg.segment_index, label=p.behavior, source="import",  # type: ignore[arg-type]
+                annotator=opts.annotator, codebook_version=f"crosswalk:{crosswalk.id}", confidence=p.confidence, extra=extra,
+            ))
     summary.labelled = len(labels)
     summary.label_counts = {b: counts.get(b, 0) for b in BEHAVIORS}
     annotator = Annotator(

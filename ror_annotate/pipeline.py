@@ -658,6 +658,12 @@ def run(
         return RunSummary(run_id=the_run.run_id, ingest=ingested, segment=segmented, label=labelled, export=exported)
 
 
+# --------------------------------------------------------------------------- verify (ror verify)
+from .verify import VerifyOptions, VerifyReport, VerifySummary, verify, verify_report  # noqa: E402
+
+__all__ += ["VerifyOptions", "VerifyReport", "VerifySummary", "verify", "verify_report"]
+
+
 # --------------------------------------------------------------------------- labels import (issue 24)
 def import_labels(
     store: "Store", path: str | Path, options: "ImportOptions | dict[str, Any]", *, run: Run | None = None,

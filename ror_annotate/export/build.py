@@ -195,6 +195,12 @@ class _Stats:
         }
 
 
+def _latest_aggregate(store: Store) -> str | None:
+    """The ``aggregate:*`` rater whose newest label is the newest in the store (ties: largest id), or None."""
+    times = store.latest_label_times(source="aggregate")
+    return max(times, key=lambda a: (times[a], a)) if times else None
+
+
 def _uncertainty(store: Store, stats: _Stats, aggregate: str | None) -> dict[str, Any]:
     """The card's rater and label-uncertainty figures (see :class:`ExportSummary`)."""
     declared = store.declared_annotators()
@@ -310,7 +316,7 @@ def export_dataset(
         Export directory; replaced atomically if it holds an earlier export.
     label_source : {"auto", "adjudicated", "human", "judge", "baseline", "majority", "aggregate", "import"}
         Which labels to export (:mod:`ror_annotate.export.labels`); ``aggregate`` (and ``auto``) read the
-        aggregate rater whose newest label is the newest (:meth:`Store.latest_annotator`).
+        aggregate rater whose newest label is the newest (:meth:`Store.latest_label_times`).
     tokenizer : str, Path or tokenizer object, optional
         Fast tokenizer of the subject model (``tokenizer.json``, a directory or a model name, see
         :func:`ror_annotate.tokenizer.load_tokenizer`). Without it no ``tokens`` configuration is
@@ -386,8 +392,7 @@ def export_dataset(
     tmp = new_tmp_dir(out_dir)
     writer = ExportWriter(tmp, configs)
     try:
-        key_ids = [k.trace_id for k in keys]
-        aggregate = store.latest_annotator("aggregate", key_ids) if label_source in ("aggregate", "auto") else None
+        aggregate = _latest_aggregate(store) if label_source in ("aggregate", "auto") else None
         stats, per_trace, sources = _write_rows(
             store, writer, keys, split_of, label_source, aligner, tv, dict(source_licenses or {}), batch_size, max_batch_segments,
             progress, aggregate=aggregate, kinds=store.rater_kinds(),
