@@ -360,11 +360,11 @@ def _segment_outcomes(tid: str, recs: Sequence[_Record], segs: Sequence[Any]) ->
         chosen[seg.segment_index] = rec
     out = []
     for s in segs:
-        rec = chosen.get(s.segment_index)
-        if rec is None:
+        hit = chosen.get(s.segment_index)
+        if hit is None:
             out.append(Projected(None, "uncovered"))
         else:
-            out.append(Projected(rec.behavior, "labelled" if rec.behavior else "unmapped", None, (rec.category,), rec.confidence))
+            out.append(Projected(hit.behavior, "labelled" if hit.behavior else "unmapped", None, (hit.category,), hit.confidence))
     return out
 
 
@@ -455,7 +455,7 @@ def import_labels(store: "Store", path: str | Path, options: ImportOptions | dic
                 continue
             assert p.behavior is not None
             counts[p.behavior] += 1
-            extra = {**base_extra, "source_labels": list(p.categories)}
+            extra: dict[str, Any] = {**base_extra, "source_labels": list(p.categories)}
             if p.share is not None:
                 extra["share"] = round(p.share, 6)
             labels.append(Label(
