@@ -164,3 +164,14 @@ def test_auto_order_puts_the_aggregate_between_humans_and_judges():
     assert choose_label([agg], "auto", aggregate="aggregate:mv")[0].label is None  # another run's label is not mixed in
     assert choose_label([imported], "auto")[0].label is None  # an import alone is not an auto label
     assert choose_label([imported], "import")[0].label == "fact"
+
+
+def test_aggregate_or_import_labels_missing_is_e830(tmp_path):
+    from ror_annotate.errors import ExportError
+
+    store = make_store(tmp_path / "s.duckdb")  # baseline labels only
+    for source, hint in (("aggregate", "ror aggregate"), ("import", "ror labels import")):
+        with pytest.raises(ExportError, match=hint) as info:
+            export_dataset(store, tmp_path / source, label_source=source)
+        assert info.value.code == "E830"
+        assert not (tmp_path / source).exists()

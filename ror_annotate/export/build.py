@@ -30,6 +30,9 @@ from .labels import LABEL_CHOICES, SOURCES_USED, ChosenLabel, choose_label, join
 from .splits import check_fractions, split_traces
 from .write import MANIFEST, ExportWriter, check_replaceable, license_allows_publishing, new_tmp_dir, swap_in, write_json
 
+#: Code of the error for ``--labels aggregate`` / ``--labels import`` on a store without such labels.
+MISSING_RATER = "E830"
+
 #: Name of the built-in token-count approximation (``ror_annotate.segment``), as the card spells it.
 APPROX_PREFIX = "approx:"
 
@@ -233,10 +236,12 @@ def _check_label_source_present(store: Store, label_source: str, present: set[st
     if used is None or present.intersection(used):
         return
     have = ", ".join(sorted(present)) or "none"
+    make = {"aggregate": " (ror aggregate writes them)", "import": " (ror labels import writes them)"}.get(label_source, "")
     raise ExportError(
         f"--labels {label_source}: the store {store.path} holds no {' or '.join(repr(u) for u in used)} labels for "
-        f"these traces (it has: {have}), so every segment would be exported unlabeled; pick one of those sources "
-        "or --labels auto"
+        f"these traces{make} (it has: {have}), so every segment would be exported unlabeled; pick one of those sources "
+        "or --labels auto",
+        code=MISSING_RATER if label_source in ("aggregate", "import") else None,
     )
 
 
