@@ -655,3 +655,11 @@ def run(
             trace_ids=ingested.trace_ids, run=the_run, progress=tracked,
         )
         return RunSummary(run_id=the_run.run_id, ingest=ingested, segment=segmented, label=labelled, export=exported)
+
+
+# ------------------------------------------------------------------------------------ trust (calibration, weighted review)
+from .agreement.kinds import agreement_by_kind, agreement_drift  # noqa: E402
+from .agreement.reliability import calibration_summary  # noqa: E402
+from .agreement.weighted import weighted_estimates  # noqa: E402
+
+__all__ += ["agreement_by_kind", "agreement_drift", "calibration_summary", "weighted_estimates"]

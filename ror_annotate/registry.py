@@ -172,7 +172,7 @@ def registry(kind: str) -> Registry[Any]:
 
 
 #: Modules that define a registry; importing them creates it (kept here so ``registry(kind)`` finds all).
-REGISTRY_MODULES: tuple[str, ...] = ("ror_annotate.judge",)
+REGISTRY_MODULES: tuple[str, ...] = ("ror_annotate.judge", "ror_annotate.review.studies")
 
 
 def _import_builtin_registries() -> None:
