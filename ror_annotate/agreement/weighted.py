@@ -20,7 +20,10 @@ reviewed item is weighted by ``w_i = 1 / pi_i``:
 
 Intervals: trace-clustered percentile bootstrap of the reviewed items (whole traces resampled
 together across strata, weights kept; :func:`~.bootstrap.trace_bootstrap_counts`); an
-approximation that ignores the stratification, so it tends to be conservative.
+approximation that ignores the stratification, so it tends to be conservative. The
+Horvitz-Thompson accuracy's interval is much wider than the Hajek one and can leave [0, 1]: a
+resample changes how many (heavily weighted) control items it holds while ``N`` stays fixed, the
+textbook instability of HT that the ratio form cancels. The Hajek figures are the headline.
 
 "Errors found per 100 reviewed segments" is the plain share of reviewed items in a stratum whose
 rater label differs from the reference, times 100: the uncertainty stratum next to the control
@@ -198,7 +201,9 @@ def weighted_estimates(
         "inclusion_probabilities": {s: sorted({p for st, p in info.values() if st == s}) for s in strata_names},
         "selection": meta.parameters.get("design", {}),
         "method": ("weights 1/pi_i; 'weighted' = Hajek ratio estimates from the weighted confusion matrix; "
-                   "'horvitz_thompson' = sum w_i y_i / N; trace-clustered percentile bootstrap"),
+                   "'horvitz_thompson' = sum w_i y_i / N; trace-clustered percentile bootstrap. The HT interval is wide "
+                   "and not bounded by [0, 1] (a trace resample changes how many control items it holds while N stays "
+                   "fixed); prefer the Hajek interval"),
         "settings": {"n_resamples": n_resamples, "confidence_level": confidence_level, "seed": seed},
         "raters": out_raters,
     }

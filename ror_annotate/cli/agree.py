@@ -120,7 +120,7 @@ def _print_trust(d: dict[str, Any]) -> None:
                 continue
             w_, ht, uw = r["weighted"], r["horvitz_thompson"], r["unweighted"]
             t.add_row(r["rater"], str(r["n_items"]), *_fmt_estimate(w_["accuracy"]), *_fmt_estimate(w_["cohen_kappa"]),
-                      *_fmt_estimate(w_["macro_f1"]), " ".join(_fmt_estimate(ht["accuracy"])), " ".join(_fmt_estimate(uw["accuracy"])))
+                      *_fmt_estimate(w_["macro_f1"]), _fmt_estimate(ht["accuracy"])[0], " ".join(_fmt_estimate(uw["accuracy"])))
         console.print(t)
         e = Table(title="Errors found per 100 reviewed segments, by stratum (control = what random sampling finds)")
         e.add_column("rater", overflow="fold")
