@@ -352,6 +352,11 @@ def test_old_review_tables_are_migrated(tmp_path: Path) -> None:
     with Store(tmp_path / "old.duckdb") as store:
         store.migrate("review", REVIEW_MIGRATIONS[:1])
         store.execute("INSERT INTO review_items VALUES ('s', 't', 0, 0)")
+    with Store(tmp_path / "old.duckdb", read_only=True) as store:  # read-only: left as it is, read as "no design"
+        ensure_tables(store)
+        assert store.schema_version("review") == 1
+        assert study_design(store, "s") == [(("t", 0), None, None)]
+    with Store(tmp_path / "old.duckdb") as store:
         ensure_tables(store)
         assert store.schema_version("review") == len(REVIEW_MIGRATIONS)
         assert study_design(store, "s") == [(("t", 0), None, None)]

@@ -178,7 +178,7 @@ def agreement_summary(
     from ._cache import LabelsOnce
 
     store = LabelsOnce(store)  # the figures below read the labels several times: read them once
-    boot = {"n_resamples": n_resamples, "confidence_level": confidence_level, "seed": seed}
+    boot: dict[str, Any] = {"n_resamples": n_resamples, "confidence_level": confidence_level, "seed": seed}
     if weighted:  # first: a study without a design is refused before anything else is computed
         from .weighted import weighted_estimates
 

@@ -283,13 +283,13 @@ def rater_confidences(store: Any, *, study: str | None = None, reference: dict |
             ))
         if ann in samples:
             sibs = [per_ann[s] for s in samples[ann]]
-            k = 1 + len(sibs)
+            n_samples = 1 + len(sibs)
             conf = []
-            for i in items:
-                votes = [labs[i].label] + [s[i].label for s in sibs if i in s]
-                conf.append(sum(v == labs[i].label for v in votes) / len(votes))
+            for item in items:
+                votes = [labs[item].label] + [s[item].label for s in sibs if item in s]
+                conf.append(sum(v == labs[item].label for v in votes) / len(votes))
             out.append(RaterConfidence(
-                name=f"{ann} ({k}-sample vote)", annotator=ann, confidence_kind="vote", item_ids=items,
+                name=f"{ann} ({n_samples}-sample vote)", annotator=ann, confidence_kind="vote", item_ids=items,
                 groups=[i.rsplit("#", 1)[0] for i in items], labels=[labs[i].label for i in items],
                 confidence=np.array(conf, dtype=np.float64),
             ))

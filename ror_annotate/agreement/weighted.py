@@ -136,7 +136,7 @@ def weighted_estimates(
     for lab in store.labels(trace_ids=traces):
         key = (lab.trace_id, lab.segment_index)
         if key in info and lab.source not in ("human", "adjudicated") and kinds.get(lab.annotator, "machine") == "machine":
-            by[(lab.annotator, *key)].append(lab)
+            by[(lab.annotator, key[0], key[1])].append(lab)
     per_rater: dict[str, dict[tuple[str, int], str]] = defaultdict(dict)
     for (ann, t, i), labs in by.items():
         per_rater[ann][(t, i)] = latest(labs).label  # type: ignore[union-attr]
@@ -174,9 +174,10 @@ def weighted_estimates(
             err = int((1 - y[sel]).sum())
             e_t = np.bincount(g[sel], weights=1 - y[sel], minlength=G)
             n_t = np.bincount(g[sel], minlength=G).astype(np.float64)
-            vals = 100 * np.concatenate([[e_t.sum()], boot @ e_t]) / np.maximum(np.concatenate([[n_t.sum()], boot @ n_t]), 1e-300)
-            vals[np.concatenate([[n_t.sum()], boot @ n_t]) <= 0] = np.nan
-            why = np.where(np.isnan(vals), "no_reference_items", None)
+            n_all = np.concatenate([[n_t.sum()], boot @ n_t])
+            with np.errstate(invalid="ignore", divide="ignore"):
+                vals = np.where(n_all > 0, 100 * np.concatenate([[e_t.sum()], boot @ e_t]) / n_all, np.nan)
+            why = np.array(["no_reference_items" if np.isnan(v) else None for v in vals], dtype=object)
             per_100[s] = {"n": n_s, "errors": err, "per_100": _boot_estimate(vals, why, n_s, confidence_level).to_dict()}
         out_raters.append({
             "rater": name,

@@ -133,6 +133,9 @@ def ensure_tables(store: "Store") -> None:
     """Create or upgrade the review tables in ``store`` (idempotent), and declare the tables that name
     segments: a Label Studio server holds tasks made from them, so a trace under review must not be
     re-segmented (the store refuses)."""
+    current = store.schema_version("review")
+    if store.read_only and 0 < current < len(REVIEW_MIGRATIONS):
+        return  # an older review schema read without writing: readers of the v1 columns still work (study_design copes)
     store.migrate("review", REVIEW_MIGRATIONS)
     for table in ("review_items", "review_assignments", "review_tasks"):
         store.register_trace_dependent(table, "refuse", component="review")
@@ -792,6 +795,8 @@ def study_design(store: "Store", name: str) -> list[tuple[SegmentKey, str | None
     Stratum and probability are None for items of strategies without a known design (and of
     studies created before the design was stored).
     """
+    if store.schema_version("review") < 2:  # a store written before designs were stored, opened read-only
+        return [(key, None, None) for key in study_items(store, name)]
     return [((r[0], r[1]), r[2], r[3]) for r in store.execute(
         "SELECT trace_id, segment_index, stratum, inclusion_probability FROM review_items WHERE study = ? ORDER BY item_order", [name]
     ).fetchall()]
