@@ -366,3 +366,32 @@ def test_hand_ece_helper_is_itself_right() -> None:
     # two items in bin (0.7, 0.8]: mean conf 0.75, accuracy 0.5 -> |0.5 - 0.75| * 2/3; one in (0.9, 1]: |1 - 1| -> 0
     assert _ece_by_hand([0.75, 0.75, 1.0], [True, False, True]) == pytest.approx(0.25 * 2 / 3)
     assert math.isclose(_ece_by_hand([0.0], [False]), 0.0)
+
+
+def test_uncertainty_without_an_aggregate_ranks_by_machine_disagreement() -> None:
+    from ror_annotate.review.studies import SamplingInput, sample_uncertainty
+
+    keys = [("t", i) for i in range(10)]
+
+    def lab(i: int, who: str, label: str) -> Label:
+        return Label(trace_id="t", segment_index=i, label=label, source="judge", annotator=who, codebook_version=CB)
+
+    # segments 0-2: the three judges all differ; 3-4: unanimous; 5-9: two of three agree
+    rows = {i: ("planning", "reflection", "fact") for i in range(3)}
+    rows.update({i: ("execution", "execution", "execution") for i in (3, 4)})
+    rows.update({i: ("execution", "execution", "planning") for i in range(5, 10)})
+    machine = {("t", i): [lab(i, who, b) for who, b in zip("abc", row)] for i, row in rows.items()}
+    # by hand: modal shares
+    shares = {}
+    for k, labs in machine.items():
+        votes = [x.label for x in labs]
+        shares[k] = max(votes.count(v) for v in votes) / 3
+    picked = sample_uncertainty(SamplingInput(segments=keys, machine_labels=machine), n=4, seed=0, control_fraction=0.25)
+    m = 3
+    top = sorted(keys, key=lambda k: shares[k])[:m]
+    assert sorted(picked.keys[:m]) == sorted(top) and picked.strata == ["uncertainty"] * 3 + ["control"]
+    assert picked.inclusion_probabilities == [1.0, 1.0, 1.0, pytest.approx(1 / (10 - m))]
+    assert picked.details["basis"].startswith("share of machine raters")
+    with pytest.raises(ConfigError) as bad:
+        sample_uncertainty(SamplingInput(segments=keys, machine_labels=machine), n=4, seed=0, control_fraction=1.0)
+    assert bad.value.code == "E728"
