@@ -178,14 +178,14 @@ def calibration_error(
         brier_terms = (c - y) ** 2
         brier_kind = "one-vs-rest"
     b = bin_index(c, n_bins)
-    cols = np.zeros((n, 3 * n_bins + 2))
-    cols[np.arange(n), b] = 1.0
-    cols[np.arange(n), n_bins + b] = c
-    cols[np.arange(n), 2 * n_bins + b] = y
-    cols[:, 3 * n_bins] = brier_terms
-    cols[:, 3 * n_bins + 1] = 1.0
-    per_trace = np.zeros((n_groups, cols.shape[1]))
-    np.add.at(per_trace, g, cols)
+    cell = g * n_bins + b  # per-trace sums of count, confidence and hits per bin, Brier terms, items
+    per_trace = np.concatenate([
+        np.bincount(cell, minlength=n_groups * n_bins).reshape(n_groups, n_bins).astype(np.float64),
+        np.bincount(cell, weights=c, minlength=n_groups * n_bins).reshape(n_groups, n_bins),
+        np.bincount(cell, weights=y.astype(np.float64), minlength=n_groups * n_bins).reshape(n_groups, n_bins),
+        np.bincount(g, weights=brier_terms, minlength=n_groups)[:, None],
+        np.bincount(g, minlength=n_groups).astype(np.float64)[:, None],
+    ], axis=1)
     boot = trace_bootstrap_counts(n_groups, n_resamples=n_resamples, seed=seed).astype(np.float64) if n_resamples else np.zeros((0, n_groups))
     allstats = np.concatenate([per_trace.sum(0)[None], boot @ per_trace], 0)
     cnt, sconf, shit = allstats[:, :n_bins], allstats[:, n_bins : 2 * n_bins], allstats[:, 2 * n_bins : 3 * n_bins]
