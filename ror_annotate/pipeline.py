@@ -657,6 +657,12 @@ def run(
         return RunSummary(run_id=the_run.run_id, ingest=ingested, segment=segmented, label=labelled, export=exported)
 
 
+# --------------------------------------------------------------------------- verify (ror verify)
+from .verify import VerifyOptions, VerifyReport, VerifySummary, verify, verify_report  # noqa: E402
+
+__all__ += ["VerifyOptions", "VerifyReport", "VerifySummary", "verify", "verify_report"]
+
+
 # ------------------------------------------------------------------------------------ trust (calibration, weighted review)
 from .agreement.kinds import agreement_by_kind, agreement_drift  # noqa: E402
 from .agreement.reliability import calibration_summary  # noqa: E402

@@ -77,60 +77,70 @@ def _print_per_class(pc: dict[str, Any], categories: list[str], reasons: dict[st
 
 def _print_trust(d: dict[str, Any]) -> None:
     """Agreement by rater kind, calibration, drift and weighted estimates (when present)."""
-    kinds = d.get("by_kind")
-    if kinds:
-        t = Table(title="Agreement by rater kind (Krippendorff's alpha; Cohen's kappa per machine-human pair)")
-        for col in ("group", "raters", "value", "CI"):
-            t.add_column(col, overflow="fold")
-        for g in ("human-human", "machine-machine", "pooled"):
-            t.add_row(g, str(len(kinds[g]["annotators"])), *_fmt_estimate(kinds[g]["krippendorff_alpha"]))
-        for k in kinds["machine-human"]:
-            t.add_row("machine-human", f"{k['annotator_a']} | {k['annotator_b']}", *_fmt_estimate(k))
-        console.print(t)
-    cal = d.get("calibration")
-    if cal is not None:
-        if not cal["raters"]:
-            console.print(f"calibration: {cal.get('note', 'no raters')}", highlight=False)
-        else:
-            t = Table(title=f"Calibration vs human reference ({cal['n_reference_items']} reviewed segments; {cal['raters'][0]['n_bins']} bins)")
-            for col in ("rater", "confidence", "items", "accuracy", "mean conf.", "ECE", "CI", "Brier", "CI", "Brier kind"):
-                t.add_column(col, overflow="fold")
-            for r in cal["raters"]:
-                t.add_row(r["name"], r["confidence_kind"], str(r["n_items"]), f"{r['accuracy']:.3f}", f"{r['mean_confidence']:.3f}",
-                          *_fmt_estimate(r["ece"]), *_fmt_estimate(r["brier"]), r["brier_kind"])
-            console.print(t)
-    drift = d.get("drift")
-    if drift:
-        t = Table(title=f"Drift by {drift['by']} (Krippendorff's alpha)")
-        for col in ("window", "items", "pooled", "human-human", "machine-machine", "machine-human kappa (mean)"):
-            t.add_column(col, overflow="fold")
-        for w in drift["windows"]:
-            mh = [k["value"] for k in w["machine-human"] if k["value"] is not None]
-            cells = [" ".join(_fmt_estimate(w[g]["krippendorff_alpha"])) for g in ("pooled", "human-human", "machine-machine")]
-            t.add_row(w["window"][:16], str(w["n_items"]), *cells, f"{sum(mh) / len(mh):.3f} ({len(mh)} pairs)" if mh else "n/a")
-        console.print(t)
-    wt = d.get("weighted")
-    if wt:
-        strata = ", ".join(f"{s} {n} (pi {', '.join(f'{p:.3g}' for p in wt['inclusion_probabilities'][s])})" for s, n in wt["strata"].items())
-        t = Table(title=f"Weighted estimates, study {wt['study']}: {wt['n_reviewed']} reviewed of N = {wt['population']}; {strata}")
-        for col in ("rater", "items", "accuracy (Hajek)", "CI", "kappa (Hajek)", "CI", "macro-F1", "CI", "accuracy (HT)", "unweighted accuracy"):
-            t.add_column(col, overflow="fold")
-        for r in wt["raters"]:
-            if not r.get("n_items"):
-                continue
-            w_, ht, uw = r["weighted"], r["horvitz_thompson"], r["unweighted"]
-            t.add_row(r["rater"], str(r["n_items"]), *_fmt_estimate(w_["accuracy"]), *_fmt_estimate(w_["cohen_kappa"]),
-                      *_fmt_estimate(w_["macro_f1"]), _fmt_estimate(ht["accuracy"])[0], " ".join(_fmt_estimate(uw["accuracy"])))
-        console.print(t)
-        e = Table(title="Errors found per 100 reviewed segments, by stratum (control = what random sampling finds)")
-        e.add_column("rater", overflow="fold")
-        for s in wt["strata"]:
-            e.add_column(s)
-        for r in wt["raters"]:
-            if r.get("n_items"):
-                e.add_row(r["rater"], *(f"{x['per_100']['value']:.1f} ({x['errors']}/{x['n']})" if x["per_100"]["value"] is not None else "n/a"
-                                        for x in r["errors_per_100"].values()))
-        console.print(e)
+    if d.get("by_kind"):
+        _print_by_kind(d["by_kind"])
+    if d.get("calibration") is not None:
+        _print_calibration(d["calibration"])
+    if d.get("drift"):
+        _print_drift(d["drift"])
+    if d.get("weighted"):
+        _print_weighted(d["weighted"])
+
+
+def _print_by_kind(kinds: dict[str, Any]) -> None:
+    t = Table(title="Agreement by rater kind (Krippendorff's alpha; Cohen's kappa per machine-human pair)")
+    for col in ("group", "raters", "value", "CI"):
+        t.add_column(col, overflow="fold")
+    for g in ("human-human", "machine-machine", "pooled"):
+        t.add_row(g, str(len(kinds[g]["annotators"])), *_fmt_estimate(kinds[g]["krippendorff_alpha"]))
+    for k in kinds["machine-human"]:
+        t.add_row("machine-human", f"{k['annotator_a']} | {k['annotator_b']}", *_fmt_estimate(k))
+    console.print(t)
+
+
+def _print_calibration(cal: dict[str, Any]) -> None:
+    if not cal["raters"]:
+        console.print(f"calibration: {cal.get('note', 'no raters')}", highlight=False)
+        return
+    t = Table(title=f"Calibration vs human reference ({cal['n_reference_items']} reviewed segments; {cal['raters'][0]['n_bins']} bins)")
+    for col in ("rater", "confidence", "items", "accuracy", "mean conf.", "ECE", "CI", "Brier", "CI", "Brier kind"):
+        t.add_column(col, overflow="fold")
+    for r in cal["raters"]:
+        t.add_row(r["name"], r["confidence_kind"], str(r["n_items"]), f"{r['accuracy']:.3f}", f"{r['mean_confidence']:.3f}",
+                  *_fmt_estimate(r["ece"]), *_fmt_estimate(r["brier"]), r["brier_kind"])
+    console.print(t)
+
+
+def _print_drift(drift: dict[str, Any]) -> None:
+    t = Table(title=f"Drift by {drift['by']} (Krippendorff's alpha)")
+    for col in ("window", "items", "pooled", "human-human", "machine-machine", "machine-human kappa (mean)"):
+        t.add_column(col, overflow="fold")
+    for w in drift["windows"]:
+        mh = [k["value"] for k in w["machine-human"] if k["value"] is not None]
+        cells = [" ".join(_fmt_estimate(w[g]["krippendorff_alpha"])) for g in ("pooled", "human-human", "machine-machine")]
+        t.add_row(w["window"][:16], str(w["n_items"]), *cells, f"{sum(mh) / len(mh):.3f} ({len(mh)} pairs)" if mh else "n/a")
+    console.print(t)
+
+
+def _print_weighted(wt: dict[str, Any]) -> None:
+    strata = ", ".join(f"{s} {n} (pi {', '.join(f'{p:.3g}' for p in wt['inclusion_probabilities'][s])})" for s, n in wt["strata"].items())
+    t = Table(title=f"Weighted estimates, study {wt['study']}: {wt['n_reviewed']} reviewed of N = {wt['population']}; {strata}")
+    for col in ("rater", "items", "accuracy (Hajek)", "CI", "kappa (Hajek)", "CI", "macro-F1", "CI", "accuracy (HT)", "unweighted accuracy"):
+        t.add_column(col, overflow="fold")
+    scored = [r for r in wt["raters"] if r.get("n_items")]
+    for r in scored:
+        w_, ht, uw = r["weighted"], r["horvitz_thompson"], r["unweighted"]
+        t.add_row(r["rater"], str(r["n_items"]), *_fmt_estimate(w_["accuracy"]), *_fmt_estimate(w_["cohen_kappa"]),
+                  *_fmt_estimate(w_["macro_f1"]), _fmt_estimate(ht["accuracy"])[0], " ".join(_fmt_estimate(uw["accuracy"])))
+    console.print(t)
+    e = Table(title="Errors found per 100 reviewed segments, by stratum (control = what random sampling finds)")
+    e.add_column("rater", overflow="fold")
+    for s in wt["strata"]:
+        e.add_column(s)
+    for r in scored:
+        e.add_row(r["rater"], *(f"{x['per_100']['value']:.1f} ({x['errors']}/{x['n']})" if x["per_100"]["value"] is not None else "n/a"
+                                for x in r["errors_per_100"].values()))
+    console.print(e)
 
 
 @app.command("agree")

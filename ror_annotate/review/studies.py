@@ -386,35 +386,39 @@ def sample_traces(inp: SamplingInput, *, n_traces: int | None, seed: int, **_: A
     return [key for tid in chosen for key in by_trace[tid]]
 
 
-def _uncertainty_scores(inp: SamplingInput, rater: str | None) -> tuple[dict[SegmentKey, float], str]:
-    """Confidence per segment of the chosen rater, and a description of where it comes from."""
-    machine = inp.machine_labels
-    if rater is not None:
-        conf: dict[SegmentKey, float] = {}
-        seen = False
-        for key, labs in machine.items():
-            mine = [lab for lab in labs if lab.annotator == rater]
-            if mine:
-                seen = True
-                newest = max(mine, key=lambda lab: lab.created_at)
-                if newest.confidence is not None:
-                    conf[key] = newest.confidence
-        if not seen:
-            present = sorted({lab.annotator for labs in machine.values() for lab in labs})
-            raise ConfigError(f"--rater {rater!r} has no labels on the candidate segments; machine raters with labels: {', '.join(present) or 'none'}", code="E723")
-        if not conf:
-            raise ConfigError(f"--rater {rater!r} has labels but no confidence on them; pick an aggregate (ror aggregate) or a judge that reports one", code="E724")
-        return conf, f"confidence of {rater}"
-    aggregates: dict[str, Any] = {}
-    for labs in machine.values():
+def _rater_confidence(inp: SamplingInput, rater: str) -> dict[SegmentKey, float]:
+    """The latest label confidence of ``rater`` per segment (E723 without labels, E724 without confidences)."""
+    conf: dict[SegmentKey, float] = {}
+    seen = False
+    for key, labs in inp.machine_labels.items():
+        mine = [lab for lab in labs if lab.annotator == rater]
+        if mine:
+            seen = True
+            newest = max(mine, key=lambda lab: lab.created_at)
+            if newest.confidence is not None:
+                conf[key] = newest.confidence
+    if not seen:
+        present = sorted({lab.annotator for labs in inp.machine_labels.values() for lab in labs})
+        raise ConfigError(f"--rater {rater!r} has no labels on the candidate segments; machine raters with labels: {', '.join(present) or 'none'}", code="E723")
+    if not conf:
+        raise ConfigError(f"--rater {rater!r} has labels but no confidence on them; pick an aggregate (ror aggregate) or a judge that reports one", code="E724")
+    return conf
+
+
+def _latest_aggregate(inp: SamplingInput) -> str | None:
+    """The aggregate rater (``source="aggregate"``, with confidences) whose newest label is the latest; None without one."""
+    newest: dict[str, Any] = {}
+    for labs in inp.machine_labels.values():
         for lab in labs:
             if lab.source == "aggregate" and lab.confidence is not None:
-                aggregates[lab.annotator] = max(aggregates.get(lab.annotator, lab.created_at), lab.created_at)
-    if aggregates:
-        chosen = max(aggregates, key=lambda a: (aggregates[a], a))
-        return _uncertainty_scores(inp, chosen)[0], f"confidence of {chosen} (latest aggregate)"
-    conf = {}
-    for key, labs in machine.items():
+                newest[lab.annotator] = max(newest.get(lab.annotator, lab.created_at), lab.created_at)
+    return max(newest, key=lambda a: (newest[a], a)) if newest else None
+
+
+def _modal_share(inp: SamplingInput) -> dict[SegmentKey, float]:
+    """Share of machine raters (each one's latest label) agreeing with the modal label, on segments with two or more."""
+    conf: dict[SegmentKey, float] = {}
+    for key, labs in inp.machine_labels.items():
         latest_per: dict[str, Label] = {}
         for lab in labs:
             if lab.annotator not in latest_per or lab.created_at > latest_per[lab.annotator].created_at:
@@ -422,6 +426,17 @@ def _uncertainty_scores(inp: SamplingInput, rater: str | None) -> tuple[dict[Seg
         if len(latest_per) >= 2:
             votes = [lab.label for lab in latest_per.values()]
             conf[key] = max(votes.count(v) for v in set(votes)) / len(votes)
+    return conf
+
+
+def _uncertainty_scores(inp: SamplingInput, rater: str | None) -> tuple[dict[SegmentKey, float], str]:
+    """Confidence per segment of the chosen rater, and a description of where it comes from."""
+    if rater is not None:
+        return _rater_confidence(inp, rater), f"confidence of {rater}"
+    chosen = _latest_aggregate(inp)
+    if chosen is not None:
+        return _rater_confidence(inp, chosen), f"confidence of {chosen} (latest aggregate)"
+    conf = _modal_share(inp)
     if not conf:
         raise ConfigError(
             "the 'uncertainty' strategy needs an aggregate's confidence (ror aggregate), a --rater with confidences, "
@@ -578,7 +593,7 @@ def resolve_judge_annotator(store: "Store", requested: str | None) -> str | None
     return present[0] if len(present) == 1 else None
 
 
-def create_study(
+def create_study(  # noqa: C901  (one branch per option check before anything is written)
     store: "Store",
     name: str,
     *,
