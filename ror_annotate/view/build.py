@@ -492,3 +492,40 @@ def _labels_by_segment(bundle: TraceBundle, rater_index: dict[str, int]) -> list
         conf = lab.confidence if lab.confidence is not None else (max(lab.distribution) if lab.distribution else None)
         per_seg[i].append([r, BEHAVIORS.index(lab.label), conf])
     return per_seg
+
+
+def build_view_from_export(path: str | Path, out: str | Path, options: ViewOptions | None = None) -> ViewSummary:
+    """Build the viewer site from an exported dataset folder (its ``data/*/*.parquet`` files).
+
+    The export has one label per segment, so the site has trace pages, the index and the label
+    distribution, and no agreement figures (build from the store for those).
+
+    Raises
+    ------
+    ViewError
+        E853 not an export folder, E854 an incomplete export, E851 bad output folder, E852 no trace.
+    """
+    from ..records import SOURCE_KINDS
+    from .sources import export_bundles
+
+    options = options or ViewOptions()
+    bundles, pairs = export_bundles(path)
+    raters = order_raters(pairs, {a: SOURCE_KINDS.get(s, "machine") for s, a in pairs})
+    counts: dict[tuple[str, str], Counter[str]] = {}
+    source_of = {r.name: r.source for r in raters}
+
+    def counted() -> Iterator[TraceBundle]:
+        for b in bundles:
+            for lab in b.labels:
+                counts.setdefault((source_of.get(lab.annotator, lab.source), lab.annotator), Counter())[lab.label] += 1
+            yield b
+
+    why = "an export has one label per segment; build the site from the store (`ror view --db ...`) for agreement figures"
+    summary = write_site(Path(out), counted(), raters, options, origin=str(path))
+    dashboard = {
+        "agreement": None, "agreement_missing": why, "calibration": {}, "ledger": [], "review": [],
+        "label_counts": [{"source": s, "annotator": a, "counts": dict(c)} for (s, a), c in sorted(counts.items())],
+    }
+    (Path(out) / "data" / "dashboard.js").write_text(js_payload("dashboard", dashboard), encoding="ascii")
+    summary.agreement = why
+    return summary
