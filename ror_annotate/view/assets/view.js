@@ -136,7 +136,7 @@ var ROR = (function () {
       var r = S.index.raters[l[0]], item = el("div", { "class": "rater" });
       var head = el("div");
       head.appendChild(el("strong", null, r.name));
-      head.appendChild(el("span", { "class": "muted" }, " " + r.source + " · " + r.kind + (l[5] ? " · study " + l[5] : "") + " "));
+      head.appendChild(el("span", { "class": "muted" }, " " + r.source + (r.kind !== r.source ? " · " + r.kind : "") + (l[5] ? " · study " + l[5] : "") + " "));
       head.appendChild(chip(beh(l[1])));
       if (l[2] !== null) head.appendChild(el("span", { "class": "muted" }, " confidence " + fmt(l[2], 2)));
       item.appendChild(head);
@@ -237,6 +237,10 @@ var ROR = (function () {
       target.scrollIntoView({ block: "center" });
     }
   }
+  /* A marker at fraction x of the strip; past 80% its label hangs to the left of its line. */
+  function place(m, x) {
+    if (x > 0.8) { m.style.right = (100 * (1 - x)) + "%"; m.classList.add("flip"); } else m.style.left = (100 * x) + "%";
+  }
   function timeline(d, r) {
     var box = $("timeline"), total = d.n_chars || 1;
     box.textContent = "";
@@ -251,11 +255,11 @@ var ROR = (function () {
     if (r === d.primary && d.first !== null) {
       var f = d.segs[d.first];
       var m = el("span", { "class": "marker first", title: "first answer (segment " + d.first + ")" }, "first answer");
-      m.style.left = (100 * f[2] / total) + "%";
+      place(m, f[2] / total);
       box.appendChild(m);
       d.rounds.forEach(function (i, k) {
         var rm = el("span", { "class": "marker round", title: "re-checking round " + (k + 1) + " (segment " + i + ")" }, "R" + (k + 1));
-        rm.style.left = (100 * d.segs[i][2] / total) + "%";
+        place(rm, d.segs[i][2] / total);
         box.appendChild(rm);
       });
     }
