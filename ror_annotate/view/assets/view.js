@@ -469,14 +469,15 @@ var ROR = (function () {
     keys.forEach(function (k) {
       var bins = cal[k], card = el("div", { "class": "card" });
       card.appendChild(el("h3", null, raterName(parseInt(k, 10))));
-      var W = 220, H = 220, P = 30, svg = document.createElementNS(NS, "svg");
+      var W = 240, H = 240, P = 30, svg = document.createElementNS(NS, "svg");
       svg.setAttribute("viewBox", "0 0 " + W + " " + H); svg.setAttribute("width", W); svg.setAttribute("height", H);
       svg.setAttribute("role", "img"); svg.setAttribute("aria-label", "reliability diagram of " + raterName(parseInt(k, 10)));
       function line(x1, y1, x2, y2, cls) { var l = document.createElementNS(NS, "line"); l.setAttribute("x1", x1); l.setAttribute("y1", y1); l.setAttribute("x2", x2); l.setAttribute("y2", y2); l.setAttribute("class", cls); svg.appendChild(l); }
       function text(x, y, s) { var t = document.createElementNS(NS, "text"); t.setAttribute("x", x); t.setAttribute("y", y); t.textContent = s; svg.appendChild(t); }
       var iw = W - 2 * P, ih = H - 2 * P;
       line(P, H - P, W - P, H - P, "axis"); line(P, H - P, P, P, "axis"); line(P, H - P, W - P, P, "diag");
-      text(P - 4, H - 8, "0"); text(W - P - 8, H - 8, "1 confidence"); text(2, P + 4, "1");
+      text(P - 4, H - P + 14, "0"); text(W - P - 4, H - P + 14, "1"); text(W / 2 - 26, H - 6, "confidence");
+      text(P - 12, P + 4, "1"); text(2, P - 12, "accuracy");
       var rows = [];
       bins.forEach(function (b, i) {
         if (!b.n) return;
