@@ -126,6 +126,7 @@ def main() -> None:
     ap.add_argument("--traces", type=int, default=200, help="renumbered sample traces (plus the 60k-character one)")
     ap.add_argument("--batch-size", type=int, default=200)
     ap.add_argument("--resamples", type=int, default=200, help="bootstrap resamples of the dashboard's agreement")
+    ap.add_argument("--no-agreement", action="store_true", help="build without the agreement figures (ror view --no-agreement)")
     ap.add_argument("--repeats", type=int, default=3, help="browser timings: best of this many")
     ap.add_argument("--workdir", type=Path, default=None)
     ap.add_argument("--keep", action="store_true")
@@ -140,7 +141,7 @@ def main() -> None:
         read = run_child([sys.executable, "-c", READ_ONLY, str(db), str(args.batch_size)])
         site = work / "site"
         build = run_child([sys.executable, "-m", "ror_annotate", "view", "--db", str(db), "--out", str(site), "--batch-size", str(args.batch_size),
-                           "--resamples", str(args.resamples)])
+                           "--resamples", str(args.resamples), *(["--no-agreement"] if args.no_agreement else [])])
         size = sum(f.stat().st_size for f in site.rglob("*") if f.is_file())
         print(f"read only (baseline): {read['wall_s']:.2f} s, peak RSS {read['peak_rss_mib']:.0f} MiB")
         print(f"ror view build:       {build['wall_s']:.2f} s, peak RSS {build['peak_rss_mib']:.0f} MiB "

@@ -68,6 +68,9 @@ class ViewOptions(StageOptions):
         Bootstrap seed (as ``ror agree --seed``).
     cell_examples : int
         At most this many segments listed behind one confusion-matrix cell.
+    agreement : bool
+        Compute the dashboard's agreement figures (``ror agree`` holds every label in memory at once:
+        turn it off for a corpus too large for that).
     title : str
         Title shown on every page.
     """
@@ -79,6 +82,7 @@ class ViewOptions(StageOptions):
     resamples: int = Field(1000, ge=0)
     seed: int = 0
     cell_examples: int = Field(500, ge=0)
+    agreement: bool = True
     title: str = "ror_annotate viewer"
 
 
@@ -360,38 +364,50 @@ def review_progress(store: "Store") -> list[dict[str, Any]]:
     return out
 
 
-def agreement_cells(store: "Store", agreement: dict[str, Any], reference: str, limit: int) -> dict[str, Any]:
-    """The segments behind every confusion-matrix cell of ``agreement["per_class"]``.
+class _Cells:
+    """The segments behind every confusion-matrix cell, gathered while the traces stream by.
 
-    Returns ``{annotator: {"r,c": {"n": count, "items": [[trace_id, segment_index, text[:300]], ...]}}}`` with rows
-    indexing the reference's label and columns the annotator's (the layout of ``ror agree``), at most
-    ``limit`` items per cell. Only the ``majority`` reference and an annotator-name reference are
-    listed (the others need study selections the view does not make).
+    Same reference as :func:`ror_annotate.agreement.agreement` with ``reference="majority"``: for rater
+    ``a``, the most frequent label of the other raters on the segment (no reference on a tie); with an
+    annotator name as reference, that annotator's label. Rows index the reference's label, columns
+    the rater's (the layout of ``ror agree``). At most ``limit`` segments are listed per cell.
     """
-    from ..agreement.analysis import _reference_codes
-    from ..agreement.from_store import ratings_from_store
 
-    pc = (agreement.get("per_class") or {}).get("annotators") or {}
-    if not pc or reference in ("human", "adjudicated"):
-        return {}
-    ratings, _, texts = ratings_from_store(store)
-    out: dict[str, Any] = {}
-    for a in pc:
-        ref = _reference_codes(ratings, a, reference, None, None)
-        if ref is None:
-            continue
-        col = ratings.column(a)
-        cells: dict[str, Any] = {}
-        for item, r, c in zip(ratings.item_ids, ref.tolist(), col.tolist()):
-            if r < 0 or c < 0:
-                continue
-            cell = cells.setdefault(f"{r},{c}", {"n": 0, "items": []})
-            cell["n"] += 1
-            if len(cell["items"]) < limit:
-                trace_id, _, seg = str(item).rpartition("#")
-                cell["items"].append([trace_id, int(seg), texts.get(item, "")[:300]])
-        out[a] = cells
-    return out
+    def __init__(self, reference: str, raters: list[Rater], limit: int) -> None:
+        self.reference, self.raters, self.limit = reference, raters, limit
+        self.cells: dict[int, dict[str, Any]] = {}
+
+    def add(self, bundle: TraceBundle, per_seg: list[list[list[Any]]]) -> None:
+        if self.reference in ("human", "adjudicated", "", "none"):
+            return
+        ref_rater = next((i for i, r in enumerate(self.raters) if r.name == self.reference), None)
+        if self.reference != "majority" and ref_rater is None:
+            return
+        text = bundle.trace.text
+        for seg, entries in zip(bundle.segments, per_seg):
+            for e in entries:
+                if self.reference == "majority":
+                    counts = Counter(x[1] for x in entries if x[0] != e[0]).most_common(2)
+                    if not counts or (len(counts) > 1 and counts[0][1] == counts[1][1]):
+                        continue
+                    ref = counts[0][0]
+                else:
+                    if e[0] == ref_rater:
+                        continue
+                    hit = next((x for x in entries if x[0] == ref_rater), None)
+                    if hit is None:
+                        continue
+                    ref = hit[1]
+                cell = self.cells.setdefault(e[0], {}).setdefault(f"{ref},{e[1]}", {"n": 0, "items": []})
+                cell["n"] += 1
+                if len(cell["items"]) < self.limit:
+                    cell["items"].append([seg.trace_id, seg.segment_index, text[seg.char_start : seg.char_end][:300]])
+
+    def result(self, agreement: dict[str, Any] | None) -> dict[str, Any]:
+        """``{annotator: {"r,c": {"n": count, "items": [[trace_id, segment_index, text[:300]], ...]}}}`` for the
+        raters ``agreement["per_class"]`` scores (empty without agreement figures)."""
+        scored = ((agreement or {}).get("per_class") or {}).get("annotators") or {}
+        return {self.raters[i].name: cells for i, cells in self.cells.items() if self.raters[i].name in scored}
 
 
 class _Calibration:
@@ -452,11 +468,14 @@ def build_view(store: "Store", out: str | Path, options: ViewOptions | None = No
     out = Path(out)
     raters = order_raters([(s, a) for s, a, _ in store.annotators()], store.rater_kinds())
     calib = _Calibration()
+    cells = _Cells(options.reference, raters, options.cell_examples)
 
     def bundles() -> Iterator[TraceBundle]:
         rater_index = {r.name: i for i, r in enumerate(raters)}
         for b in store_batches(store, options.batch_size):
-            calib.add(_labels_by_segment(b, rater_index))
+            per_seg = _labels_by_segment(b, rater_index)
+            calib.add(per_seg)
+            cells.add(b, per_seg)
             yield b
 
     agreement_json: dict[str, Any] | None = None
@@ -464,20 +483,22 @@ def build_view(store: "Store", out: str | Path, options: ViewOptions | None = No
     try:
         from ..agreement import agreement_summary
 
+        if not options.agreement:
+            raise AgreementError("turned off (--no-agreement)")
         ref = None if options.reference in ("", "none") else options.reference
         agreement_json = agreement_summary(store, reference=ref, n_resamples=options.resamples, confidence_level=0.95, seed=options.seed)
     except AgreementError as exc:
         why = exc.message
-    cells = agreement_cells(store, agreement_json, options.reference, options.cell_examples) if agreement_json else {}
     dashboard: dict[str, Any] = {
         "agreement": agreement_json, "agreement_missing": why,
         "agree_command": f"ror agree --json --reference {options.reference} --resamples {options.resamples} --seed {options.seed}",
         "label_counts": [{"source": s, "annotator": a, "counts": c} for (s, a), c in store.label_counts().items()],
         "ledger": cost_ledger(store), "review": review_progress(store),
     }
-    summary = write_site(out, bundles(), raters, options, dashboard=dashboard, cells=cells, agreement_json=agreement_json, origin=str(store.path))
+    summary = write_site(out, bundles(), raters, options, dashboard=dashboard, agreement_json=agreement_json, origin=str(store.path))
     dashboard["calibration"] = calib.result()
     (out / "data" / "dashboard.js").write_text(js_payload("dashboard", dashboard), encoding="ascii")
+    (out / "data" / "cells.js").write_text(js_payload("cells", cells.result(agreement_json)), encoding="ascii")
     summary.agreement = why
     return summary
 
