@@ -41,17 +41,15 @@ def build_store(tmp: Path, n_sample: int = 4) -> Path:
         pipeline.segment(store)
         pipeline.label(store, judge="baseline")
         extra = []
-        for i, lab in enumerate(store.labels(source="baseline")):
+        for lab in store.labels(source="baseline"):
             changed = BEHAVIORS[(BEHAVIORS.index(lab.label) + 1) % len(BEHAVIORS)] if lab.segment_index % 4 == 1 else lab.label
             extra.append(Label(trace_id=lab.trace_id, segment_index=lab.segment_index, label=changed, source="human", annotator="alice",
                                codebook_version="v1", rationale=RATIONALE if lab.trace_id == HOSTILE_ID else None))
-            if lab.segment_index % 2 == 0:
-                p = [0.05] * len(BEHAVIORS)
-                top = BEHAVIORS.index(lab.label) if lab.segment_index % 3 else BEHAVIORS.index(changed) - 1
-                p[top] = 0.75 if lab.segment_index % 5 else 0.3
-                rest = (1 - p[top]) / (len(BEHAVIORS) - 1)
-                p = [p[top] if k == top % len(BEHAVIORS) else rest for k in range(len(BEHAVIORS))]
-                extra.append(Label(trace_id=lab.trace_id, segment_index=lab.segment_index, label=BEHAVIORS[top % len(BEHAVIORS)], source="aggregate",
+            if lab.segment_index % 2 == 0:  # ds: on even segments, a distribution peaked at 0.75 (or 0.3: low confidence)
+                top = BEHAVIORS.index(lab.label) if lab.segment_index % 3 else (BEHAVIORS.index(changed) + 2) % len(BEHAVIORS)
+                peak = 0.75 if lab.segment_index % 5 else 0.3
+                p = [peak if k == top else (1 - peak) / (len(BEHAVIORS) - 1) for k in range(len(BEHAVIORS))]
+                extra.append(Label(trace_id=lab.trace_id, segment_index=lab.segment_index, label=BEHAVIORS[top], source="aggregate",
                                    annotator="ds", codebook_version="v1", confidence=max(p), distribution=p))
         store.upsert_labels(extra)
     return db

@@ -206,7 +206,8 @@ def trace_shard(n: int, bundle: TraceBundle, rater_index: dict[str, int], low_co
     trace, segments = bundle.trace, bundle.segments
     text = trace.text
     cat = {b: i for i, b in enumerate(BEHAVIORS)}
-    gaps, segs = [], []
+    gaps: list[str] = []
+    segs: list[list[Any]] = []
     pos = 0
     for s in segments:
         gaps.append(text[pos : s.char_start] if s.char_start >= pos else "")
@@ -236,7 +237,7 @@ def trace_shard(n: int, bundle: TraceBundle, rater_index: dict[str, int], low_co
         prim_labels.append(BEHAVIORS[hit[1]] if hit else None)
     analytics = analyze_trace(
         trace.trace_id,
-        [SegmentView(s.segment_index, prim_labels[i], segs[i][0], s.n_tokens) for i, s in enumerate(segments)],
+        [SegmentView(s.segment_index, prim_labels[i], str(segs[i][0]), s.n_tokens) for i, s in enumerate(segments)],
         answer=trace.answer, gold_answer=trace.gold_answer, correct=trace.correct,
     ).to_dict()
     first = index_of.get(analytics["first_answer_segment"]) if analytics["first_answer_segment"] is not None else None
@@ -543,7 +544,7 @@ def build_view_from_export(path: str | Path, out: str | Path, options: ViewOptio
 
     why = "an export has one label per segment; build the site from the store (`ror view --db ...`) for agreement figures"
     summary = write_site(Path(out), counted(), raters, options, origin=str(path))
-    dashboard = {
+    dashboard: dict[str, Any] = {
         "agreement": None, "agreement_missing": why, "calibration": {}, "ledger": [], "review": [],
         "label_counts": [{"source": s, "annotator": a, "counts": dict(c)} for (s, a), c in sorted(counts.items())],
     }
