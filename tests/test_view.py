@@ -125,8 +125,12 @@ def test_from_export_builds_trace_pages(tmp_path, real_traces_path):
         store.upsert_traces([Trace(trace_id=HOSTILE_ID, text=HOSTILE_TEXT)])
         pipeline.segment(store)
         pipeline.label(store, judge="baseline")
-        pipeline.export(store, tmp_path / "export", labels="baseline")
         want = {t.trace_id: t.text for t in store.iter_traces()}
+    res = runner.invoke(app, ["export", "demo", "--out", str(tmp_path / "export"), "--view", "--db", str(tmp_path / "s.duckdb")])
+    assert res.exit_code == 0, res.output
+    # `ror export --view` put the site (from the store) into the export folder
+    inside = _payload(tmp_path / "export" / "view" / "data" / "index.js")
+    assert {r["id"] for r in inside["traces"]} == set(want)
     res = runner.invoke(app, ["view", "--from-export", str(tmp_path / "export"), "--out", str(tmp_path / "site")])
     assert res.exit_code == 0, res.output
     index = _payload(tmp_path / "site" / "data" / "index.js")
