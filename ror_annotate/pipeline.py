@@ -657,6 +657,12 @@ def run(
         return RunSummary(run_id=the_run.run_id, ingest=ingested, segment=segmented, label=labelled, export=exported)
 
 
+# --------------------------------------------------------------------------- verify (ror verify)
+from .verify import VerifyOptions, VerifyReport, VerifySummary, verify, verify_report  # noqa: E402
+
+__all__ += ["VerifyOptions", "VerifyReport", "VerifySummary", "verify", "verify_report"]
+
+
 # --------------------------------------------------------------------------- view (issue 25)
 def view(source: "Store | str | Path", out: str | Path = "view", options: Any = None) -> Any:
     """Write the static viewer site (index, trace pages, compare view, dashboard) into ``out``.
@@ -688,3 +694,6 @@ def view(source: "Store | str | Path", out: str | Path = "view", options: Any = 
     if isinstance(source, (str, Path)):
         return build_view_from_export(source, out, opts)
     return build_view(source, out, opts)
+
+
+__all__ += ["view"]
