@@ -194,3 +194,22 @@ def test_serve_binds_loopback_and_serves_the_site(built):
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_dashboard_shows_review_progress(tmp_path):
+    from ror_annotate.review.studies import assignments, create_study, study_people
+
+    from .review_fixtures import make_store
+
+    store = make_store(tmp_path / "r.duckdb")
+    create_study(store, "s1", annotators=["ann1@example.org", "ann2@example.org"], overlap=2, n=4)
+    first = study_people(store, "s1")[0]
+    done = assignments(store, "s1", first)[:3]  # the first annotator labelled 3 of their 4 segments
+    store.upsert_labels([Label(trace_id=t, segment_index=i, label="fact", source="human", annotator=first,
+                               codebook_version="v", study="s1") for t, i in done])
+    store.close()
+    with Store(tmp_path / "r.duckdb", read_only=True) as ro:
+        build_view(ro, tmp_path / "site", ViewOptions(resamples=0))
+    rows = {r["annotator"]: r for r in _payload(tmp_path / "site" / "data" / "dashboard.js")["review"]}
+    assert len(rows) == 2 and all(r["study"] == "s1" and r["assigned"] == 4 for r in rows.values())
+    assert (rows[first]["labeled"], rows[first]["remaining"]) == (3, 1)
