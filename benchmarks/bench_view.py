@@ -11,7 +11,10 @@ changed on every 4th segment, so the dashboard has agreement figures), then meas
   (the store read the build cannot avoid); the ratio is the cost of writing the site;
 * in headless Chromium (``/usr/bin/chromium``): the index page until its table is rendered, and the
   60,000-character trace page until every segment is in the DOM -- against opening a one-line
-  static page from the same folder in the same browser (the browser's own floor).
+  static page from the same folder in the same browser (the browser's own floor);
+* with ``--index-rows N``: the index page of a copy of the site whose ``data/index.js`` lists the
+  built traces' rows repeated (renamed) up to N rows -- the index page reads nothing else, so this is
+  the index's open time at N traces without building N traces.
 
 Targets (issue 25): 10,000 traces / 1,000,000 segments build with memory flat under 2 GiB; the
 index opens in under 2 s and the long trace page renders in under 1 s. Figures are printed, never
@@ -98,6 +101,33 @@ def run_child(argv: list[str]) -> dict:
     return {"wall_s": wall, "peak_rss_mib": usage.ru_maxrss / 1024}
 
 
+def inflate_index(site: Path, out: Path, n_rows: int) -> None:
+    """A copy of ``site``'s pages whose index lists ``n_rows`` rows (the built rows repeated, ids renamed)."""
+    shutil.copytree(site, out, ignore=shutil.ignore_patterns("t"))
+    text = (site / "data" / "index.js").read_text(encoding="ascii")
+    index = json.loads(text[text.index("(") + 1 : text.rindex(")")])
+    rows = index["traces"]
+    index["traces"] = [dict(rows[i % len(rows)], id=f"{rows[i % len(rows)]['id']}~x{i}") for i in range(n_rows)]
+    (out / "data" / "index.js").write_text(f"ROR.index({json.dumps(index)});\n", encoding="ascii")
+
+
+def index_time(site: Path, repeats: int) -> float:
+    from playwright.sync_api import sync_playwright
+
+    best = float("inf")
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        for _ in range(repeats):
+            page.goto("about:blank")
+            start = time.perf_counter()
+            page.goto((site / "index.html").as_uri())
+            page.wait_for_selector("#traces tbody tr", state="attached", timeout=60_000)
+            best = min(best, time.perf_counter() - start)
+        browser.close()
+    return best
+
+
 def browser_times(site: Path, long_n: int, n_long_segments: int, repeats: int) -> dict:
     from playwright.sync_api import sync_playwright
 
@@ -127,6 +157,7 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=200)
     ap.add_argument("--resamples", type=int, default=200, help="bootstrap resamples of the dashboard's agreement")
     ap.add_argument("--no-agreement", action="store_true", help="build without the agreement figures (ror view --no-agreement)")
+    ap.add_argument("--index-rows", type=int, default=0, help="also time the index page listing this many rows (built rows repeated)")
     ap.add_argument("--repeats", type=int, default=3, help="browser timings: best of this many")
     ap.add_argument("--workdir", type=Path, default=None)
     ap.add_argument("--keep", action="store_true")
@@ -158,6 +189,10 @@ def main() -> None:
               f"index of {len(rows)} traces {times['index_s'] * 1000:.0f} ms (x{times['index_s'] / times['blank_s']:.1f}); "
               f"{long_row['chars']}-character trace page, {long_row['segments']} segments: {times['long_trace_s'] * 1000:.0f} ms "
               f"(x{times['long_trace_s'] / times['blank_s']:.1f})")
+        if args.index_rows:
+            inflate_index(site, work / "site_big", args.index_rows)
+            big = index_time(work / "site_big", args.repeats)
+            print(f"index page listing {args.index_rows} rows (built rows repeated): {big * 1000:.0f} ms (x{big / times['blank_s']:.1f} the blank page)")
     finally:
         if not args.keep and args.workdir is None:
             shutil.rmtree(work, ignore_errors=True)
