@@ -303,3 +303,18 @@ def test_dashboard_equals_ror_agree_json(page, site):
     page.page.wait_for_selector("#text .seg.target", state="attached")
     assert page.page.text_content("#title") == items[0][0]
     assert int(page.page.get_attribute("#text .seg.target", "data-i")) == [s.segment_index for s in site["segments"][items[0][0]]].index(items[0][1])
+
+
+def test_content_security_policy_refuses_network_requests(page, site):
+    """Defence in depth: even a script that tried would be refused by the pages' policy (connect-src 'none')."""
+    page.open("index.html")
+    page.page.wait_for_selector("#traces tbody tr")
+    directive = page.page.evaluate(
+        """() => new Promise(resolve => {
+            document.addEventListener('securitypolicyviolation', e => resolve(e.effectiveDirective), { once: true });
+            fetch('https://example.com/x').catch(() => {});
+        })"""
+    )
+    assert directive == "connect-src"
+    assert page.requests == []
+    page.errors.clear()  # the refusal itself is logged as a console error
