@@ -229,7 +229,7 @@ def _column_map(preset: str | None, columns: "dict[str, str] | ColumnMap | None"
         return columns
     if not columns:
         return None
-    base = PRESETS[preset].columns.model_dump() if preset in PRESETS else {}
+    base = PRESETS[preset].columns.model_dump() if preset is not None and preset in PRESETS else {}
     base.update(columns)
     return ColumnMap(**base)
 
