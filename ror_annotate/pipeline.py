@@ -36,13 +36,14 @@ from .segment import MAX_SEGMENT_TOKENS
 
 if TYPE_CHECKING:  # pragma: no cover
     from .export import ExportSummary
+    from .aggregate import AggregateOptions, AggregateSummary
     from .judge import Judge, MaxFailed
     from .store import Store
     from .traces import ColumnMap
 
 __all__ = [
     "IngestSummary", "SegmentSummary", "LabelSummary", "RunSummary",
-    "check_source", "default_dataset_name", "ingest", "segment", "label", "export", "run",
+    "check_source", "default_dataset_name", "ingest", "segment", "label", "export", "run", "aggregate",
 ]
 
 
@@ -655,3 +656,29 @@ def run(
             trace_ids=ingested.trace_ids, run=the_run, progress=tracked,
         )
         return RunSummary(run_id=the_run.run_id, ingest=ingested, segment=segmented, label=labelled, export=exported)
+
+
+# --------------------------------------------------------------------------- aggregate (issue 24)
+def aggregate(
+    store: "Store", options: "AggregateOptions | dict[str, Any] | None" = None, *, run: Run | None = None, progress: Any = None,
+) -> "AggregateSummary":
+    """Combine several raters into one label per segment with a posterior, stored as rater ``aggregate:<method>``.
+
+    See :func:`ror_annotate.aggregate.aggregate`; ``options`` is an
+    :class:`~ror_annotate.aggregate.AggregateOptions` or a dict of its fields (validated, with
+    did-you-mean errors). Recorded as an ``aggregate`` run unless ``run`` is given.
+
+    Raises
+    ------
+    ConfigError, InputError
+        Bad options (E110), unknown method (E710), rater problems (E711-E715); nothing is stored.
+    """
+    from .aggregate import AggregateOptions
+    from .aggregate import aggregate as _aggregate
+
+    opts = options if isinstance(options, AggregateOptions) else AggregateOptions.from_options(dict(options or {}))
+    with _stage(store, run, "aggregate", opts.recorded(), progress) as (the_run, _tracked):
+        summary = _aggregate(store, opts, run=the_run)
+        if run is None:
+            the_run.counts.update(summary.counts())
+        return summary

@@ -1323,6 +1323,76 @@ class Store:
         declared = {a: d.kind for a, d in self.declared_annotators().items()}
         return {annotator: declared.get(annotator, SOURCE_KINDS.get(source, "machine")) for source, annotator, _ in self.annotators()}
 
+    def latest_rater_labels(self, annotators: Sequence[str]) -> pa.Table:
+        """Each rater's latest label of every segment it labelled, as one long table.
+
+        One rule picks the label when a rater has several for a segment (other codebook versions,
+        other studies): the latest ``created_at``, ties broken by the greatest ``label_id``.
+
+        Parameters
+        ----------
+        annotators : sequence of str
+            Annotator ids (``Label.annotator``).
+
+        Returns
+        -------
+        pyarrow.Table
+            Columns ``trace_id``, ``segment_index``, ``annotator``, ``label``; one row per
+            (annotator, segment), ordered by trace id, segment index, annotator.
+        """
+        with duckdb_errors(self.path, "read labels"):
+            return self.query_arrow(
+                "SELECT trace_id, segment_index, annotator, label FROM labels WHERE list_contains(?, annotator) "
+                "QUALIFY row_number() OVER (PARTITION BY annotator, trace_id, segment_index ORDER BY created_at DESC, label_id DESC) = 1 "
+                "ORDER BY trace_id, segment_index, annotator",
+                [list(annotators)],
+            )
+
+    def rater_codebook_versions(self, annotators: Sequence[str]) -> list[str]:
+        """The distinct ``codebook_version`` values on these raters' labels, sorted."""
+        with duckdb_errors(self.path, "read labels"):
+            rows = self.con.execute(
+                "SELECT DISTINCT codebook_version FROM labels WHERE list_contains(?, annotator) ORDER BY 1", [list(annotators)]
+            ).fetchall()
+        return [r[0] for r in rows]
+
+    def replace_rater_labels(self, source: str, annotator: str, labels: Iterable[Label], *, batch: int = 100_000) -> int:
+        """Replace every stored label of one rater (``source``, ``annotator``) by ``labels``, in one transaction.
+
+        For raters that are recomputed as a whole (an aggregate): segments no longer in ``labels``
+        lose their old label, and a re-run with the same inputs writes the same label ids.
+        ``labels`` may be a generator; it is written ``batch`` labels at a time (bounded memory).
+
+        Returns
+        -------
+        int
+            Labels written.
+
+        Raises
+        ------
+        StoreError
+            A label of another source or annotator, or naming a segment that is not stored; nothing
+            is changed.
+        """
+        self._require_writable("store labels")
+        written = 0
+        with self.transaction():
+            with duckdb_errors(self.path, "replace labels"):
+                self.con.execute("DELETE FROM labels WHERE source = ? AND annotator = ?", [source, annotator])
+            chunk: list[Label] = []
+            for lab in labels:
+                if lab.source != source or lab.annotator != annotator:
+                    raise StoreError(
+                        f"replace_rater_labels({source!r}, {annotator!r}) got a label of {lab.source!r}/{lab.annotator!r} "
+                        f"for {lab.trace_id}#{lab.segment_index}; nothing was changed"
+                    )
+                chunk.append(lab)
+                if len(chunk) >= batch:
+                    written += self.upsert_labels(chunk)
+                    chunk = []
+            written += self.upsert_labels(chunk)
+        return written
+
     # ------------------------------------------------------------------ runs
     def start_run(self, command: str, parameters: dict[str, Any] | None = None) -> Run:
         """Record the start of a command; secrets in ``parameters`` are scrubbed before writing.
