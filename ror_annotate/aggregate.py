@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
@@ -257,7 +258,10 @@ def crowdkit_probas(estimator: Any, data: Responses) -> np.ndarray:
     frame = pd.DataFrame({
         "task": data.tasks, "worker": data.workers, "label": np.asarray(BEHAVIORS, dtype=object)[data.labels],
     })
-    proba = estimator.fit_predict_proba(frame)
+    with warnings.catch_warnings():  # crowd-kit 1.4.2 uses pandas' inplace= (deprecated in pandas 3.1): not the user's concern
+        warnings.simplefilter("ignore", DeprecationWarning)
+        warnings.simplefilter("ignore", FutureWarning)
+        proba = estimator.fit_predict_proba(frame)
     proba = proba.reindex(index=range(data.n_tasks), columns=list(BEHAVIORS), fill_value=0.0).fillna(0.0)
     out = np.clip(proba.to_numpy(dtype=np.float64), 0.0, None)
     return out / out.sum(axis=1, keepdims=True)

@@ -754,7 +754,9 @@ class Store:
     def query_arrow(self, sql: str, params: Sequence[Any] | None = None) -> pa.Table:
         """Run a query and return the result as a ``pyarrow.Table``."""
         result = self.execute(sql, params)
-        table = result.fetch_arrow_table() if hasattr(result, "fetch_arrow_table") else result.arrow()  # type: ignore[attr-defined]
+        # DuckDB renamed the call: fetch_arrow_table (1.x), to_arrow_table (2.x); arrow() is the oldest spelling
+        fetch = next(getattr(result, n) for n in ("to_arrow_table", "fetch_arrow_table", "arrow") if hasattr(result, n))
+        table = fetch()
         return table if isinstance(table, pa.Table) else table.read_all()
 
     def _register(self, view: str, rows: pa.Table) -> None:
@@ -1340,13 +1342,15 @@ class Store:
             Columns ``trace_id``, ``segment_index``, ``annotator``, ``label``; one row per
             (annotator, segment), ordered by trace id, segment index, annotator.
         """
+        sql = ("SELECT trace_id, segment_index, annotator, label FROM labels WHERE list_contains(?, annotator) "
+               "QUALIFY row_number() OVER (PARTITION BY annotator, trace_id, segment_index ORDER BY created_at DESC, label_id DESC) = 1 "
+               "ORDER BY trace_id, segment_index, annotator")
         with duckdb_errors(self.path, "read labels"):
-            return self.query_arrow(
-                "SELECT trace_id, segment_index, annotator, label FROM labels WHERE list_contains(?, annotator) "
-                "QUALIFY row_number() OVER (PARTITION BY annotator, trace_id, segment_index ORDER BY created_at DESC, label_id DESC) = 1 "
-                "ORDER BY trace_id, segment_index, annotator",
-                [list(annotators)],
-            )
+            _drop_pending_result(self.con)
+            relation = self.con.sql(sql, params=[list(annotators)])  # a relation hands Arrow over without a copy
+            fetch = next(getattr(relation, n) for n in ("to_arrow_table", "fetch_arrow_table", "arrow") if hasattr(relation, n))
+            table = fetch()
+        return table if isinstance(table, pa.Table) else table.read_all()
 
     def rater_codebook_versions(self, annotators: Sequence[str]) -> list[str]:
         """The distinct ``codebook_version`` values on these raters' labels, sorted."""
