@@ -28,6 +28,9 @@ from ror_annotate.store import Store
 from . import judge_fixtures as JF
 from .sim_judges import ACCURACY, SimJudges, true_label
 
+# crowd-kit 1.4.2, the reference, uses pandas' deprecated inplace= keywords (pandas 3.1 warns on each call)
+pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"), pytest.mark.filterwarnings("ignore::FutureWarning")]
+
 SIM = list(ACCURACY)  # sim-a (0.85) ... sim-e (0.60)
 ROR = [sys.executable, "-c", "from ror_annotate.cli import app; app(prog_name='ror')"]
 
