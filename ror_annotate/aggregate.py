@@ -32,7 +32,7 @@ from __future__ import annotations
 import difflib
 import hashlib
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -41,8 +41,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from .errors import ConfigError, InputError
 from .options import StageOptions
-from .records import BEHAVIORS, Annotator, Label, Run
+from .records import BEHAVIORS, Annotator, Run
 from .registry import Registry
+
+from .store import RaterLabels
 
 if TYPE_CHECKING:  # pragma: no cover
     from .store import Store
@@ -450,14 +452,12 @@ def aggregate(store: "Store", options: AggregateOptions | None = None, *, run: R
     codebook_version = _codebook_version(store, raters)
     run_id = run.run_id if run is not None else None
 
-    def labels() -> Iterator[Label]:
-        for i, (trace_id, index) in enumerate(data.segments):
-            yield Label(
-                trace_id=trace_id, segment_index=index, label=BEHAVIORS[chosen[i]], source="aggregate", annotator=annotator,
-                codebook_version=codebook_version, run_id=run_id, confidence=float(confidence[i]),
-                distribution=probas[i].tolist(), extra={"n_raters": int(n_raters[i])},
-            )
-
+    shared_extra = {k: {"n_raters": k} for k in np.unique(n_raters).tolist()}
+    columns = RaterLabels(
+        trace_id=[t for t, _ in data.segments], segment_index=[i for _, i in data.segments], label=chosen,
+        codebook_version=codebook_version, confidence=confidence, distribution=probas,
+        extra=[shared_extra[k] for k in n_raters.tolist()], run_id=run_id,
+    )
     summary = AggregateSummary(
         method=options.method, annotator=annotator, human=options.human, raters=list(raters), held_out_humans=held_out,
         segments=data.n_tasks, responses=len(data.tasks), labels_written=0,
@@ -473,7 +473,7 @@ def aggregate(store: "Store", options: AggregateOptions | None = None, *, run: R
                  "rater_segments": summary.rater_segments, "options": options.recorded(), "run_id": run_id},
     )
     with store.transaction():
-        written = store.replace_rater_labels("aggregate", annotator, labels(), batch=WRITE_BATCH)
+        written = store.replace_rater_labels("aggregate", annotator, columns, batch=WRITE_BATCH)
         store.upsert_annotators([declared])
     summary.labels_written = written
     return summary

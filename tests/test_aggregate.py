@@ -206,6 +206,24 @@ def test_majority_vote_of_two_raters_by_hand(tmp_path):
     assert s.mean_confidence == pytest.approx(2.5 / 3) and s.share_below_half == 0.0
     # estimated accuracy = mean posterior of the rater's own labels: A (1 + 0.5 + 1)/3, B (1 + 0.5)/2
     assert s.rater_accuracy == {"A": pytest.approx(2.5 / 3), "B": pytest.approx(0.75)}
+    # the columnar write stores the same label ids as Label.label_id
+    stored_ids = {r[0] for r in store.execute("SELECT label_id FROM labels WHERE annotator = 'aggregate:majority-vote'").fetchall()}
+    assert stored_ids == {lab.label_id for lab in got.values()}
+    store.close()
+
+
+def test_columnar_rater_labels_are_checked_before_anything_changes(tmp_path):
+    from ror_annotate.errors import StoreError
+    from ror_annotate.store import RaterLabels
+
+    store = _store(tmp_path)
+    store.upsert_labels([_lab(0, "planning", "agg", source="aggregate")])
+    bad = RaterLabels(trace_id=["a"], segment_index=[1], label=[0], codebook_version="cb1", distribution=[[0.5, 0.4, 0, 0, 0, 0]])
+    with pytest.raises(StoreError, match="summing to 1"):
+        store.replace_rater_labels("aggregate", "agg", bad)
+    with pytest.raises(StoreError, match="not in"):  # a segment that is not stored: rolled back, the old label stays
+        store.replace_rater_labels("aggregate", "agg", RaterLabels(trace_id=["a"], segment_index=[99], label=[0], codebook_version="cb1"))
+    assert [(lab.segment_index, lab.label) for lab in store.labels(annotator="agg")] == [(0, "planning")]
     store.close()
 
 
