@@ -181,7 +181,7 @@ def dawid_skene(
     if n_workers * np.log2(k + 1) < 62:
         dense = np.full((n_tasks, n_workers), k, dtype=np.int64)
         dense[tasks, workers] = lab
-        code = np.zeros(n_tasks, dtype=np.int64)
+        code: np.ndarray = np.zeros(n_tasks, dtype=np.int64)
         for w in range(n_workers):
             code = code * (k + 1) + dense[:, w]
         _, first, inverse, weight = np.unique(code, return_index=True, return_inverse=True, return_counts=True)

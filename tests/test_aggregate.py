@@ -370,3 +370,29 @@ def test_review_pull_declares_each_human_rater(tmp_path):
     assert "@" not in a.model_dump_json()  # the pseudonym only, never the e-mail
     assert store.rater_kinds()[who] == "human"
     store.close()
+
+
+@pytest.mark.parametrize("n_raters", [3, 30])  # 30 raters: too many for one pattern code, EM runs per segment
+def test_numpy_dawid_skene_equals_crowdkit_on_random_raters(n_raters):
+    import pandas as pd
+    from crowdkit.aggregation import DawidSkene
+
+    from ror_annotate.aggregate import dawid_skene
+
+    rng = np.random.default_rng(n_raters)
+    n = 400
+    truth = rng.integers(0, 5, n)  # class 5 never occurs: its posterior must be 0
+    tasks, workers, labels = [], [], []
+    for w in range(n_raters):
+        keep = np.flatnonzero(rng.random(n) < 0.7)
+        acc = rng.uniform(0.4, 0.9)
+        tasks.append(keep)
+        workers.append(np.full(len(keep), w))
+        labels.append(np.where(rng.random(len(keep)) < acc, truth[keep], rng.integers(0, 5, len(keep))))
+    t, w, lab = np.concatenate(tasks), np.concatenate(workers), np.concatenate(labels)
+    seen = np.unique(t)
+    t = np.searchsorted(seen, t)
+    ours, _ = dawid_skene(t, w, lab, len(seen), n_raters, 6)
+    ref = DawidSkene(n_iter=100, tol=1e-5).fit_predict_proba(pd.DataFrame({"task": t, "worker": w, "label": lab}))
+    ref = ref.reindex(index=range(len(seen)), columns=range(6), fill_value=0.0).to_numpy()
+    assert np.abs(ours - ref).max() < 1e-6 and (ours[:, 5] == 0).all()
