@@ -7,7 +7,8 @@ stores the result as its own rater ``aggregate:<method>`` (label source ``aggreg
 label, ``distribution`` = the posterior over the six behaviors (in
 :data:`~ror_annotate.records.BEHAVIORS` order; classes no rater used get 0) and ``confidence`` =
 the posterior of the chosen label. The aggregate is declared in the ``annotators`` table with the
-method, the raters combined, the human mode and each rater's estimated accuracy.
+method, the raters combined, the human mode, each rater's estimated accuracy and its confusion
+matrix estimated from the posteriors (:func:`rater_confusion`).
 
 Methods (the :data:`AGGREGATORS` registry):
 
@@ -290,6 +291,22 @@ def _mace(data: Responses, options: AggregateOptions) -> Fit:
     return Fit(crowdkit_probas(MACE(n_iter=min(options.n_iter, 50), random_state=options.seed, verbose=0), data))
 
 
+def rater_confusion(data: Responses, probas: np.ndarray) -> np.ndarray:
+    """Each rater's confusion matrix from the posteriors, shape (n_workers, 6, 6).
+
+    ``C[w, c, l] = sum_{t: w said l} P[t, c] / sum_{t labelled by w} P[t, c]``: the estimated probability
+    that rater ``w`` says ``l`` when the truth is ``c`` (Dawid-Skene's M-step, without its smoothing);
+    rows of classes with no posterior mass among the rater's segments are 0.
+    """
+    sums = np.empty((data.n_workers * K, K))
+    key = data.workers.astype(np.int64) * K + data.labels
+    for c in range(K):
+        sums[:, c] = np.bincount(key, weights=probas[data.tasks, c], minlength=data.n_workers * K)
+    conf = sums.reshape(data.n_workers, K, K).transpose(0, 2, 1)  # (worker, true, given)
+    total = conf.sum(axis=2, keepdims=True)
+    return np.divide(conf, total, out=np.zeros_like(conf), where=total > 0)
+
+
 def rater_accuracy(data: Responses, probas: np.ndarray) -> np.ndarray:
     """Each rater's estimated accuracy: the mean posterior probability of the labels it gave, shape (n_workers,)."""
     agree = probas[data.tasks, data.labels]
@@ -446,6 +463,7 @@ def aggregate(store: "Store", options: AggregateOptions | None = None, *, run: R
     chosen = probas.argmax(axis=1)  # ties: the first class in BEHAVIORS order
     confidence = probas[np.arange(data.n_tasks), chosen]
     accuracy = rater_accuracy(data, probas)
+    confusion = rater_confusion(data, probas)
     per_rater = np.bincount(data.workers, minlength=data.n_workers)
     n_raters = np.bincount(data.tasks, minlength=data.n_tasks)
     annotator = f"aggregate:{options.method}"
@@ -470,7 +488,9 @@ def aggregate(store: "Store", options: AggregateOptions | None = None, *, run: R
     declared = Annotator(
         annotator=annotator, kind="machine", source="aggregate", model=options.method, codebook_version=codebook_version,
         details={"raters": list(raters), "human": options.human, "held_out_humans": held_out, "rater_accuracy": summary.rater_accuracy,
-                 "rater_segments": summary.rater_segments, "options": options.recorded(), "run_id": run_id},
+                 "rater_segments": summary.rater_segments, "options": options.recorded(), "run_id": run_id,
+                 "rater_confusion": {r: np.round(m, 6).tolist() for r, m in zip(raters, confusion)},
+                 "confusion_axes": "rater_confusion[rater][true class][given label], classes in BEHAVIORS order"},
     )
     with store.transaction():
         written = store.replace_rater_labels("aggregate", annotator, columns, batch=WRITE_BATCH)
@@ -481,5 +501,5 @@ def aggregate(store: "Store", options: AggregateOptions | None = None, *, run: R
 
 __all__ = [
     "AGGREGATORS", "AggregateOptions", "AggregateSummary", "Fit", "Responses", "aggregate", "crowdkit_probas", "dawid_skene",
-    "load_responses", "majority_vote", "rater_accuracy", "select_raters",
+    "load_responses", "majority_vote", "rater_accuracy", "rater_confusion", "select_raters",
 ]

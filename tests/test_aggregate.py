@@ -141,6 +141,27 @@ def test_estimated_rater_accuracy_tracks_the_truth(world):
     assert declared.details["raters"] == [f"openai:{m}" for m in SIM] and declared.details["human"] == "held-out"
     for model, acc in ACCURACY.items():
         assert abs(declared.details["rater_accuracy"][f"openai:{model}"] - acc) < 0.04
+        confusion = np.array(declared.details["rater_confusion"][f"openai:{model}"])  # [true][given]
+        for true in ("execution", "reflection"):  # the largest classes: the world's confusions show
+            i, j = BEHAVIORS.index(true), BEHAVIORS.index({"execution": "restatement", "reflection": "planning"}[true])
+            assert abs(confusion[i, i] - acc) < 0.05 and abs(confusion[i, j] - (1 - acc) * 0.6) < 0.05, (model, confusion[i])
+
+
+def test_ror_run_takes_several_judges(tmp_path, monkeypatch):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    db = tmp_path / "run.duckdb"
+    with SimJudges() as srv:
+        done = CliRunner().invoke(_app(), ["run", str(sample_path()), "--limit", "2", "--workers", "1", "--db", str(db),
+                                           "--out", str(tmp_path / "out"), "--judge", "openai:sim-a", "--judge", "openai:sim-b",
+                                           "--base-url", srv.base_url])
+    assert done.exit_code == 0, done.output
+    with Store(db, read_only=True) as store:
+        counts = {a: n for _, a, n in store.annotators()}
+        n_segments = len(store.segments())
+        run = store.runs()[-1]
+    assert counts == {"openai:sim-a": n_segments, "openai:sim-b": n_segments}
+    assert run.parameters["judge"] == ["openai:sim-a", "openai:sim-b"] and run.counts["label"]["labeled"] == 2 * n_segments
 
 
 def test_one_coin_dawid_skene_is_crowdkits(world):
@@ -206,6 +227,11 @@ def test_majority_vote_of_two_raters_by_hand(tmp_path):
     assert s.mean_confidence == pytest.approx(2.5 / 3) and s.share_below_half == 0.0
     # estimated accuracy = mean posterior of the rater's own labels: A (1 + 0.5 + 1)/3, B (1 + 0.5)/2
     assert s.rater_accuracy == {"A": pytest.approx(2.5 / 3), "B": pytest.approx(0.75)}
+    # A's confusion from the posteriors, by hand: truth planning -> said planning 1, fact 0.5; truth fact -> fact 0.5;
+    # truth execution -> execution 1 (rows: true class, columns: given label, BEHAVIORS order)
+    conf = store.declared_annotators()["aggregate:majority-vote"].details["rater_confusion"]["A"]
+    assert conf[0] == pytest.approx([2 / 3, 0, 0, 1 / 3, 0, 0]) and conf[3] == [0, 0, 0, 1, 0, 0] and conf[1] == [0, 1, 0, 0, 0, 0]
+    assert conf[2] == [0] * 6  # no restatement mass on A's segments
     # the columnar write stores the same label ids as Label.label_id
     stored_ids = {r[0] for r in store.execute("SELECT label_id FROM labels WHERE annotator = 'aggregate:majority-vote'").fetchall()}
     assert stored_ids == {lab.label_id for lab in got.values()}
