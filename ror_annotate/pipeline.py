@@ -758,6 +758,12 @@ def run(
         return RunSummary(run_id=the_run.run_id, ingest=ingested, segment=segmented, label=labelled, export=exported)
 
 
+# --------------------------------------------------------------------------- verify (ror verify)
+from .verify import VerifyOptions, VerifyReport, VerifySummary, verify, verify_report  # noqa: E402
+
+__all__ += ["VerifyOptions", "VerifyReport", "VerifySummary", "verify", "verify_report"]
+
+
 # --------------------------------------------------------------------------- aggregate (issue 24)
 def aggregate(
     store: "Store", options: "AggregateOptions | dict[str, Any] | None" = None, *, run: Run | None = None, progress: Any = None,
