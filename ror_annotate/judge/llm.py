@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..codebook import Codebook, load_codebook
 from ..errors import ConfigError, JudgeError
-from ..records import Label, Segment, Trace, sha256_text, utc_now
+from ..records import Annotator, Label, Segment, Trace, sha256_text, utc_now
 from ..store import scrub_url
 from . import JudgeReport, register_judge
 from .client import (
@@ -330,6 +330,19 @@ class LLMJudge:
     def annotator_for(self, sample: int) -> str:
         """Annotator id of sample ``sample`` (1-based): ``openai:MODEL`` then ``openai:MODEL@s2``, ..."""
         return self.annotator if sample == 1 else f"{self.annotator}@s{sample}"
+
+    def declared_annotators(self) -> list[Annotator]:
+        """One declared rater per sample (``openai:MODEL``, ``openai:MODEL@s2``, ...): model, provider
+        (the base URL; the store scrubs secrets), temperature, samples, codebook and sampling seed."""
+        return [
+            Annotator(
+                annotator=self.annotator_for(k), kind="machine", source="judge", model=self.model, provider=self.base_url,
+                temperature=self.temperature, samples=self.samples, codebook_version=self.codebook_version,
+                details={"sample": k, "seed": self.seed_for(k), "codebook": f"{self.book.name}@v{self.book.version}",
+                         "mode": self.mode, "chunk_size": self.chunk_size, "batch": self.batch},
+            )
+            for k in range(1, self.samples + 1)
+        ]
 
     def seed_for(self, sample: int) -> int | None:
         return None if self.seed is None else self.seed + sample - 1
