@@ -149,6 +149,23 @@ class RefusalError(JudgeError):
     code = "E505"
 
 
+class ResponseBodyError(JudgeError):
+    """An HTTP 200 whose body is not a chat completion: not JSON, an HTML page (proxies, captive
+    portals), or an error object without ``choices`` (gateways relay an upstream 502/429 that way).
+
+    ``status`` is the HTTP status the body stands for (the error object's own code, e.g. 429 or 502;
+    502 for a body that is not JSON or holds no usable code), ``api_code`` the provider's code if it
+    gave a string one. :class:`~ror_annotate.judge.client.ChatClient` retries it like that status.
+    """
+
+    code = "E507"
+
+    def __init__(self, message: str, *, status: int = 502, api_code: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.api_code = api_code
+
+
 class JudgeOutcomeError(JudgeError):
     """The judge ran, but labelled nothing, or left more segments judge-failed than ``--max-failed`` allows.
 

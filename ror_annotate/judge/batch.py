@@ -71,7 +71,9 @@ def label_with_batch(judge: "LLMJudge", store: "Store", trace_ids: Sequence[str]
         The endpoint refused an upload or batch (see :class:`~.client.ChatClient`); batches created
         before stay recorded and a re-run resumes them.
     """
-    return asyncio.run(_label_with_batch(judge, store, trace_ids, run=run, progress=progress))
+    from .llm import run_interruptible
+
+    return run_interruptible(_label_with_batch(judge, store, trace_ids, run=run, progress=progress))
 
 
 async def _label_with_batch(judge: "LLMJudge", store: "Store", trace_ids: Sequence[str], *, run: "Run | None",
@@ -349,7 +351,7 @@ def _ingest_line(judge: "LLMJudge", store: "Store", line: dict[str, Any], mappin
     cache_row = {"cache_key": req["cache_key"], "params": req["params"], "ids": req["ids"], "attempt": 1,
                  "response": completion.raw, "input_tokens": completion.input_tokens,
                  "cached_input_tokens": completion.cached_input_tokens, "output_tokens": completion.output_tokens,
-                 "cost_usd": cost, "reasoning": completion.reasoning}
+                 "cost_usd": cost, "reasoning": completion.reasoning, "usage_status": completion.usage_status}
     extra = {"prompt_template_hash": judge.prompt_template_hash, "model": judge.model, "response_model": completion.raw.get("model"),
              "codebook": judge.book.versioned_name, "params": req["params"], "mode": judge.mode, "chunk_size": judge.chunk_size,
              "attempt": 1, "cache_key": req["cache_key"], "windowed": req.get("windowed", False), "batch": True}
