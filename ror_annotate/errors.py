@@ -106,8 +106,9 @@ class RetriesExhaustedError(JudgeError):
     """A request kept failing with retryable errors (429, 5xx, timeouts) for ``max_attempts`` calls.
 
     ``status`` is the last HTTP status (``None`` without one); ``cause`` is ``"status"``,
-    ``"timeout"`` (the client gave up waiting) or ``"connection"`` (nothing answered); ``waits`` are
-    the seconds waited between the calls.
+    ``"body"`` (HTTP 200 bodies that are no completion, :class:`ResponseBodyError`), ``"timeout"``
+    (the client gave up waiting) or ``"connection"`` (nothing answered: refused or reset);
+    ``waits`` are the seconds waited between the calls.
     """
 
     code = "E501"

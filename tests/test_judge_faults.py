@@ -22,10 +22,7 @@ from typer.testing import CliRunner
 
 from ror_annotate.errors import JudgeError
 from ror_annotate.judge import make_judge
-from ror_annotate.judge.client import read_usage
-from ror_annotate.judge.llm import MAX_RATIONALE_CHARS, reconcile_run_ledger
 from ror_annotate.judge.pricing import Price, cost_usd
-from ror_annotate.provenance import register_url_secrets, scrub_text
 from ror_annotate.store import ProgressFile, Store
 
 from .judge_fixtures import LABELS_A, LABELS_U, TRACE_A, TRACE_U, Sleeps, build_store
@@ -198,11 +195,15 @@ def test_an_endpoint_that_goes_down_mid_run_stops_it(tmp_path):
     ({"input_tokens": 700, "output_tokens": 9, "input_tokens_details": {"cached_tokens": 512}}, (700, 512, 9, "ok")),
 ])
 def test_read_usage_maps_the_providers_cache_fields(usage, expected):
+    from ror_annotate.judge.client import read_usage
+
     assert read_usage(usage) == expected
 
 
 @pytest.mark.parametrize("usage", [None, {}, {"prompt_tokens": 10}])
 def test_read_usage_missing_is_unknown(usage):
+    from ror_annotate.judge.client import read_usage
+
     assert read_usage(usage)[3] == "missing"
 
 
@@ -210,6 +211,8 @@ def test_read_usage_missing_is_unknown(usage):
                                    {"prompt_tokens": 10, "completion_tokens": 3.5}, {"prompt_tokens": 10, "completion_tokens": True},
                                    {"prompt_tokens": 10, "completion_tokens": 3, "prompt_tokens_details": {"cached_tokens": 11}}])
 def test_read_usage_refuses_negative_or_non_numeric_counts(usage):
+    from ror_annotate.judge.client import read_usage
+
     assert read_usage(usage)[:3] == (0, 0, 0) and read_usage(usage)[3].startswith("invalid: ")
 
 
@@ -244,6 +247,18 @@ def test_unknown_usage_is_recorded_as_unknown_never_as_zero(tmp_path, usage):
     assert counts["usage_unknown_requests"] == 1
 
 
+def test_the_cli_warns_that_the_cost_is_a_lower_bound(tmp_path):
+    from ror_annotate.cli import app
+
+    db = tmp_path / "s.duckdb"
+    build_store(db, {"a": TRACES["a"]}).close()
+    with FakeOpenAI() as srv:
+        srv.push({"usage": None})
+        result = CliRunner().invoke(app, ["label", "--judge", ANN, "--base-url", srv.base_url, "--db", str(db)])
+    assert result.exit_code == 0, result.output
+    assert "usage_unknown_requests=1" in result.output and "lower bound" in result.output
+
+
 _KILL_CHILD = """
 import sys
 from ror_annotate.store import Store
@@ -256,6 +271,8 @@ with store.run("label", {}) as run:
 
 
 def test_a_run_killed_with_sigkill_gets_its_ledger_back_from_the_stored_responses(tmp_path):
+    from ror_annotate.judge.llm import reconcile_run_ledger
+
     db = tmp_path / "s.duckdb"
     build_store(db, TRACES).close()
     with FakeOpenAI(latency=0.05) as srv:
@@ -335,6 +352,8 @@ def test_timeout_option_refuses_non_positive_values(tmp_path):
 
 
 def test_rationales_are_capped_and_the_cut_is_marked(tmp_path):
+    from ror_annotate.judge.llm import MAX_RATIONALE_CHARS
+
     store = build_store(tmp_path / "s.duckdb", {"a": TRACES["a"]})
     long = "because " * 12_500  # 100,000 characters
     with FakeOpenAI() as srv:
@@ -356,14 +375,17 @@ def _secret_forms() -> list[str]:
 
 
 def test_scrub_text_removes_keys_url_credentials_and_their_encodings(monkeypatch):
+    from ror_annotate.provenance import register_url_secrets, scrub_text
+
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
     monkeypatch.setenv("HF_TOKEN", "hf_abcdefghijklmnop")
+    monkeypatch.setenv("LABEL_STUDIO_URL", "http://admin:ls-Pa55word@review.lab:8089")
     register_url_secrets(f"http://{USER}:{PASSWORD}@127.0.0.1:8000/v1")
     basic = base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
     text = (f"401: bad header Authorization: Bearer {KEY}; proxy saw Basic {basic}; url http://{USER}:{PASSWORD}@127.0.0.1:8000/v1; "
-            "hub token hf_abcdefghijklmnop; Basic arithmetic and Bearer tokens stay")
+            "hub token hf_abcdefghijklmnop; server said ls-Pa55word; Basic arithmetic and Bearer tokens stay")
     clean = scrub_text(text)
-    assert all(s not in clean for s in [*_secret_forms(), "hf_abcdefghijklmnop"])
+    assert all(s not in clean for s in [*_secret_forms(), "hf_abcdefghijklmnop", "ls-Pa55word"])
     assert "Basic arithmetic and Bearer tokens stay" in clean and "127.0.0.1:8000/v1" in clean
 
 

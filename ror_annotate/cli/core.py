@@ -371,7 +371,8 @@ def _judge_counts_on_outcome_error() -> Iterator[None]:
 
 
 def _print_judge_counts(counts: dict[str, Any]) -> None:
-    shown = {k: ({c: n for c, n in v.items() if n} if isinstance(v, dict) else v) for k, v in counts.items() if k != "failure_example"}
+    shown = {k: ({c: n for c, n in v.items() if n} if isinstance(v, dict) else v) for k, v in counts.items()
+             if k not in ("failure_example", "usage_unknown_example", "ledger")}
     shown = {k: v for k, v in shown.items() if v not in (0, 0.0, None, {}, [])}
     if shown:
         console.print("judge: " + ", ".join(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}" for k, v in shown.items()), highlight=False)
@@ -380,6 +381,13 @@ def _print_judge_counts(counts: dict[str, Any]) -> None:
             f"[yellow]warning[/]: {counts['failed']} segments are stored as judge-failed (no label; the reason of each is in the "
             "judge_failures table). Running the same command again asks the judge for them again, with up to --max-attempts "
             "new tries each (never replaying the failed answers); --no-retry-failed leaves them failed",
+            highlight=False,
+        )
+    if counts.get("usage_unknown_requests"):
+        err_console.print(
+            f"[yellow]warning[/]: {counts['usage_unknown_requests']} responses carried no usable token usage "
+            f"({escape(str(counts.get('usage_unknown_example', 'missing')))}); they are stored as unknown (NULL in judge_cache), "
+            "so the tokens and cost shown are a lower bound",
             highlight=False,
         )
     if counts.get("failed_kept"):

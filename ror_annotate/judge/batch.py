@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError, JudgeError
 from . import JudgeReport
-from .client import ChatClient, RequestRejectedError, completion_from_dict
+from .client import ChatClient, RequestRejectedError, ResponseBodyError, completion_from_dict
 from .llm import UsageMeter, naive_utc_now
 from .pricing import BATCH_DISCOUNT
 from .prompt import build_messages, trace_block
@@ -301,9 +301,13 @@ async def _ingest_batch(judge: "LLMJudge", store: "Store", client: ChatClient, b
     if batch.output_file_id:
         for line in await _read_file(client, batch.output_file_id, f"batch {batch.id} output", messages):
             status, code = _line_status(line)
-            if status == 200 and _ingest_line(judge, store, line, mapping, usage, run_id):
-                ingested += 1
-            elif status != 200:
+            if status == 200:
+                try:
+                    ingested += _ingest_line(judge, store, line, mapping, usage, run_id)
+                except ResponseBodyError as exc:  # a 200 line whose body is an error object, not a completion
+                    errors["no_completion"] += 1
+                    messages.append(exc.message[:300])
+            else:
                 errors[code] += 1
     if batch.error_file_id:
         for line in await _read_file(client, batch.error_file_id, f"batch {batch.id} errors", messages):

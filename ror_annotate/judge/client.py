@@ -3,7 +3,8 @@
 The ``openai`` client's own retries are switched off (``max_retries=0``) so that this module
 decides, and can report, every wait:
 
-* 429, 408, 409, 5xx, timeouts and connection errors are retried up to ``max_attempts`` calls in
+* 429, 408, 409, 5xx, timeouts, connection errors (refused, reset) and 200 bodies that are no
+  completion are retried up to ``max_attempts`` calls in
   total, waiting what the server asked for (``retry-after-ms``, ``retry-after`` in seconds or as an
   HTTP date, or "try again in 1.5s" in the error message; ``shared/pitfalls/LLM-04``), otherwise
   exponential backoff with "equal jitter" (``min(cap, base * 2**k * U[0.5, 1])``), which keeps
@@ -20,6 +21,17 @@ decides, and can report, every wait:
   the JSON in ``content``. The reasoning text is kept on :class:`Completion` (``reasoning``).
 * A 400 saying the prompt is longer than the model's context is recognised by
   :func:`is_context_length_error`: a property of that one request, not of the run.
+* The body of an HTTP 200 is parsed here, not by the ``openai`` client (:func:`completion_from_text`):
+  a body that is not JSON or an HTML page (proxies, captive portals) and an error object without
+  ``choices`` (gateways relay upstream 502/429 that way) raise :class:`ResponseBodyError` (E507),
+  retried like the status it stands for (the error object's code; 502 otherwise), so a 429 or 502
+  relayed inside a 200 fails only its request after the retries, with the provider's text.
+* ``message.content`` may be a string, a list of typed parts (``text`` -> answer, ``thinking`` ->
+  reasoning) or ``null`` with the answer in ``tool_calls[0].function.arguments``; all are read.
+* Usage is validated and the providers' prompt-cache fields are mapped (:func:`read_usage`); usage
+  that is missing or invalid is *unknown* (``Completion.usage_status``), never 0.
+* Every message this module builds from an endpoint's text is scrubbed of secrets
+  (:func:`~ror_annotate.provenance.scrub_text`): endpoints may echo the ``Authorization`` header.
 
 The API key comes from ``OPENAI_API_KEY`` only. For a local ``base_url`` (127.0.0.1, localhost:
 vLLM, Ollama) without a key, the placeholder ``"sk-no-key-required"`` is sent; those servers accept
@@ -581,9 +593,8 @@ class ChatClient:
         self.sleep: Sleep = sleep or asyncio.sleep
         self.rng = random.Random(seed)
         self.waits: list[float] = []
-        #: HTTP calls made; calls that got any HTTP answer; calls cancelled before their answer
-        #: (an interrupt: the provider may bill them, their usage is unknown).
-        self.calls = 0
+        #: Calls that got any HTTP answer; calls cancelled before their answer (an interrupt: the
+        #: provider may bill them, their usage is unknown).
         self.answered = 0
         self.abandoned = 0
         self._api_key = resolve_api_key(base_url)
@@ -623,7 +634,6 @@ class ChatClient:
         cause = "status"
         for attempt in range(self.max_attempts):
             try:
-                self.calls += 1
                 try:
                     result = await call()
                 except asyncio.CancelledError:

@@ -26,9 +26,18 @@ stored response is replayed from the cache.
 Fatal or local is decided by the kind of error, never by the order of the requests: a request
 refused as longer than the model's context fails that trace only (its other chunks are not sent),
 with the reason; any other rejection (4xx other than 408/409/429: bad key, unknown model or URL, a
-schema the endpoint refuses) and an endpoint that never answers (connection refused on every try)
-abort the run with the API's message. 429s, 5xx and client-side timeouts that outlast the retries
-fail only that request's segments.
+schema the endpoint refuses, also when relayed inside an HTTP 200) and an endpoint that never
+answered in the run (nothing answering on every try) or that stopped answering for
+:data:`DOWN_AFTER_FAILED_REQUESTS` requests in a row abort the run with the API's message. 429s,
+5xx, client-side timeouts, reset connections and 200 bodies that are no completion that outlast
+the retries fail only that request's segments.
+
+The cost ledger: each paid response's usage is stored with it in ``judge_cache`` (``NULL`` when
+the endpoint reported none or an invalid one, ``usage_status`` saying which); at the end of a pass
+the run's totals are recomputed from those rows (:func:`run_ledger`), and runs an earlier process
+left unfinished (kill -9) are given theirs when the next pass starts (:func:`reconcile_run_ledger`).
+Rationales are capped at :data:`MAX_RATIONALE_CHARS` characters; failure reasons are scrubbed of
+secrets before they are stored.
 """
 
 from __future__ import annotations
@@ -313,7 +322,7 @@ class LLMJudge:
     batch_max_requests, batch_max_bytes : int
         Per-batch limits (default: the Batch API's 50,000 requests and 200 MB); larger jobs are split.
     timeout : float, default 120
-        Seconds per HTTP call.
+        Seconds per HTTP call (``--timeout``).
     sleep : coroutine function, optional
         Waits between retries and batch polls go through it (tests record instead of sleeping).
     config : JudgeConfig, optional
@@ -847,33 +856,38 @@ def run_interruptible(coro: Any) -> Any:
 
     if threading.current_thread() is not threading.main_thread():
         return asyncio.run(coro)
-    with asyncio.Runner() as runner:
-        loop = runner.get_loop()
-        task = loop.create_task(coro)
-        interrupted: list[int] = []
+    interrupted: list[int] = []
+
+    async def main() -> Any:
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        assert task is not None
 
         def stop(signum: int) -> None:
             interrupted.append(signum)
             task.cancel()
 
-        previous: dict[int, Any] = {}
-        for signum in (signal.SIGINT, signal.SIGTERM):
+        previous: dict[signal.Signals, Any] = {}
+        for sig in (signal.SIGINT, signal.SIGTERM):
             try:
-                before = signal.getsignal(signum)
-                loop.add_signal_handler(signum, stop, signum)
-                previous[signum] = before
+                before = signal.getsignal(sig)
+                loop.add_signal_handler(sig, stop, sig)
+                previous[sig] = before
             except (NotImplementedError, RuntimeError, ValueError):  # pragma: no cover - platforms without it
                 continue
         try:
-            return loop.run_until_complete(task)
-        except asyncio.CancelledError:
-            if interrupted:
-                raise KeyboardInterrupt() from None
-            raise
+            return await coro
         finally:
-            for signum, before in previous.items():
-                loop.remove_signal_handler(signum)
-                signal.signal(signum, before)
+            for sig, before in previous.items():
+                loop.remove_signal_handler(sig)
+                signal.signal(sig, before)
+
+    try:
+        return asyncio.run(main())
+    except asyncio.CancelledError:
+        if interrupted:
+            raise KeyboardInterrupt() from None
+        raise
 
 
 @register_judge("openai")
