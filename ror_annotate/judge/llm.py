@@ -676,6 +676,8 @@ class LLMJudge:
                                 code=exc.code,
                             ) from exc
                         # A flaky connection (a proxy resetting some requests): that request fails alone.
+                    else:
+                        ctx.down_streak = 0  # something answered (a 5xx, a timeout after connecting)
                     local_failure, local_cause = str(exc), "transport"
                     break
                 ctx.down_streak = 0
@@ -702,7 +704,7 @@ class LLMJudge:
             if final:
                 ctx.usage.report.failed += len(result.bad)
                 if result.bad:
-                    ctx.usage.report.extra.setdefault("failure_example", _shorten(next(iter(result.bad.values()))))
+                    ctx.usage.report.extra.setdefault("failure_example", _shorten(scrub_text(next(iter(result.bad.values())))))
             elif result.bad and cause is not None:
                 ctx.count_retry(cause)
             ctx.advance(len(result.good) + (len(result.bad) if final else 0))
@@ -713,7 +715,7 @@ class LLMJudge:
             self.commit_response(ctx.store, trace=job.trace, sample=job.sample, run_id=ctx.run_id, cache_row=None,
                                  result=ChunkResult(), failures=failures, attempts=attempt, extra={}, cause=local_cause)
             ctx.usage.report.failed += len(failures)
-            ctx.usage.report.extra.setdefault("failure_example", _shorten(local_failure))
+            ctx.usage.report.extra.setdefault("failure_example", _shorten(scrub_text(local_failure)))
             ctx.advance(len(failures))
 
     def judge_answer(self, completion: Completion, ids: list[int]) -> tuple[ChunkResult, str | None, str | None]:
