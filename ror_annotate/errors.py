@@ -183,6 +183,20 @@ class JudgeOutcomeError(JudgeError):
         self.counts = dict(counts or {})
 
 
+class VerifyError(JudgeError):
+    """``ror verify`` cannot start: the audited rater has no labels (E521), the default rater is
+    ambiguous (E522), or there is nothing to verify (E523); E520 for anything else."""
+
+    code = "E520"
+
+
+class VerifyOutcomeError(JudgeOutcomeError):
+    """The verifier ran, but returned no verdict, or left more segments failed than ``--max-failed``
+    allows (exit status 3, like :class:`JudgeOutcomeError`); the verdicts written stay stored."""
+
+    code = "E524"
+
+
 class ReviewError(RorError, RuntimeError):
     """The Label Studio review queue failed (server unreachable, bad token, edited config)."""
 
@@ -211,3 +225,17 @@ class SteerError(RorError, RuntimeError):
     """Router capture, probing or steering failed (unsupported family, hook never fired...)."""
 
     code = "E900"
+
+
+class CaptureCheckError(SteerError):
+    """A capture self-check failed: what the model returned cannot be router logits as captured.
+
+    Codes: E910 the values are not logits (probabilities, log-probabilities, sigmoid scores,
+    non-finite or all-zero rows); E911 a MoE layer returned nothing (no router found for a layer
+    with experts, or its hook never fired); E912 the selected experts are not k distinct in-range
+    ids equal to the family's top-k of the captured logits; E913 the first rows differ from a plain
+    unbatched forward of the same tokens. The message names the family, the layer and the check.
+    Nothing of the failing batch is written.
+    """
+
+    code = "E910"

@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import ConfigError, InputError
+from .registry import Registry
 
 #: The format name that means "detect it".
 AUTO = "auto"
@@ -677,7 +678,11 @@ def _extract_chat(record: Any, where: str, text_format: str) -> list[Extraction]
 
 
 # --------------------------------------------------------------------------- registry
-FORMATS: dict[str, TextAdapter | StructuredFormat] = {}
+#: Every trace format (the one registry mechanism, :mod:`ror_annotate.registry`; plug-ins through the
+#: ``ror_annotate.formats`` entry-point group). Detection tries text formats in registration order.
+FORMAT_REGISTRY: Registry[TextAdapter | StructuredFormat] = Registry("formats", what="trace format")
+#: Read-only live view of the registered formats, in registration order.
+FORMATS = FORMAT_REGISTRY.loaded()
 
 
 def register_format(adapter: TextAdapter | StructuredFormat, *, overwrite: bool = False) -> TextAdapter | StructuredFormat:
@@ -690,8 +695,7 @@ def register_format(adapter: TextAdapter | StructuredFormat, *, overwrite: bool 
     """
     if adapter.name == AUTO or (adapter.name in FORMATS and not overwrite):
         raise ConfigError(f"format name {adapter.name!r} is already taken; pass overwrite=True to replace it")
-    FORMATS[adapter.name] = adapter
-    return adapter
+    return FORMAT_REGISTRY.register(adapter.name, adapter, replace=True)
 
 
 register_format(StructuredFormat(
@@ -801,11 +805,6 @@ def markers_in(text: str | None, extra: tuple[str, ...] = ()) -> list[str]:
     if not text:
         return []
     return sorted({m.group() for m in _MARKER_RE.finditer(text)} | {t for t in extra if t in text})
-
-
-def text_formats() -> list[str]:
-    """Names of the adapters that read a string."""
-    return [n for n, a in FORMATS.items() if not isinstance(a, StructuredFormat)]
 
 
 def _check_name(format: str) -> None:

@@ -655,3 +655,9 @@ def run(
             trace_ids=ingested.trace_ids, run=the_run, progress=tracked,
         )
         return RunSummary(run_id=the_run.run_id, ingest=ingested, segment=segmented, label=labelled, export=exported)
+
+
+# --------------------------------------------------------------------------- verify (ror verify)
+from .verify import VerifyOptions, VerifyReport, VerifySummary, verify, verify_report  # noqa: E402
+
+__all__ += ["VerifyOptions", "VerifyReport", "VerifySummary", "verify", "verify_report"]

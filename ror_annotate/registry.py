@@ -25,6 +25,7 @@ import difflib
 from collections.abc import Callable, Iterator
 from importlib import import_module
 from importlib.metadata import entry_points
+from types import MappingProxyType
 from typing import Any, Generic, TypeVar, overload
 
 from .errors import ConfigError
@@ -144,6 +145,11 @@ class Registry(Generic[T]):
             self._load_builtin(name)
         return [(name, self.get(name)) for name in self.names()]
 
+    def loaded(self) -> "MappingProxyType[str, T]":
+        """A live, read-only view of the entries registered so far, in registration order (no
+        entry points or built-in modules are loaded: for hot paths and order-sensitive tables)."""
+        return MappingProxyType(self._entries)
+
     def __contains__(self, name: object) -> bool:
         return isinstance(name, str) and self.find(name) is not None
 
@@ -172,7 +178,7 @@ def registry(kind: str) -> Registry[Any]:
 
 
 #: Modules that define a registry; importing them creates it (kept here so ``registry(kind)`` finds all).
-REGISTRY_MODULES: tuple[str, ...] = ("ror_annotate.judge",)
+REGISTRY_MODULES: tuple[str, ...] = ("ror_annotate.judge", "ror_annotate.steer.families", "ror_annotate.traces", "ror_annotate.formats")
 
 
 def _import_builtin_registries() -> None:

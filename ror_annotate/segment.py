@@ -335,29 +335,6 @@ def _wrap_tokenizer_object(tok: Any, *, name: str | None) -> HFTokenCounter:
     )
 
 
-def _load_named_tokenizer(spec: str) -> HFTokenCounter:
-    path = Path(spec).expanduser()
-    if path.is_file() or (path.is_dir() and (path / "tokenizer.json").is_file()):
-        from tokenizers import Tokenizer
-
-        file = path if path.is_file() else path / "tokenizer.json"
-        try:
-            return HFTokenCounter(Tokenizer.from_file(str(file)), name=spec)
-        except Exception as exc:  # the Rust loader raises a plain Exception on a bad file
-            raise ConfigError(f"cannot load tokenizer file {file}: {exc}. Pass a Hugging Face tokenizer.json") from exc
-    try:
-        from transformers import AutoTokenizer
-
-        tok = AutoTokenizer.from_pretrained(spec)
-    except Exception as exc:
-        raise ConfigError(
-            f"cannot load tokenizer {spec!r}: {type(exc).__name__}: {exc}. Give a local tokenizer.json path or "
-            "directory, a model id available offline in the Hugging Face cache, or omit --tokenizer to use "
-            f"the {APPROX_COUNTER_NAME} approximation"
-        ) from exc
-    return _wrap_tokenizer_object(tok, name=spec)
-
-
 # --------------------------------------------------------------------------- protected spans
 # Line ends as Markdown and LaTeX read them: LF, CRLF or a lone CR (old Mac, some exports).
 _EOL = r"(?:\r\n|\r(?!\n)|\n)"  # never "\r" alone when "\n" follows: CRLF is one line end

@@ -705,12 +705,6 @@ class Store:
         with duckdb_errors(self.path):
             return self.con.execute(sql, params) if params is not None else self.con.execute(sql)
 
-    def query_arrow(self, sql: str, params: Sequence[Any] | None = None) -> pa.Table:
-        """Run a query and return the result as a ``pyarrow.Table``."""
-        result = self.execute(sql, params)
-        table = result.fetch_arrow_table() if hasattr(result, "fetch_arrow_table") else result.arrow()  # type: ignore[attr-defined]
-        return table if isinstance(table, pa.Table) else table.read_all()
-
     def _register(self, view: str, rows: pa.Table) -> None:
         # DuckDB 2 refuses register()/unregister() while an earlier execute() has rows left
         # unfetched (e.g. after fetchone()); abort() drops that pending result and nothing else.
@@ -1232,6 +1226,14 @@ class Store:
                 "SELECT source, annotator, count(*) FROM labels GROUP BY source, annotator ORDER BY source, annotator"
             ).fetchall()
         ]
+
+    def latest_label_times(self, *, source: str | None = None) -> dict[str, datetime]:
+        """``{annotator: created_at of its latest label}`` (UTC, aware) for every annotator with labels
+        (of ``source`` only, when given); e.g. the latest ``aggregate:*`` rater for ``ror verify``."""
+        sql = "SELECT annotator, max(created_at) FROM labels" + (" WHERE source = ?" if source is not None else "")
+        with duckdb_errors(self.path, "read labels"):
+            rows = self.con.execute(sql + " GROUP BY annotator ORDER BY annotator", [] if source is None else [source]).fetchall()
+        return {r[0]: _to_aware(r[1]) for r in rows}  # type: ignore[misc]
 
     def upsert_annotators(self, annotators: Iterable[Annotator]) -> int:
         """Declare raters (insert or replace by :attr:`Annotator.annotator`), in one transaction.

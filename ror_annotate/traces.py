@@ -29,6 +29,7 @@ from .errors import ConfigError, InputError
 from .formats import AUTO, FORMATS, MARKER_HINTS, StructuredFormat, detect_structured, extract, extract_text, find_marker, line_col, markers_in, normalize_newlines
 from .hub import OFFLINE_HINT, check_hub
 from .records import Trace, sha256_text
+from .registry import Registry
 
 # Default candidate column names, tried in order when no mapping is given.
 _CANDIDATES: dict[str, tuple[str, ...]] = {
@@ -81,9 +82,10 @@ class Preset:
     default_split: str = "train"
 
 
-PRESETS: dict[str, Preset] = {
-    p.name: p
-    for p in (
+#: Column mappings of public trace datasets (the one registry mechanism, :mod:`ror_annotate.registry`;
+#: plug-ins through the ``ror_annotate.presets`` entry-point group, each entry a :class:`Preset`).
+PRESET_REGISTRY: Registry[Preset] = Registry("presets", what="preset")
+for _preset in (
         Preset(
             name="openr1-math",
             hub_id="open-r1/OpenR1-Math-220k",
@@ -122,8 +124,10 @@ PRESETS: dict[str, Preset] = {
             ),
             config="metadata",
         ),
-    )
-}
+):
+    PRESET_REGISTRY.register(_preset.name, _preset)
+#: Read-only live view of the registered presets.
+PRESETS = PRESET_REGISTRY.loaded()
 
 
 @dataclass
@@ -488,7 +492,7 @@ def records_to_traces(
     return traces
 
 
-def load_traces(
+def load_traces(  # noqa: C901  (one branch per input kind (file, folder, hub, preset))
     source: str | Path,
     *,
     columns: ColumnMap | None = None,
@@ -546,7 +550,7 @@ def load_traces(
         raise ConfigError(f"unknown format {format!r}. Available formats: {AUTO}, {', '.join(FORMATS)}")
     config = None
     if preset is not None:
-        if preset not in PRESETS:
+        if PRESET_REGISTRY.find(preset) is None:
             raise ConfigError(f"unknown preset {preset!r}. Available presets: {', '.join(sorted(PRESETS))}")
         p = PRESETS[preset]
         columns = columns or p.columns

@@ -70,3 +70,50 @@ def test_builtin_judges_are_in_the_judges_registry() -> None:
     assert judge.annotator.startswith("baseline:")
     with pytest.raises(ConfigError, match="no registry of 'nope'"):
         registry("nope")
+
+
+#: What each built-in registry holds at least (a plug-in adds to these, never removes).
+BUILTINS = {
+    "judges": {"baseline", "openai"},
+    "formats": {"plain", "think", "harmony", "openai-response", "chat", "mistral", "seed", "kimi", "thought"},
+    "presets": {"openr1-math", "s1k-1.1", "s1k", "openthoughts"},
+    "families": {"qwen3_moe", "qwen2_moe", "mixtral", "olmoe", "gpt_oss", "qwen3_5_moe", "qwen3_next", "gemma4"},
+}
+
+
+@pytest.mark.parametrize("kind", sorted(BUILTINS))
+def test_registry_contents(kind: str) -> None:
+    assert BUILTINS[kind] <= set(registry(kind).names())
+
+
+def test_every_builtin_judge_passes_the_judge_checks() -> None:
+    from ror_annotate.testing import check_judge
+
+    check_judge(registry("judges").get("baseline"))
+
+
+def test_every_registered_format_passes_the_format_checks() -> None:
+    from ror_annotate.testing import check_format
+
+    for name, adapter in registry("formats").items():
+        check_format(adapter), name
+
+
+def test_every_registered_family_passes_the_family_checks() -> None:
+    from ror_annotate.testing import check_family
+
+    for _name, spec in registry("families").items():
+        check_family(spec)
+
+
+def test_a_broken_judge_fails_the_judge_checks() -> None:
+    from ror_annotate.judge.baseline import BaselineJudge  # noqa: F401  (the real one, to subclass)
+    from ror_annotate.testing import check_judge
+
+    class Lazy(BaselineJudge):
+        def label(self, store, trace_ids, *, run, progress=None):  # type: ignore[no-untyped-def]
+            report = super().label(store, trace_ids[:1], run=run, progress=progress)
+            return report
+
+    with pytest.raises(AssertionError, match="labelled .* of .* segments"):
+        check_judge(lambda model, **kw: Lazy())

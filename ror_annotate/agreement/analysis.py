@@ -86,7 +86,7 @@ def _reference_codes(r: Ratings, annotator: str, reference: str | None, pool: Se
     return majority_labels(r, annotators=members) if members else None
 
 
-def agreement(
+def agreement(  # noqa: C901  (one branch per statistic family and per reference choice, each a line)
     ratings: Ratings,
     *,
     reference: str | None = None,

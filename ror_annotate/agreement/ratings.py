@@ -417,7 +417,7 @@ def _check_per_item(values, item_of_row, first_row, item_order, names, source, w
         )
 
 
-def ratings_from_csv(path: str | Path, *, categories: Sequence[str] | str = AUTO) -> Ratings:
+def ratings_from_csv(path: str | Path, *, categories: Sequence[str] | str = AUTO) -> Ratings:  # noqa: C901  (one branch per CSV layout check, each naming the line it refuses)
     """Read a long-format CSV: columns ``item_id, annotator, label``; optional ``trace_id`` (or ``group``) and ``weight``.
 
     Parameters

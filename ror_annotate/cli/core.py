@@ -15,6 +15,7 @@ from rich.text import Text
 from rich.markup import escape
 
 from ..errors import JudgeOutcomeError
+from ..segment import MAX_SEGMENT_TOKENS
 from ..sample import card_license, resolve_source, source_licenses
 from .app import DEFAULT_DB_PATH, DbOption, LockTimeoutOption, app, console, err_console, open_store, parse_fractions
 from .judge_options import (
@@ -190,7 +191,7 @@ def ingest(
 @app.command()
 def segment(
     tokenizer: TokenizerOption = None,
-    max_segment_tokens: MaxTokensSegOption = 125,
+    max_segment_tokens: MaxTokensSegOption = MAX_SEGMENT_TOKENS,
     workers: WorkersOption = None,
     force: ForceOption = False,
     stats: Annotated[bool, typer.Option("--stats", help="Print the segment length profile (tokens) next to the method's reference figures.")] = False,
@@ -269,7 +270,7 @@ def run(
     format: FormatOption = "auto",
     allow_markers: AllowMarkersOption = False,
     tokenizer: TokenizerOption = None,
-    max_segment_tokens: MaxTokensSegOption = 125,
+    max_segment_tokens: MaxTokensSegOption = MAX_SEGMENT_TOKENS,
     workers: WorkersOption = None,
     judge: JudgeSpecOption = "baseline",
     base_url: JudgeBaseUrlOption = None,

@@ -64,6 +64,8 @@ def capture_cmd(
     logits_dtype: Annotated[str, typer.Option("--logits-dtype", help="float16 or float32 on disk.")] = "float16",
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Delete an existing capture in --out first.")] = False,
     limit: Annotated[Optional[int], typer.Option("--limit", min=1, help="Capture at most this many new traces.")] = None,
+    residual_layers: Annotated[Optional[str], typer.Option(
+        "--residual-layers", help="Also store the residual stream after these decoder layers (e.g. 8-16 or all), for the probe's residual control.")] = None,
 ) -> None:
     """Capture router logits (tokens x layers x experts, before top-k) and the selected experts of every trace."""
     from ..steer import require_torch
@@ -84,7 +86,8 @@ def capture_cmd(
         report = capture_router_logits(
             lm, dd, out, model_name=_model_identity(model), splits=split_list, layers=_parse_layers(layers), batch_size=batch_size,
             max_batch_tokens=max_batch_tokens, padding_side=padding_side, logits_dtype=logits_dtype,
-            overwrite=overwrite, limit=limit, progress=lambda n: progress.advance(task, n))
+            overwrite=overwrite, limit=limit, progress=lambda n: progress.advance(task, n),
+            residual_layers=("all" if residual_layers == "all" else _parse_layers(residual_layers)))
     rate = report.tokens / report.seconds if report.seconds else 0.0
     console.print(f"captured {report.captured} traces ({report.tokens} tokens, {rate:,.0f} tokens/s), "
                   f"skipped {report.skipped} already captured -> {out}")

@@ -39,7 +39,6 @@ from . import JudgeReport
 from .client import ChatClient, RequestRejectedError, ResponseBodyError, completion_from_dict
 from .llm import UsageMeter, naive_utc_now
 from .pricing import BATCH_DISCOUNT
-from .prompt import build_messages, trace_block
 
 if TYPE_CHECKING:  # pragma: no cover
     from rich.progress import Progress
@@ -155,7 +154,7 @@ def _requests(judge: "LLMJudge", store: "Store", trace_ids: Sequence[str],
         if not segments:
             continue
         trace = store.get_trace(trace_id)
-        block = trace_block(trace, segments)
+        block = judge.render_trace_block(store, trace, segments)
         for sample in range(1, judge.samples + 1):
             annotator = judge.annotator_for(sample)
             done = judge.labeled_segments(store, trace_id, annotator)
@@ -167,8 +166,7 @@ def _requests(judge: "LLMJudge", store: "Store", trace_ids: Sequence[str],
                     continue
                 max_tokens = judge.default_max_tokens(len(ids))
                 params = judge.params(sample, max_tokens)
-                messages, windowed = build_messages(judge.book, trace, segments, ids, context_tokens=judge.context_tokens,
-                                                    max_tokens=max_tokens, system=judge.system_prompt, full_trace_block=block)
+                messages, windowed = judge.render_messages(trace, segments, ids, max_tokens=max_tokens, block=block)
                 key = judge.cache_key(trace, ids, params, 1, messages)
                 if judge.cached_response(store, key) is not None:
                     continue

@@ -415,6 +415,26 @@ class LLMJudge:
             body["seed"] = self.seed_for(sample)
         return body
 
+    # ------------------------------------------------------------------ hooks (the verifier overrides them)
+    def render_trace_block(self, store: "Store", trace: Trace, segments: Sequence[Segment]) -> str:
+        """The per-trace cacheable ``<problem>``/``<trace>`` block (:func:`.prompt.trace_block`)."""
+        return trace_block(trace, segments)
+
+    def render_messages(self, trace: Trace, segments: Sequence[Segment], ids: Sequence[int], *, max_tokens: int, block: str,
+                        retry_problem: str | None = None) -> tuple[list[dict[str, str]], bool]:
+        """``(messages, windowed)`` of one request for ``ids`` (:func:`.prompt.build_messages`)."""
+        return build_messages(self.book, trace, segments, ids, context_tokens=self.context_tokens, max_tokens=max_tokens,
+                              system=self.system_prompt, full_trace_block=block, retry_problem=retry_problem)
+
+    def make_labels(self, trace: Trace, sample: int, run_id: str | None, result: ChunkResult, extra: dict[str, Any]) -> list[Label]:
+        """The labels one validated answer yields (written by :meth:`commit_response`)."""
+        annotator = self.annotator_for(sample)
+        return [
+            Label(trace_id=trace.trace_id, segment_index=sid, label=lab, source="judge", annotator=annotator,
+                  codebook_version=self.codebook_version, run_id=run_id, confidence=conf, rationale=why, extra=extra)
+            for sid, (lab, conf, why) in sorted(result.good.items())
+        ]
+
     # ------------------------------------------------------------------ store helpers
     def labeled_segments(self, store: "Store", trace_id: str, annotator: str) -> set[int]:
         """Segment indices of ``trace_id`` this annotator already labeled under this codebook (skipped on re-runs)."""
@@ -454,11 +474,7 @@ class LLMJudge:
     ) -> None:
         """Write one response's cache row, its labels and any final failures (with their ``cause``) in one transaction."""
         annotator = self.annotator_for(sample)
-        labels = [
-            Label(trace_id=trace.trace_id, segment_index=sid, label=lab, source="judge", annotator=annotator,
-                  codebook_version=self.codebook_version, run_id=run_id, confidence=conf, rationale=why, extra=extra)
-            for sid, (lab, conf, why) in sorted(result.good.items())
-        ]
+        labels = self.make_labels(trace, sample, run_id, result, extra)
         now = naive_utc_now()
         if cache_row is not None:
             known = cache_row.get("usage_status", "ok") == "ok"
@@ -592,12 +608,13 @@ class LLMJudge:
         chunks = [c for c in chunks if c]
         if not chunks:
             return
-        job = _TraceJob(trace=trace, segments=segments, sample=sample, block=trace_block(trace, segments), failed=failed)
+        job = _TraceJob(trace=trace, segments=segments, sample=sample, block=self.render_trace_block(store, trace, segments),
+                        failed=failed)
         # First request alone: the provider caches the shared prefix before the others arrive.
         await self._judge_chunk(ctx, job, chunks[0])
         await asyncio.gather(*(self._judge_chunk(ctx, job, c) for c in chunks[1:]))
 
-    async def _judge_chunk(self, ctx: "_RunContext", job: "_TraceJob", ids: list[int]) -> None:
+    async def _judge_chunk(self, ctx: "_RunContext", job: "_TraceJob", ids: list[int]) -> None:  # noqa: C901  (one branch per failure class of a paid request (retry, fail, cache))
         """Ask for the labels of ``ids`` until each is labeled or has used its tries.
 
         A chunk whose ids all ended judge-failed in an earlier run continues from the stored attempt
@@ -629,9 +646,8 @@ class LLMJudge:
                 break
             attempt += 1
             params = self.params(job.sample, max_tokens)
-            messages, windowed = build_messages(self.book, job.trace, job.segments, remaining, context_tokens=self.context_tokens,
-                                                max_tokens=max_tokens, system=self.system_prompt, full_trace_block=job.block,
-                                                retry_problem=retry_problem)
+            messages, windowed = self.render_messages(job.trace, job.segments, remaining, max_tokens=max_tokens, block=job.block,
+                                                      retry_problem=retry_problem)
             key = self.cache_key(job.trace, remaining, params, attempt, messages)
             cached = self.cached_response(ctx.store, key)
             cache_row = None

@@ -22,8 +22,7 @@ context.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 
 from ..codebook import Codebook, render_markdown
 from ..records import Segment, Trace, sha256_text
@@ -89,7 +88,8 @@ def system_message(codebook: Codebook) -> str:
     return SYSTEM_TEMPLATE.format(codebook=render_markdown(codebook))
 
 
-def marked_trace(trace: Trace, segments: Sequence[Segment], *, window: tuple[int, int] | None = None) -> str:
+def marked_trace(trace: Trace, segments: Sequence[Segment], *, window: tuple[int, int] | None = None,
+                 mark: Callable[[int], str] = marker) -> str:
     """The trace text with ``«i»`` before each segment; offsets are code-point indices into ``trace.text``.
 
     Parameters
@@ -99,6 +99,9 @@ def marked_trace(trace: Trace, segments: Sequence[Segment], *, window: tuple[int
     window : (first, last) or None
         Positions (into ``segments``, inclusive) to show; text outside is replaced by an omission
         note. ``None`` shows everything, including text before the first and after the last segment.
+    mark : callable, default :func:`marker`
+        ``segment_index -> marker text`` inserted before each segment (the verifier shows the
+        audited label in it).
     """
     text = trace.text
     if window is None:
@@ -111,26 +114,13 @@ def marked_trace(trace: Trace, segments: Sequence[Segment], *, window: tuple[int
         seg = segments[pos]
         if pos > lo:
             parts.append(text[segments[pos - 1].char_end : seg.char_start])
-        parts.append(marker(seg.segment_index) + text[seg.char_start : seg.char_end])
+        parts.append(mark(seg.segment_index) + text[seg.char_start : seg.char_end])
     if window is None:
         if segments:
             parts.append(text[segments[-1].char_end :])
     elif hi < len(segments) - 1:
         parts.append(f"\n[... segments {segments[hi + 1].segment_index}-{segments[-1].segment_index} omitted ...]")
     return "".join(parts)
-
-
-@dataclass(frozen=True)
-class TracePrompt:
-    """Everything about one trace's prompt that does not depend on which ids are asked.
-
-    ``prefix_tokens`` is the estimated size of system message + trace block (the cacheable prefix).
-    """
-
-    system: str
-    trace_block: str
-    prefix_tokens: int
-    windowed: bool
 
 
 def _choose_window(segments: Sequence[Segment], positions: Sequence[int], budget: int) -> tuple[int, int]:
@@ -163,6 +153,8 @@ def build_messages(
     system: str | None = None,
     full_trace_block: str | None = None,
     retry_problem: str | None = None,
+    mark: Callable[[int], str] = marker,
+    ids_template: str = IDS_TEMPLATE,
 ) -> tuple[list[dict[str, str]], bool]:
     """Chat messages asking for the labels of segment ids ``ids`` of ``trace``.
 
@@ -180,6 +172,10 @@ def build_messages(
         Precomputed :func:`system_message` and full trace block (saves work for long traces).
     retry_problem : str, optional
         Why the previous answer to this request could not be used; adds :data:`RETRY_TEMPLATE`.
+    mark : callable, default :func:`marker`
+        Segment marker (see :func:`marked_trace`); must match the one ``full_trace_block`` was built with.
+    ids_template : str, default :data:`IDS_TEMPLATE`
+        The line asking for the ids, with ``{n}`` and ``{ids}`` fields (the verifier asks for verdicts).
 
     Returns
     -------
@@ -187,20 +183,20 @@ def build_messages(
         ``messages`` for ``chat.completions.create``; ``windowed`` tells whether the trace was cut.
     """
     system = system if system is not None else system_message(codebook)
-    block = full_trace_block if full_trace_block is not None else trace_block(trace, segments)
+    block = full_trace_block if full_trace_block is not None else trace_block(trace, segments, mark=mark)
     budget = context_tokens - max_tokens - approx_tokens(system) - _RESERVED_TOKENS
     windowed = False
     if approx_tokens(block) > budget:
         index_of = {s.segment_index: pos for s, pos in zip(segments, range(len(segments)))}
         window = _choose_window(segments, [index_of[i] for i in ids], budget - approx_tokens(trace.problem or ""))
-        block = TRACE_TEMPLATE.format(problem=trace.problem or "(not given)", trace=marked_trace(trace, segments, window=window))
+        block = TRACE_TEMPLATE.format(problem=trace.problem or "(not given)", trace=marked_trace(trace, segments, window=window, mark=mark))
         windowed = True
-    user = block + IDS_TEMPLATE.format(n=len(ids), ids=", ".join(str(i) for i in ids))
+    user = block + ids_template.format(n=len(ids), ids=", ".join(str(i) for i in ids))
     if retry_problem:
         user += RETRY_TEMPLATE.format(problem=retry_problem)
     return [{"role": "system", "content": system}, {"role": "user", "content": user}], windowed
 
 
-def trace_block(trace: Trace, segments: Sequence[Segment]) -> str:
+def trace_block(trace: Trace, segments: Sequence[Segment], *, mark: Callable[[int], str] = marker) -> str:
     """The ``<problem>``/``<trace>`` block with every segment marked (the per-trace cacheable part)."""
-    return TRACE_TEMPLATE.format(problem=trace.problem or "(not given)", trace=marked_trace(trace, segments))
+    return TRACE_TEMPLATE.format(problem=trace.problem or "(not given)", trace=marked_trace(trace, segments, mark=mark))

@@ -415,7 +415,7 @@ def resolve_judge_annotator(store: "Store", requested: str | None) -> str | None
     return present[0] if len(present) == 1 else None
 
 
-def create_study(
+def create_study(  # noqa: C901  (one branch per option check before anything is written)
     store: "Store",
     name: str,
     *,

@@ -31,13 +31,15 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
-from ..errors import SteerError
+from ..errors import CaptureCheckError, SteerError
 from . import require_torch
+from .checks import FORWARD_CHECK_ROWS, check_batch, check_forward, check_layers_found, moe_layers_of
 from .families import RouterSite, find_router_sites
 from .hooks import RouterHooks
 
 STORE_DTYPES = {"float16": np.float16, "float32": np.float32}
 SELECTED_DTYPE = np.int16
+RESIDUAL_DTYPE = np.float16
 
 
 @dataclass
@@ -67,6 +69,10 @@ class CaptureMeta:
     logits_dtype: str = "float16"
     model_dtype: str = ""
     version: int = 1
+    #: Decoder layers whose output (the residual stream after the layer) is stored in ``residual.bin``
+    #: ``[n_tokens_total, n_residual_layers, hidden_size]`` float16 (version 2; empty: none stored).
+    residual_layers: list[int] = field(default_factory=list)
+    hidden_size: int = 0
 
     def compatible(self, other: "CaptureMeta") -> list[str]:
         """Fields that differ from ``other``, as ``"name (old vs new)"``.
@@ -74,7 +80,7 @@ class CaptureMeta:
         The dtype of the forward counts too (when both sides recorded it): a capture resumed in
         another dtype would mix float32 and bfloat16 routing in one array under one ``meta.json``.
         """
-        keys = ("model", "family", "layers", "n_experts", "top_k", "logits_dtype")
+        keys = ("model", "family", "layers", "n_experts", "top_k", "logits_dtype", "residual_layers")
         diff = [k for k in keys if getattr(self, k) != getattr(other, k)]
         if self.model_dtype and other.model_dtype and self.model_dtype != other.model_dtype:
             diff.append("model_dtype")
@@ -138,6 +144,10 @@ class Capture:
         n_layers, e, k = len(self.meta.layers), self.meta.n_experts, self.meta.top_k
         self.logits = _memmap(self.path / "logits.bin", STORE_DTYPES[self.meta.logits_dtype], (n_total, n_layers, e))
         self.selected = _memmap(self.path / "selected.bin", SELECTED_DTYPE, (n_total, n_layers, k))
+        #: ``[n_tokens_total, n_residual_layers, hidden_size]`` float16, or None when not captured.
+        self.residual = (_memmap(self.path / "residual.bin", RESIDUAL_DTYPE,
+                                 (n_total, len(self.meta.residual_layers), self.meta.hidden_size))
+                         if self.meta.residual_layers else None)
 
     @property
     def n_tokens(self) -> int:
@@ -202,7 +212,7 @@ class _Writer:
         out_dir.mkdir(parents=True, exist_ok=True)
         meta_path = out_dir / "meta.json"
         if overwrite:
-            for name in ("meta.json", "index.jsonl", "logits.bin", "selected.bin"):
+            for name in ("meta.json", "index.jsonl", "logits.bin", "selected.bin", "residual.bin"):
                 (out_dir / name).unlink(missing_ok=True)
         if meta_path.exists():
             old = CaptureMeta(**json.loads(meta_path.read_text()))
@@ -217,16 +227,20 @@ class _Writer:
         n_layers = len(meta.layers)
         self.logit_row = n_layers * meta.n_experts * np.dtype(STORE_DTYPES[meta.logits_dtype]).itemsize
         self.sel_row = n_layers * meta.top_k * np.dtype(SELECTED_DTYPE).itemsize
+        self.res_row = len(meta.residual_layers) * meta.hidden_size * np.dtype(RESIDUAL_DTYPE).itemsize
         self._truncate()
         # rewrite the index without a possibly torn last line
         with (out_dir / "index.jsonl").open("w", encoding="utf-8") as fh:
             fh.writelines(json.dumps(row) + "\n" for row in self.index)
         self.logits_fh = (out_dir / "logits.bin").open("ab")
         self.sel_fh = (out_dir / "selected.bin").open("ab")
+        self.res_fh = (out_dir / "residual.bin").open("ab") if self.res_row else None
         self.index_fh = (out_dir / "index.jsonl").open("a", encoding="utf-8")
 
     def _truncate(self) -> None:
-        for name, row_bytes in (("logits.bin", self.logit_row), ("selected.bin", self.sel_row)):
+        for name, row_bytes in (("logits.bin", self.logit_row), ("selected.bin", self.sel_row), ("residual.bin", self.res_row)):
+            if not row_bytes:
+                continue
             path = self.out_dir / name
             need = self.n_total * row_bytes
             have = path.stat().st_size if path.exists() else 0
@@ -236,15 +250,18 @@ class _Writer:
                 with path.open("ab") as fh:
                     fh.truncate(need)
 
-    def append(self, rows: Sequence[tuple[dict, np.ndarray, np.ndarray]]) -> None:
-        for _, logits, selected in rows:
+    def append(self, rows: Sequence[tuple[dict, np.ndarray, np.ndarray, "np.ndarray | None"]]) -> None:
+        rows = [(*row, None) if len(row) == 3 else row for row in rows]  # (info, logits, selected[, residual])
+        for _, logits, selected, residual in rows:
             self.logits_fh.write(np.ascontiguousarray(logits).tobytes())
             self.sel_fh.write(np.ascontiguousarray(selected).tobytes())
-        self.logits_fh.flush()
-        self.sel_fh.flush()
-        os.fsync(self.logits_fh.fileno())
-        os.fsync(self.sel_fh.fileno())
-        for info, logits, _ in rows:
+            if self.res_fh is not None and residual is not None:
+                self.res_fh.write(np.ascontiguousarray(residual, dtype=RESIDUAL_DTYPE).tobytes())
+        for fh in (self.logits_fh, self.sel_fh, self.res_fh):
+            if fh is not None:
+                fh.flush()
+                os.fsync(fh.fileno())
+        for info, logits, _, _ in rows:
             entry = {**info, "start": self.n_total, "n_tokens": int(logits.shape[0])}
             self.index_fh.write(json.dumps(entry) + "\n")
             self.n_total += int(logits.shape[0])
@@ -252,8 +269,9 @@ class _Writer:
         self.index_fh.flush()
 
     def close(self) -> None:
-        for fh in (self.logits_fh, self.sel_fh, self.index_fh):
-            fh.close()
+        for fh in (self.logits_fh, self.sel_fh, self.res_fh, self.index_fh):
+            if fh is not None:
+                fh.close()
 
 
 _REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)?$")
@@ -430,12 +448,16 @@ class _BatchRecorder:
     the bytes of float32 when stored as float16.
     """
 
-    def __init__(self, sites: Sequence[RouterSite], logits_dtype: Any) -> None:
+    def __init__(self, sites: Sequence[RouterSite], logits_dtype: Any, residual_layers: Sequence[int] = (),
+                 hidden_size: int = 0) -> None:
         self.slot = {s.position: i for i, s in enumerate(sites)}
         self.n_experts, self.top_k = sites[0].n_experts, sites[0].top_k
         self.logits_dtype = logits_dtype
         self.logits: Any = None
         self.selected: Any = None
+        self.residual: Any = None
+        self.residual_slot = {layer: i for i, layer in enumerate(residual_layers)}
+        self.hidden_size = hidden_size
         self.shape: tuple[int, int] = (0, 0)
 
     def start(self, ids: Any, device: Any) -> None:
@@ -444,8 +466,23 @@ class _BatchRecorder:
         n = len(self.slot)
         batch, seq = int(ids.shape[0]), int(ids.shape[1])
         self.shape = (batch, seq)
-        self.logits = torch.empty((batch, seq, n, self.n_experts), dtype=self.logits_dtype, device=device)
-        self.selected = torch.empty((batch, seq, n, self.top_k), dtype=torch.int16, device=device)
+        # NaN / -1 where a hook never writes, so the self-checks see a layer that returned nothing
+        self.logits = torch.full((batch, seq, n, self.n_experts), float("nan"), dtype=self.logits_dtype, device=device)
+        self.selected = torch.full((batch, seq, n, self.top_k), -1, dtype=torch.int16, device=device)
+        if self.residual_slot:
+            self.residual = torch.full((batch, seq, len(self.residual_slot), self.hidden_size), float("nan"),
+                                       dtype=torch.float16, device=device)
+
+    def residual_hook(self, layer: int) -> Callable:
+        """Forward hook of decoder layer ``layer``: copies its output hidden states into the buffer."""
+        i = self.residual_slot[layer]
+
+        def hook(_module: Any, _args: Any, output: Any) -> None:
+            hidden = output[0] if isinstance(output, tuple) else output
+            if self.residual is not None:
+                self.residual[:, :, i].copy_(hidden.detach().view(*self.shape, -1))
+
+        return hook
 
     def on_route(self, site: RouterSite, logits: Any, output: tuple) -> None:
         i = self.slot.get(site.position)
@@ -498,24 +535,28 @@ def _real_slices(lengths: Sequence[int], longest: int, padding_side: str) -> lis
 class _HostCopy:
     """A device batch on its way to the host: pinned buffers and a CUDA event on a GPU, the tensors on CPU."""
 
-    def __init__(self, logits: Any, selected: Any) -> None:
+    def __init__(self, logits: Any, selected: Any, residual: Any = None) -> None:
         torch = require_torch()
         self.event = None
         if logits.device.type == "cuda":
-            self.logits = torch.empty(logits.shape, dtype=logits.dtype, pin_memory=True)
-            self.selected = torch.empty(selected.shape, dtype=selected.dtype, pin_memory=True)
-            self.logits.copy_(logits, non_blocking=True)
-            self.selected.copy_(selected, non_blocking=True)
+            def pinned(t: Any) -> Any:
+                host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
+                host.copy_(t, non_blocking=True)
+                return host
+
+            self.logits, self.selected = pinned(logits), pinned(selected)
+            self.residual = pinned(residual) if residual is not None else None
             self.event = torch.cuda.Event()
             self.event.record()
         else:
             self.logits, self.selected = logits.cpu(), selected.cpu()
+            self.residual = residual.cpu() if residual is not None else None
 
-    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
-        """Wait for the copy (GPU) and return numpy views."""
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, "np.ndarray | None"]:
+        """Wait for the copy (GPU) and return numpy views (residual: None when not captured)."""
         if self.event is not None:
             self.event.synchronize()
-        return self.logits.numpy(), self.selected.numpy()
+        return self.logits.numpy(), self.selected.numpy(), (self.residual.numpy() if self.residual is not None else None)
 
 
 class _BackgroundWriter:
@@ -526,11 +567,13 @@ class _BackgroundWriter:
     An error in the thread is raised in the caller at the next ``submit`` or at ``close``.
     """
 
-    def __init__(self, writer: "_Writer", *, threaded: bool, depth: int = 2) -> None:
+    def __init__(self, writer: "_Writer", *, threaded: bool, depth: int = 2,
+                 check: "Callable[[list[dict], np.ndarray, np.ndarray, list[slice]], None] | None" = None) -> None:
         import queue
         import threading
 
         self.writer = writer
+        self.check = check
         self.error: BaseException | None = None
         self.queue: Any = queue.Queue(maxsize=depth) if threaded else None
         self.thread = threading.Thread(target=self._run, name="ror-capture-writer", daemon=True) if threaded else None
@@ -539,8 +582,10 @@ class _BackgroundWriter:
 
     def _write(self, job: tuple) -> None:
         infos, copy, slices = job
-        logits, selected = copy.arrays()
-        self.writer.append([(info, logits[row, sl], selected[row, sl])
+        logits, selected, residual = copy.arrays()
+        if self.check is not None:  # before anything of the batch is written
+            self.check(infos, logits, selected, slices)
+        self.writer.append([(info, logits[row, sl], selected[row, sl], residual[row, sl] if residual is not None else None)
                             for row, (info, sl) in enumerate(zip(infos, slices))])
 
     def _run(self) -> None:
@@ -603,7 +648,8 @@ def capture_router_logits(model: Any, tokens: Any, out_dir: str | Path, *, model
                           batch_size: int = 8, max_batch_tokens: int | None = 16384, padding_side: str = "right",
                           pad_token_id: int | None = None, logits_dtype: str = "float16", overwrite: bool = False,
                           limit: int | None = None, progress: Callable[[int], None] | None = None,
-                          background_writer: bool | None = None) -> CaptureReport:
+                          background_writer: bool | None = None, checks: bool = True,
+                          residual_layers: "Sequence[int] | str | None" = None) -> CaptureReport:
     """Capture router logits of every trace of the ``tokens`` dataset into ``out_dir``.
 
     Parameters
@@ -639,6 +685,13 @@ def capture_router_logits(model: Any, tokens: Any, out_dir: str | Path, *, model
         Write to disk in a background thread while the next batch runs (default: on CUDA, where the
         device->host copy goes to pinned buffers asynchronously; on CPU the forward and the write
         share the same cores, so it is off).
+    residual_layers : sequence of int or "all", optional
+        Decoder layers whose output (the residual stream after the layer) is stored too, from the
+        same forward, in ``residual.bin`` ``[n_tokens_total, n_residual_layers, hidden_size]`` float16
+        (the method's residual-stream probe control); ``"all"`` takes every decoder layer.
+    checks : bool
+        Run the self-checks of :mod:`ror_annotate.steer.checks` on every batch before it is written
+        (default; off only to measure their cost).
 
     Returns
     -------
@@ -648,38 +701,40 @@ def capture_router_logits(model: Any, tokens: Any, out_dir: str | Path, *, model
     ------
     SteerError
         Unsupported model, an incompatible existing capture, an unknown layer or split.
+    CaptureCheckError
+        A self-check failed (E910-E913); the failing batch is not written, and a capture folder this
+        call created and left empty is removed.
     """
     import time
 
     torch = require_torch()
     if logits_dtype not in STORE_DTYPES:
         raise SteerError(f"logits_dtype must be one of {sorted(STORE_DTYPES)}, got {logits_dtype!r}")
-    sites = find_router_sites(model)
-    if layers is not None:
-        wanted = set(int(x) for x in layers)
-        unknown = wanted - {s.layer for s in sites}
-        if unknown:
-            raise SteerError(f"layers {sorted(unknown)} have no MoE router; MoE layers: {[s.layer for s in sites]}")
-        sites = [s for s in sites if s.layer in wanted]
-    if len({(s.n_experts, s.top_k) for s in sites}) != 1:
-        raise SteerError("MoE layers differ in n_experts/top_k; capture them separately with --layers")
+    sites = _capture_sites(model, layers, checks)
     if pad_token_id is None:
         pad_token_id = getattr(getattr(model, "config", None), "pad_token_id", None) or 0
     vocab_rows = _embedding_rows(model)
+    layer_modules = decoder_layers(model, sites)
+    res_layers = _residual_layers(residual_layers, layer_modules)
     meta = CaptureMeta(model=model_name or getattr(model.config, "_name_or_path", "") or type(model).__name__,
                        family=sites[0].family.name, layers=[s.layer for s in sites], n_experts=sites[0].n_experts,
-                       top_k=sites[0].top_k, logits_dtype=logits_dtype, model_dtype=str(next(model.parameters()).dtype))
+                       top_k=sites[0].top_k, logits_dtype=logits_dtype, model_dtype=str(next(model.parameters()).dtype),
+                       residual_layers=res_layers, hidden_size=_hidden_size(model) if res_layers else 0,
+                       version=2 if res_layers else 1)
     splits = list(splits) if splits is not None else list(tokens.keys())
     unknown_splits = [s for s in splits if s not in tokens]
     if unknown_splits:
         raise SteerError(f"splits {unknown_splits} not in the tokens dataset; it has {list(tokens.keys())}")
+    created = not Path(out_dir).exists()
     writer = _Writer(Path(out_dir), meta, overwrite=overwrite)
     device = next(model.parameters()).device
-    recorder = _BatchRecorder(sites, getattr(torch, logits_dtype))
+    recorder = _BatchRecorder(sites, getattr(torch, logits_dtype), res_layers, meta.hidden_size)
     threaded = device.type == "cuda" if background_writer is None else background_writer
-    background = _BackgroundWriter(writer, threaded=threaded)
+    checker = _batch_checker(model, tokens, splits, writer.done, sites, meta, padding_side, pad_token_id) if checks else None
+    background = _BackgroundWriter(writer, threaded=threaded, check=checker)
     report = CaptureReport(out_dir=str(out_dir))
     start = time.perf_counter()
+    handles = [layer_modules[layer].register_forward_hook(recorder.residual_hook(layer)) for layer in res_layers]
     try:
         with torch.inference_mode(), RouterHooks(model, recorder.on_route, sites=sites):
             for split in splits:
@@ -699,7 +754,7 @@ def capture_router_logits(model: Any, tokens: Any, out_dir: str | Path, *, model
                     kwargs = _padded_batch(seqs, padding_side, pad_token_id, device)
                     recorder.start(kwargs["input_ids"], device)
                     model(**kwargs)
-                    copy = _HostCopy(recorder.logits, recorder.selected)
+                    copy = _HostCopy(recorder.logits, recorder.selected, recorder.residual)
                     slices = _real_slices([len(q) for q in seqs], recorder.shape[1], padding_side)
                     background.submit([{"trace_id": r["trace_id"], "split": split, "dataset": r["dataset"]}
                                        for r in rows], copy, slices)
@@ -709,13 +764,110 @@ def capture_router_logits(model: Any, tokens: Any, out_dir: str | Path, *, model
                     if progress is not None:
                         progress(len(rows))
         background.close()
+    except CaptureCheckError:
+        _drop_if_empty(writer, created)
+        raise
     finally:
+        for handle in handles:
+            handle.remove()
         if background.thread is not None and background.thread.is_alive():
             background.queue.put(None)
             background.thread.join()
         writer.close()
     report.seconds = time.perf_counter() - start
     return report
+
+
+def _capture_sites(model: Any, layers: Sequence[int] | None, checks: bool) -> list[RouterSite]:
+    """The router sites to capture: every MoE layer (checked against the expert count, E911) or ``layers``."""
+    sites = find_router_sites(model)
+    if checks:
+        check_layers_found(moe_layers_of(model), [s.layer for s in sites], family=sites[0].family.name)
+    if layers is not None:
+        wanted = set(int(x) for x in layers)
+        unknown = wanted - {s.layer for s in sites}
+        if unknown:
+            raise SteerError(f"layers {sorted(unknown)} have no MoE router; MoE layers: {[s.layer for s in sites]}")
+        sites = [s for s in sites if s.layer in wanted]
+    if len({(s.n_experts, s.top_k) for s in sites}) != 1:
+        raise SteerError("MoE layers differ in n_experts/top_k; capture them separately with --layers")
+    return sites
+
+
+def decoder_layers(model: Any, sites: Sequence[RouterSite]) -> dict[int, Any]:
+    """Every decoder layer module of the model that holds ``sites`` (dense layers included), by index.
+
+    The layer list is the one the routers live in (``model.layers`` or ``model.language_model.layers``).
+    """
+    match = re.match(r"(.*?layers)\.\d+(?:\.|$)", sites[0].name)
+    if match is None:  # pragma: no cover - every registered family lives under a layers list
+        return {}
+    pattern = re.compile(re.escape(match.group(1)) + r"\.(\d+)")
+    return {int(m.group(1)): module for name, module in model.named_modules() if (m := pattern.fullmatch(name))}
+
+
+def _residual_layers(spec: "Sequence[int] | str | None", layer_modules: dict[int, Any]) -> list[int]:
+    if spec is None:
+        return []
+    if isinstance(spec, str):
+        if spec != "all":
+            raise SteerError(f"residual_layers must be a list of decoder layers or 'all', got {spec!r}")
+        return sorted(layer_modules)
+    wanted = sorted({int(x) for x in spec})
+    unknown = [x for x in wanted if x not in layer_modules]
+    if unknown:
+        raise SteerError(f"residual layers {unknown} are not decoder layers of the model (0..{max(layer_modules)})")
+    return wanted
+
+
+def _hidden_size(model: Any) -> int:
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    return int(config.hidden_size)
+
+
+def _batch_checker(model: Any, tokens: Any, splits: Sequence[str], done: set, sites: list[RouterSite], meta: CaptureMeta,
+                   padding_side: str, pad_token_id: int) -> Callable[[list[dict], np.ndarray, np.ndarray, list[slice]], None]:
+    """The per-batch self-check (E910-E913) of :func:`capture_router_logits`.
+
+    The plain forward of E913 runs here, before the capture's hooks are installed: the first
+    :data:`~ror_annotate.steer.checks.FORWARD_CHECK_ROWS` tokens of the first trace still to capture.
+    """
+    reference: dict[str, np.ndarray] = {}
+    for split in splits:
+        rows = _SplitRows(tokens[split])
+        first = next((i for i, tid in enumerate(rows.trace_ids) if tid not in done and rows.lengths[i]), None)
+        if first is not None:
+            row = rows.row(first)
+            _check_vocab([row], _embedding_rows(model), split)  # a clear error before any forward
+            ((ref, _),) = forward_router_logits(model, [list(row["input_ids"])[:FORWARD_CHECK_ROWS]], sites=sites,
+                                                padding_side=padding_side, pad_token_id=pad_token_id)
+            reference[row["trace_id"]] = ref.numpy()
+            break
+    kw = {"family": meta.family, "layers": meta.layers, "model_dtype": meta.model_dtype, "storage_dtype": meta.logits_dtype}
+
+    def check(infos: list[dict], logits: np.ndarray, selected: np.ndarray, slices: list[slice]) -> None:
+        real_logits = np.concatenate([logits[row, sl] for row, sl in enumerate(slices)])
+        real_selected = np.concatenate([selected[row, sl] for row, sl in enumerate(slices)])
+        check_batch(real_logits, real_selected, top_k=meta.top_k, **kw)
+        for row, (info, sl) in enumerate(zip(infos, slices)):
+            ref = reference.get(info["trace_id"])
+            if ref is not None:
+                check_forward(logits[row, sl][: len(ref)], ref, trace_id=info["trace_id"], **kw)
+
+    return check
+
+
+def _drop_if_empty(writer: "_Writer", created: bool) -> None:
+    """Remove a capture folder this call created when a self-check failed before anything was indexed."""
+    if not created or writer.index:
+        return
+    writer.close()
+    for name in ("meta.json", "index.jsonl", "logits.bin", "selected.bin", "residual.bin"):
+        (writer.out_dir / name).unlink(missing_ok=True)
+    try:
+        writer.out_dir.rmdir()
+    except OSError:
+        pass
 
 
 __all__ = ["check_model_source", "model_tokenizer", "Capture", "CaptureMeta", "CaptureReport", "capture_router_logits", "forward_router_logits", "load_model"]

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from ..errors import SteerError
+from ..registry import Registry
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -82,7 +83,10 @@ class FamilySpec:
     model_types: tuple[str, ...] = ()
 
 
-_FAMILIES: dict[str, FamilySpec] = {}
+#: Every MoE family by name (the one registry mechanism, :mod:`ror_annotate.registry`; plug-ins arrive
+#: through the ``ror_annotate.families`` entry-point group, each entry a :class:`FamilySpec`).
+FAMILIES: Registry[FamilySpec] = Registry("families", what="MoE family")
+_FAMILIES = FAMILIES.loaded()  # the loaded entries, read by the lookups below
 _BY_ROUTER_CLASS: dict[str, FamilySpec] = {}
 
 #: Router classes whose scoring the steering edit is not defined for, with the reason.
@@ -131,19 +135,24 @@ def register_family(spec: FamilySpec, *, overwrite: bool = False) -> FamilySpec:
         taken = [c for c in spec.router_classes if c in _BY_ROUTER_CLASS]
         if taken:
             raise ConfigError(f"router class(es) {taken} already belong to family {_BY_ROUTER_CLASS[taken[0]].name!r}")
-    _FAMILIES[spec.name] = spec
+    FAMILIES.register(spec.name, spec, replace=True)
     for cls in spec.router_classes:
         _BY_ROUTER_CLASS[cls] = spec
     return spec
 
 
 def families() -> dict[str, FamilySpec]:
-    """Return a copy of the registry, name -> :class:`FamilySpec`."""
+    """Return a copy of the registry, name -> :class:`FamilySpec` (entry-point families included)."""
+    for _name, spec in FAMILIES.items():
+        for cls in spec.router_classes:
+            _BY_ROUTER_CLASS.setdefault(cls, spec)
     return dict(_FAMILIES)
 
 
 def family_for_router_class(class_name: str) -> FamilySpec | None:
     """Return the family whose router class is ``class_name``, or ``None``."""
+    if class_name not in _BY_ROUTER_CLASS:
+        families()  # entry-point families are loaded on first need
     return _BY_ROUTER_CLASS.get(class_name)
 
 

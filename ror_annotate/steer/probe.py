@@ -254,7 +254,7 @@ def _subsample(table: TokenTable, max_train: int | None, seed: int) -> TokenTabl
     return table.subset(keep)
 
 
-def run_probes(capture: Capture, table: TokenTable, *, level: str = "token", windows: Sequence[int] = (1,),
+def run_probes(capture: Capture, table: TokenTable, *, level: str = "token", windows: Sequence[int] = (1,),  # noqa: C901  (one branch per optional table row (windows, residual, controls))
                controls: Sequence[str] = ("position", "tfidf"), embeddings: np.ndarray | None = None,
                Cs: Sequence[float] = DEFAULT_CS, max_train: int | None = 50_000, seed: int = 0,
                progress: Callable[[str], None] | None = None) -> tuple[list[ProbeRow], dict[str, dict[int, float]]]:
@@ -335,6 +335,8 @@ def run_probes(capture: Capture, table: TokenTable, *, level: str = "token", win
         curves[f"window={w}"] = curve
         assert best is not None
         rows.append(best)
+    if capture.residual is not None and rows:
+        rows.extend(_residual_rows(capture, table, evaluate, width=rows[0].n_features, curves=curves, seed=seed))
     for control in controls:
         if control == "position":
             rows.append(evaluate("position", "-", position_features(table)))
@@ -345,6 +347,45 @@ def run_probes(capture: Capture, table: TokenTable, *, level: str = "token", win
         elif control == "tfidf":
             rows.append(evaluate("TF-IDF", "-", tfidf_features(table)))
     return rows, curves
+
+
+def residual_features(capture: Capture, rows: np.ndarray, position: int) -> np.ndarray:
+    """The residual stream after one captured decoder layer, ``[n_rows, hidden_size]`` float32.
+
+    Raises
+    ------
+    SteerError
+        The capture holds no residual stream (``ror capture --residual-layers``).
+    """
+    if capture.residual is None:
+        raise SteerError(f"{capture.path} holds no residual stream; capture with --residual-layers")
+    return np.asarray(capture.residual[np.asarray(rows), position], dtype=np.float32)
+
+
+def _residual_rows(capture: Capture, table: TokenTable, evaluate: Callable[[str, str, Any], "ProbeRow"], *, width: int,
+                   curves: dict[str, dict[int, float]], seed: int) -> list["ProbeRow"]:
+    """The method's residual-stream controls: the best captured layer (chosen on dev), and the same layer
+    projected by PCA (fitted on train rows) to ``width``, the router row's number of features."""
+    from sklearn.decomposition import PCA
+
+    best: ProbeRow | None = None
+    best_pos = 0
+    curve: dict[int, float] = {}
+    for pos, layer in enumerate(capture.meta.residual_layers):
+        row = evaluate("residual stream", f"L{layer}", residual_features(capture, table.rows, pos))
+        curve[layer] = row.dev_f1
+        if best is None or row.dev_f1 > best.dev_f1:
+            best, best_pos = row, pos
+    curves["residual"] = curve
+    assert best is not None
+    feats = residual_features(capture, table.rows, best_pos)
+    train = feats[table.split == "train"]
+    n_components = int(min(width, feats.shape[1], len(train)))
+    if n_components >= feats.shape[1]:
+        return [best]  # the router features are as wide as the residual stream: nothing to project
+    pca = PCA(n_components=n_components, random_state=seed).fit(train)
+    projected = evaluate(f"residual stream, PCA to {n_components}", best.layers, pca.transform(feats).astype(np.float32))
+    return [best, projected]
 
 
 def tfidf_features(table: TokenTable) -> Any:
@@ -389,6 +430,7 @@ __all__ = [
     "format_table",
     "macro_f1",
     "position_features",
+    "residual_features",
     "router_features",
     "run_probes",
     "segment_means",
