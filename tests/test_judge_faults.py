@@ -439,3 +439,39 @@ def test_every_printed_error_line_is_scrubbed(monkeypatch, capsys):
     print_error(ReviewError(f"Label Studio at http://{USER}:{PASSWORD}@host:8089 refused ls-token-0123456789"))
     err = capsys.readouterr().err
     assert "error [E600]" in err and PASSWORD not in err and "ls-token-0123456789" not in err and "host:8089" in err
+
+
+# ---------------------------------------------------------------------------------------- unit: shapes and classification
+@pytest.mark.parametrize(("body", "status", "text"), [
+    ({"error": {"code": 502, "message": "Bad gateway upstream"}}, 502, "Bad gateway upstream"),
+    ({"error": {"code": "502", "message": "x"}}, 502, "x"),
+    ({"error": {"code": "rate_limit_exceeded", "message": "slow down"}}, 429, "slow down"),
+    ({"error": {"type": "invalid_request_error", "message": "bad schema"}}, 400, "bad schema"),
+    ({"object": "error", "message": "This model's maximum context length is 8 tokens", "code": 400}, 400, "maximum context"),
+    ({"error": {"code": 503, "message": "busy", "metadata": {"raw": "upstream said: overloaded"}}}, 503, "upstream said: overloaded"),
+    ({"error": "plain string error"}, 502, "plain string error"),
+    ({"id": "x", "object": "chat.completion"}, 502, "no choices"),
+])
+def test_a_body_without_choices_is_classified_by_its_embedded_code(body, status, text):
+    from ror_annotate.errors import ResponseBodyError
+    from ror_annotate.judge.client import completion_from_dict
+
+    with pytest.raises(ResponseBodyError) as info:
+        completion_from_dict(body)
+    assert info.value.status == status and text in info.value.message and info.value.code == "E507"
+
+
+@pytest.mark.parametrize(("message", "content", "reasoning", "refusal"), [
+    ({"content": [{"type": "thinking", "thinking": "R1"}, {"type": "text", "text": '{"labels": []}'}]}, '{"labels": []}', "R1", None),
+    ({"content": [{"type": "text", "text": '{"lab'}, {"type": "text", "text": 'els": []}'}]}, '{"labels": []}', None, None),
+    ({"content": [{"type": "refusal", "refusal": "no"}]}, None, None, "no"),
+    ({"content": {"labels": []}}, '{"labels": []}', None, None),
+    ({"content": None, "function_call": {"name": "f", "arguments": '{"labels": []}'}}, '{"labels": []}', None, None),
+    ({"content": "", "tool_calls": [{"type": "function", "function": {"name": "f", "arguments": {"labels": []}}}]},
+     '{"labels": []}', None, None),
+])
+def test_message_shapes_give_answer_reasoning_and_refusal(message, content, reasoning, refusal):
+    from ror_annotate.judge.client import completion_from_dict
+
+    c = completion_from_dict({"choices": [{"message": message, "finish_reason": "stop"}]})
+    assert (c.content, c.reasoning, c.refusal) == (content, reasoning, refusal)
