@@ -221,6 +221,12 @@ class ExportError(RorError, RuntimeError):
     code = "E810"
 
 
+class ViewError(RorError, RuntimeError):
+    """Building or serving the static viewer site failed (no traces, a bad output folder, an unreadable export)."""
+
+    code = "E850"
+
+
 class SteerError(RorError, RuntimeError):
     """Router capture, probing or steering failed (unsupported family, hook never fired...)."""
 

@@ -661,3 +661,39 @@ def run(
 from .verify import VerifyOptions, VerifyReport, VerifySummary, verify, verify_report  # noqa: E402
 
 __all__ += ["VerifyOptions", "VerifyReport", "VerifySummary", "verify", "verify_report"]
+
+
+# --------------------------------------------------------------------------- view (issue 25)
+def view(source: "Store | str | Path", out: str | Path = "view", options: Any = None) -> Any:
+    """Write the static viewer site (index, trace pages, compare view, dashboard) into ``out``.
+
+    Parameters
+    ----------
+    source : Store, or str / Path of an export folder
+        A store: every segmented trace with every rater's labels, and the agreement dashboard (the
+        figures of ``ror agree --json`` with the same options). A folder written by ``ror export``
+        (or a downloaded copy of the dataset): its traces and exported labels, no agreement.
+    out : str or Path
+        Site folder; open ``out/index.html`` (from disk: no server needed).
+    options : ror_annotate.view.ViewOptions or dict, optional
+
+    Returns
+    -------
+    ror_annotate.view.ViewSummary
+
+    Raises
+    ------
+    ViewError
+        E851 bad output folder, E852 no segmented trace, E853/E854 not a (complete) export folder.
+    ConfigError
+        An unknown or out-of-bounds option.
+    """
+    from .view import ViewOptions, build_view, build_view_from_export
+
+    opts = options if isinstance(options, ViewOptions) else ViewOptions.from_options(dict(options or {}))
+    if isinstance(source, (str, Path)):
+        return build_view_from_export(source, out, opts)
+    return build_view(source, out, opts)
+
+
+__all__ += ["view"]
