@@ -30,12 +30,12 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .provenance import scrub_secrets, scrub_text, scrub_url, scrub_value  # noqa: F401  (scrub_url/scrub_secrets: kept importable from here)
 from .errors import ConfigError, SchemaVersionError, StoreError, StoreLockedError, StoreReadOnlyError
 from .records import SOURCE_KINDS, Annotator, Label, Run, Segment, Trace, utc_now
 
@@ -183,8 +183,6 @@ def rowid_ranges(buckets: Sequence[int], max_ranges: int = MAX_ROWID_RANGES) -> 
         del runs[i + 1]
     return [(lo, hi) for lo, hi in runs]
 
-_SECRET_KEY = re.compile(r"(api[_-]?key|token|secret|password|authorization)", re.IGNORECASE)
-_URL_PASSWORD = re.compile(r"(//[^/?#@:]*):[^/?#@]*@")
 
 class _Shared:
     """One DuckDB connection per resolved path inside this process, shared by every :class:`Store`
@@ -220,51 +218,6 @@ def _to_aware(value: datetime | None) -> datetime | None:
     if value is None:
         return None
     return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value
-
-
-def scrub_url(url: str) -> str:
-    """``url`` with a password in it (``http://user:KEY@host``) and secret-looking query parameters
-    (``?api-key=KEY``, ``?token=...``) replaced by ``***``; any other string is returned unchanged.
-
-    Proxies and gateways are often given their key inside ``--base-url``; the URL itself is worth
-    keeping as provenance, the key is not.
-    """
-    if "://" not in url:
-        return url
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return _URL_PASSWORD.sub(r"\1:***@", url)
-    netloc = _URL_PASSWORD.sub(r"\1:***@", "//" + parts.netloc)[2:]
-    query = parts.query
-    if query:
-        pairs = parse_qsl(query, keep_blank_values=True)
-        secret = [_SECRET_KEY.search(k) is not None or k.lower() in ("key", "sig", "signature") for k, _ in pairs]
-        if any(secret):
-            query = urlencode([(k, "***" if hide else v) for (k, v), hide in zip(pairs, secret)], safe="*")
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
-
-
-def scrub_secrets(parameters: dict[str, Any]) -> dict[str, Any]:
-    """Return ``parameters`` with the value of every key that looks like a secret replaced by ``"***"``,
-    and secrets inside URL values removed (:func:`scrub_url`).
-
-    Used before anything is written to ``runs.parameters`` or a log: API keys and tokens come from the
-    environment and must never reach the store.
-    """
-    clean: dict[str, Any] = {}
-    for key, value in parameters.items():
-        if _SECRET_KEY.search(str(key)) and value not in (None, "", False):
-            clean[key] = "***"
-        elif isinstance(value, dict):
-            clean[key] = scrub_secrets(value)
-        elif isinstance(value, str):
-            clean[key] = scrub_url(value)
-        elif isinstance(value, (list, tuple)):
-            clean[key] = [scrub_url(v) if isinstance(v, str) else v for v in value]
-        else:
-            clean[key] = value
-    return clean
 
 
 def _is_lock_error(exc: BaseException) -> bool:
@@ -394,7 +347,8 @@ class ProgressFile:
     ``shared/pitfalls/DB-01``), so ``ror status`` reads this file to show a running job. It is written
     atomically (temporary file + rename), at most once per ``min_interval`` seconds for progress
     updates, and always at a run's start and end. It holds counts and stage names only: never
-    parameters, so no secret can reach it.
+    parameters; every string in it passes :func:`~ror_annotate.provenance.scrub_text` before it is
+    written (a judge's failure text may repeat an endpoint's echo of the API key).
     """
 
     def __init__(self, path: Path, min_interval: float | None = None) -> None:
@@ -444,7 +398,7 @@ class ProgressFile:
         self._state["updated_at"] = utc_now().isoformat()
         tmp = self.path.with_name(self.path.name + f".{uuid.uuid4().hex[:6]}.tmp")
         try:
-            tmp.write_text(json.dumps(self._state, default=str), encoding="utf-8")
+            tmp.write_text(json.dumps(scrub_value(self._state), default=str), encoding="utf-8")
             tmp.replace(self.path)
         except OSError:
             tmp.unlink(missing_ok=True)  # read-only media or a full disk must not fail the job itself
@@ -1528,23 +1482,24 @@ class Store:
         return run
 
     def finish_run(self, run_id: str, *, status: str = "ok", counts: dict[str, Any] | None = None) -> None:
-        """Record the end of a run with its final status and counts (merged into any stored counts)."""
+        """Record the end of a run with its final status and counts (merged into any stored counts;
+        every string scrubbed of secrets, :func:`~ror_annotate.provenance.scrub_value`)."""
         with duckdb_errors(self.path, "record a run"):
             row = self.con.execute("SELECT counts FROM runs WHERE run_id = ?", [run_id]).fetchone()
             merged = json.loads(row[0]) if row and row[0] else {}
             merged.update(counts or {})
             self.con.execute(
                 "UPDATE runs SET ended_at = ?, status = ?, counts = ? WHERE run_id = ?",
-                [to_naive_utc(utc_now()), status, json.dumps(merged, default=str), run_id],
+                [to_naive_utc(utc_now()), status, json.dumps(scrub_value(merged), default=str), run_id],
             )
 
     def update_run_counts(self, run_id: str, counts: dict[str, Any]) -> None:
-        """Merge ``counts`` into a running run's counts (e.g. live usage accounting)."""
+        """Merge ``counts`` into a running run's counts (e.g. live usage accounting; secrets scrubbed)."""
         with duckdb_errors(self.path, "record a run"):
             row = self.con.execute("SELECT counts FROM runs WHERE run_id = ?", [run_id]).fetchone()
             merged = json.loads(row[0]) if row and row[0] else {}
             merged.update(counts)
-            self.con.execute("UPDATE runs SET counts = ? WHERE run_id = ?", [json.dumps(merged, default=str), run_id])
+            self.con.execute("UPDATE runs SET counts = ? WHERE run_id = ?", [json.dumps(scrub_value(merged), default=str), run_id])
 
     @contextmanager
     def run(self, command: str, parameters: dict[str, Any] | None = None) -> Iterator[Run]:
@@ -1577,7 +1532,7 @@ class Store:
             if is_interrupt(exc):  # Ctrl-C while DuckDB ran or fetched a query
                 status = "interrupted"
                 raise KeyboardInterrupt() from exc
-            run.counts["error"] = scrub_url(f"{type(exc).__name__}: {' '.join(str(exc).split())}")[:500]
+            run.counts["error"] = scrub_text(f"{type(exc).__name__}: {' '.join(str(exc).split())}")[:500]
             raise
         finally:
             self._progress = outer

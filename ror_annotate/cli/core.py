@@ -23,6 +23,7 @@ from .judge_options import (
     JudgeBatchOption,
     JudgeBatchPollOption,
     JudgeBatchRequeueOption,
+    JudgeTimeoutOption,
     JudgeChunkSizeOption,
     JudgeCodebookOption,
     JudgeConcurrencyOption,
@@ -246,6 +247,7 @@ def label(
     retry_failed: JudgeRetryFailedOption = None,
     batch_poll: JudgeBatchPollOption = None,
     batch_requeue: JudgeBatchRequeueOption = None,
+    timeout: JudgeTimeoutOption = None,
     max_failed: MaxFailedOption = "10%",
     db: DbOption = DEFAULT_DB_PATH,
     lock_timeout: LockTimeoutOption = 10.0,
@@ -302,6 +304,7 @@ def run(
     retry_failed: JudgeRetryFailedOption = None,
     batch_poll: JudgeBatchPollOption = None,
     batch_requeue: JudgeBatchRequeueOption = None,
+    timeout: JudgeTimeoutOption = None,
     max_failed: MaxFailedOption = "10%",
     out: Annotated[Path | None, typer.Option("--out", help="Dataset folder (save_to_disk layout + parquet + card); default exports/<input name>.")] = None,
     labels: Annotated[str, typer.Option("--labels", help="Which labels to export: auto, judge, baseline, human, adjudicated, majority.")] = "auto",
@@ -414,7 +417,8 @@ def _print_judge_counts(counts: dict[str, Any]) -> None:
             console.print(f"{name}:", highlight=False, end=" ")
             _print_judge_counts(one)
         return
-    shown = {k: ({c: n for c, n in v.items() if n} if isinstance(v, dict) else v) for k, v in counts.items() if k != "failure_example"}
+    shown = {k: ({c: n for c, n in v.items() if n} if isinstance(v, dict) else v) for k, v in counts.items()
+             if k not in ("failure_example", "usage_unknown_example", "ledger")}
     shown = {k: v for k, v in shown.items() if v not in (0, 0.0, None, {}, [])}
     if shown:
         console.print("judge: " + ", ".join(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}" for k, v in shown.items()), highlight=False)
@@ -423,6 +427,13 @@ def _print_judge_counts(counts: dict[str, Any]) -> None:
             f"[yellow]warning[/]: {counts['failed']} segments are stored as judge-failed (no label; the reason of each is in the "
             "judge_failures table). Running the same command again asks the judge for them again, with up to --max-attempts "
             "new tries each (never replaying the failed answers); --no-retry-failed leaves them failed",
+            highlight=False,
+        )
+    if counts.get("usage_unknown_requests"):
+        err_console.print(
+            f"[yellow]warning[/]: {counts['usage_unknown_requests']} responses carried no usable token usage "
+            f"({escape(str(counts.get('usage_unknown_example', 'missing')))}); they are stored as unknown (NULL in judge_cache), "
+            "so the tokens and cost shown are a lower bound",
             highlight=False,
         )
     if counts.get("failed_kept"):
