@@ -124,8 +124,9 @@ class RetriesExhaustedError(JudgeError):
     """A request kept failing with retryable errors (429, 5xx, timeouts) for ``max_attempts`` calls.
 
     ``status`` is the last HTTP status (``None`` without one); ``cause`` is ``"status"``,
-    ``"timeout"`` (the client gave up waiting) or ``"connection"`` (nothing answered); ``waits`` are
-    the seconds waited between the calls.
+    ``"body"`` (HTTP 200 bodies that are no completion, :class:`ResponseBodyError`), ``"timeout"``
+    (the client gave up waiting) or ``"connection"`` (nothing answered: refused or reset);
+    ``waits`` are the seconds waited between the calls.
     """
 
     code = "E501"
@@ -165,6 +166,23 @@ class RefusalError(JudgeError):
     """The model refused to answer (``message.refusal`` set, or ``finish_reason == "content_filter"``)."""
 
     code = "E505"
+
+
+class ResponseBodyError(JudgeError):
+    """An HTTP 200 whose body is not a chat completion: not JSON, an HTML page (proxies, captive
+    portals), or an error object without ``choices`` (gateways relay an upstream 502/429 that way).
+
+    ``status`` is the HTTP status the body stands for (the error object's own code, e.g. 429 or 502;
+    502 for a body that is not JSON or holds no usable code), ``api_code`` the provider's code if it
+    gave a string one. :class:`~ror_annotate.judge.client.ChatClient` retries it like that status.
+    """
+
+    code = "E507"
+
+    def __init__(self, message: str, *, status: int = 502, api_code: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.api_code = api_code
 
 
 class JudgeOutcomeError(JudgeError):
@@ -219,6 +237,12 @@ class ExportError(RorError, RuntimeError):
     """Writing, reading back or publishing a dataset failed."""
 
     code = "E810"
+
+
+class ViewError(RorError, RuntimeError):
+    """Building or serving the static viewer site failed (no traces, a bad output folder, an unreadable export)."""
+
+    code = "E850"
 
 
 class SteerError(RorError, RuntimeError):

@@ -36,6 +36,7 @@ from .segment import MAX_SEGMENT_TOKENS
 
 if TYPE_CHECKING:  # pragma: no cover
     from .export import ExportSummary
+    from .aggregate import AggregateOptions, AggregateSummary
     from .judge import Judge, MaxFailed
     from .labels_import import ImportOptions, ImportSummary
     from .store import Store
@@ -43,7 +44,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = [
     "IngestSummary", "SegmentSummary", "LabelSummary", "RunSummary",
-    "check_source", "default_dataset_name", "ingest", "segment", "label", "export", "run",
+    "check_source", "default_dataset_name", "ingest", "segment", "label", "export", "run", "aggregate",
 ]
 
 
@@ -96,6 +97,9 @@ class LabelSummary(_Summary):
     failed: int = 0
     skipped: int = 0
     counts_: dict[str, Any] = Field(default_factory=dict, alias="counts", description="Every counter of the judge's report.")
+    judges: list["LabelSummary"] = Field(
+        default_factory=list, description="With several judges: each judge's own summary (the fields above are their totals)."
+    )
 
     def counts(self) -> dict[str, Any]:
         return dict(self.counts_)
@@ -230,7 +234,7 @@ def _column_map(preset: str | None, columns: "dict[str, str] | ColumnMap | None"
         return columns
     if not columns:
         return None
-    base = PRESETS[preset].columns.model_dump() if preset in PRESETS else {}
+    base = PRESETS[preset].columns.model_dump() if preset is not None and preset in PRESETS else {}
     base.update(columns)
     return ColumnMap(**base)
 
@@ -462,12 +466,77 @@ def make_judge(judge: "str | Judge" = "baseline", options: dict[str, Any] | None
     return _make(judge, **(options or {}))
 
 
+def make_judges(
+    judge: "str | Judge | Sequence[str | Judge]" = "baseline",
+    options: "dict[str, Any] | Sequence[dict[str, Any]] | None" = None,
+) -> "list[Judge]":
+    """Several judges from specs, each its own rater, built (and checked) before any work.
+
+    Parameters
+    ----------
+    judge : str, Judge, or sequence of them
+        One spec (``"openai:MODEL"``), a judge object, or several.
+    options : dict or sequence of dict, optional
+        One dict: the options of every LLM judge (with several judges, ``baseline`` gets none of them;
+        alone it refuses them, as :func:`make_judge`). A sequence: one dict per judge, paired by position.
+
+    Raises
+    ------
+    ConfigError
+        E133: a sequence of options whose length is not the number of judges; E134: two judges
+        would write as the same rater, or ``batch_id`` (one batch of one judge) with several judges;
+        any error of :func:`make_judge`.
+    """
+    from .errors import ConfigError
+
+    specs = [judge] if isinstance(judge, str) or not isinstance(judge, Sequence) else list(judge)
+    if not specs:
+        raise ConfigError("no judge given: pass a judge spec such as 'baseline' or 'openai:MODEL'")
+    if options is None or isinstance(options, dict):
+        shared = dict(options or {})
+        several = len(specs) > 1
+        per = [{} if several and isinstance(s, str) and s.partition(":")[0] == "baseline" else shared for s in specs]
+    else:
+        per = [dict(o or {}) for o in options]
+        if len(per) != len(specs):
+            raise ConfigError(f"{len(per)} option sets for {len(specs)} judges: give one per judge, paired by position", code="E133")
+    if len(specs) > 1 and any(o.get("batch_id") for o in per):
+        raise ConfigError("--batch-id resumes one batch of one judge: give a single --judge with it", code="E134")
+    judges = [make_judge(s, o) for s, o in zip(specs, per)]
+    seen: dict[str, int] = {}
+    for i, j in enumerate(judges):
+        for a in _rater_ids(j):
+            if a in seen:
+                raise ConfigError(
+                    f"judges {seen[a] + 1} and {i + 1} would both write labels as rater {a!r}; give each --judge once "
+                    "(several samples of one judge: --samples K)", code="E134",
+                )
+            seen[a] = i
+    return judges
+
+
+def _rater_ids(judge: "Judge") -> list[str]:
+    from .judge import judge_annotators
+
+    return [a.annotator for a in judge_annotators(judge)]
+
+
+def _sum_counts(counts: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for c in counts:
+        for k, v in c.items():
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                continue
+            out[k] = out.get(k, 0) + v
+    return out
+
+
 def label(
     store: "Store",
     trace_ids: Sequence[str] | None = None,
     *,
-    judge: "str | Judge" = "baseline",
-    judge_options: dict[str, Any] | None = None,
+    judge: "str | Judge | Sequence[str | Judge]" = "baseline",
+    judge_options: "dict[str, Any] | Sequence[dict[str, Any]] | None" = None,
     max_failed: "str | float | int | MaxFailed | None" = "10%",
     run: Run | None = None,
     progress: Any = None,
@@ -478,10 +547,12 @@ def label(
     ----------
     trace_ids : sequence of str, optional
         Traces to label; default every segmented trace.
-    judge : str or Judge
-        ``"baseline"``, ``"openai:MODEL"``, any registered judge, or a judge object.
-    judge_options : dict, optional
-        Options of the judge factory (``chunk_size``, ``concurrency``, ``base_url`` ...).
+    judge : str, Judge, or sequence of them
+        ``"baseline"``, ``"openai:MODEL"``, any registered judge, or a judge object; several judges
+        label one after another, each stored (and declared in the ``annotators`` table) as its own rater.
+    judge_options : dict or sequence of dict, optional
+        Options of the judge factory (``chunk_size``, ``concurrency``, ``base_url`` ...): one dict for
+        every judge, or one per judge (see :func:`make_judges`).
     max_failed : str, float, int or None
         How many judge-failed segments the pass may leave: a fraction (``0.1``, ``"10%"``, the
         default) or a count (``25``); ``None`` never fails (see
@@ -500,7 +571,7 @@ def label(
     from .judge import MaxFailed, check_label_outcome
 
     failed_limit = None if max_failed is None else MaxFailed.parse(max_failed)  # a bad value fails before any work
-    the_judge = make_judge(judge, judge_options)
+    judges = make_judges(judge, judge_options)
     if trace_ids is None:
         segmented = store.segmentations()
         ids = [t for t in store.trace_ids() if t in segmented]
@@ -511,20 +582,50 @@ def label(
             raise InputError(f"no trace {', '.join(map(repr, unknown[:5]))}{' ...' if len(unknown) > 5 else ''} in {store.path}; see `ror status`")
     if not ids:
         raise InputError(f"no segmented traces in {store.path}; run `ror ingest FILE` and `ror segment` first")
-    params = {"judge": judge if isinstance(judge, str) else the_judge.annotator, **(judge_options or {}),
+    from .judge import judge_annotators
+
+    names = [j.annotator for j in judges]
+    params = {"judge": _spec_names(judge, judges), **_options_param(judge_options),
               "max_failed": None if failed_limit is None else str(failed_limit)}
     with _stage(store, run, "label", params, progress) as (the_run, tracked):
-        report = the_judge.label(store, ids, run=the_run, progress=cast(Any, tracked))  # rich Progress duck type
-        counts = report.as_counts()
-        summary = LabelSummary(
-            annotator=the_judge.annotator, source=the_judge.source, traces=len(ids),
-            labeled=report.labeled, failed=report.failed, skipped=report.skipped, counts=counts,
-        )
+        store.upsert_annotators([a for j in judges for a in judge_annotators(j)])
+        summaries = []
+        for the_judge in judges:
+            report = the_judge.label(store, ids, run=the_run, progress=cast(Any, tracked))  # rich Progress duck type
+            summaries.append(LabelSummary(
+                annotator=the_judge.annotator, source=the_judge.source, traces=len(ids),
+                labeled=report.labeled, failed=report.failed, skipped=report.skipped, counts=report.as_counts(),
+            ))
+        if len(summaries) == 1:
+            summary = summaries[0]
+        else:
+            totals = _sum_counts([s.counts() for s in summaries])
+            totals["judges"] = {s.annotator: s.counts() for s in summaries}
+            summary = LabelSummary(
+                annotator=",".join(names), source=",".join(dict.fromkeys(s.source for s in summaries)), traces=len(ids),
+                labeled=sum(s.labeled for s in summaries), failed=sum(s.failed for s in summaries),
+                skipped=sum(s.skipped for s in summaries), counts=totals, judges=summaries,
+            )
         if run is None:
-            the_run.counts.update(counts)
+            the_run.counts.update(summary.counts())
         if failed_limit is not None:
-            check_label_outcome(counts, max_failed=failed_limit)
+            for one in summaries:  # every judge ran; the first one that labelled too little decides the outcome
+                check_label_outcome(one.counts(), max_failed=failed_limit)
         return summary
+
+
+def _spec_names(judge: Any, judges: "list[Judge]") -> "str | list[str]":
+    """The judge spec(s) as a run records them: a spec string as given, a judge object by its annotator id."""
+    specs = [judge] if isinstance(judge, str) or not isinstance(judge, Sequence) else list(judge)
+    names = [s if isinstance(s, str) else j.annotator for s, j in zip(specs, judges)]
+    return names[0] if len(names) == 1 else names
+
+
+def _options_param(options: "dict[str, Any] | Sequence[dict[str, Any]] | None") -> dict[str, Any]:
+    """Judge options as a run records them: one dict flat (as before), several under ``judge_options``."""
+    if options is None or isinstance(options, dict):
+        return dict(options or {})
+    return {"judge_options": [dict(o or {}) for o in options]}
 
 
 def export(
@@ -593,8 +694,8 @@ def run(
     tokenizer: Any = None,
     max_segment_tokens: int = MAX_SEGMENT_TOKENS,
     workers: int | None = None,
-    judge: "str | Judge" = "baseline",
-    judge_options: dict[str, Any] | None = None,
+    judge: "str | Judge | Sequence[str | Judge]" = "baseline",
+    judge_options: "dict[str, Any] | Sequence[dict[str, Any]] | None" = None,
     max_failed: "str | float | int | MaxFailed | None" = "10%",
     out: str | Path | None = None,
     labels: str = "auto",
@@ -624,7 +725,7 @@ def run(
     from .judge import MaxFailed
 
     text = check_source(source, preset)
-    the_judge = make_judge(judge, judge_options)  # fail on a bad judge before reading anything
+    judges = make_judges(judge, judge_options)  # fail on a bad judge before reading anything
     failed_limit = None if max_failed is None else MaxFailed.parse(max_failed)
     out_dir = Path(out) if out is not None else Path("exports") / default_dataset_name(text, preset)
     mapping = _column_map(preset, columns)
@@ -632,7 +733,7 @@ def run(
         "source": text, "preset": preset, "split": split, "format": format, "allow_markers": allow_markers,
         **({} if mapping is None else mapping.model_dump(exclude_none=True)),
         "tokenizer": tokenizer if tokenizer is None or isinstance(tokenizer, str) else "object",
-        "judge": judge if isinstance(judge, str) else the_judge.annotator, **(judge_options or {}),
+        "judge": _spec_names(judge, judges), **_options_param(judge_options),
         "max_failed": None if failed_limit is None else str(failed_limit), "out": str(out_dir), "labels": labels,
     }
     with store.run("run", params) as the_run:
@@ -645,7 +746,7 @@ def run(
         segmented = segment(store, ingested.trace_ids, tokenizer=tokenizer, max_tokens=max_segment_tokens, workers=workers, run=the_run, progress=tracked)
         the_run.counts["segment"] = segmented.counts()
         try:
-            labelled = label(store, ingested.trace_ids, judge=the_judge, max_failed=failed_limit, run=the_run, progress=tracked)
+            labelled = label(store, ingested.trace_ids, judge=judges, max_failed=failed_limit, run=the_run, progress=tracked)
         except JudgeOutcomeError as exc:
             the_run.counts["label"] = exc.counts  # the run is recorded failed, with what the judge did
             raise
@@ -662,6 +763,74 @@ def run(
 from .verify import VerifyOptions, VerifyReport, VerifySummary, verify, verify_report  # noqa: E402
 
 __all__ += ["VerifyOptions", "VerifyReport", "VerifySummary", "verify", "verify_report"]
+
+
+# --------------------------------------------------------------------------- view (issue 25)
+def view(source: "Store | str | Path", out: str | Path = "view", options: Any = None) -> Any:
+    """Write the static viewer site (index, trace pages, compare view, dashboard) into ``out``.
+
+    Parameters
+    ----------
+    source : Store, or str / Path of an export folder
+        A store: every segmented trace with every rater's labels, and the agreement dashboard (the
+        figures of ``ror agree --json`` with the same options). A folder written by ``ror export``
+        (or a downloaded copy of the dataset): its traces and exported labels, no agreement.
+    out : str or Path
+        Site folder; open ``out/index.html`` (from disk: no server needed).
+    options : ror_annotate.view.ViewOptions or dict, optional
+
+    Returns
+    -------
+    ror_annotate.view.ViewSummary
+
+    Raises
+    ------
+    ViewError
+        E851 bad output folder, E852 no segmented trace, E853/E854 not a (complete) export folder.
+    ConfigError
+        An unknown or out-of-bounds option.
+    """
+    from .view import ViewOptions, build_view, build_view_from_export
+
+    opts = options if isinstance(options, ViewOptions) else ViewOptions.from_options(dict(options or {}))
+    if isinstance(source, (str, Path)):
+        return build_view_from_export(source, out, opts)
+    return build_view(source, out, opts)
+
+
+__all__ += ["view"]
+
+
+# ------------------------------------------------------------------------------------ trust (calibration, weighted review)
+from .agreement.kinds import agreement_by_kind, agreement_drift  # noqa: E402
+from .agreement.reliability import calibration_summary  # noqa: E402
+from .agreement.weighted import weighted_estimates  # noqa: E402
+
+__all__ += ["agreement_by_kind", "agreement_drift", "calibration_summary", "weighted_estimates"]
+# --------------------------------------------------------------------------- aggregate (issue 24)
+def aggregate(
+    store: "Store", options: "AggregateOptions | dict[str, Any] | None" = None, *, run: Run | None = None, progress: Any = None,
+) -> "AggregateSummary":
+    """Combine several raters into one label per segment with a posterior, stored as rater ``aggregate:<method>``.
+
+    See :func:`ror_annotate.aggregate.aggregate`; ``options`` is an
+    :class:`~ror_annotate.aggregate.AggregateOptions` or a dict of its fields (validated, with
+    did-you-mean errors). Recorded as an ``aggregate`` run unless ``run`` is given.
+
+    Raises
+    ------
+    ConfigError, InputError
+        Bad options (E110), unknown method (E710), rater problems (E711-E715); nothing is stored.
+    """
+    from .aggregate import AggregateOptions
+    from .aggregate import aggregate as _aggregate
+
+    opts = options if isinstance(options, AggregateOptions) else AggregateOptions.from_options(dict(options or {}))
+    with _stage(store, run, "aggregate", opts.recorded(), progress) as (the_run, _tracked):
+        summary = _aggregate(store, opts, run=the_run)
+        if run is None:
+            the_run.counts.update(summary.counts())
+        return summary
 
 
 # --------------------------------------------------------------------------- labels import (issue 24)

@@ -16,6 +16,7 @@ JSON-valued fields are stored as text (no DuckDB extension needed).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import random
@@ -25,14 +26,16 @@ import time
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 
+from .provenance import scrub_secrets, scrub_text, scrub_url, scrub_value  # noqa: F401  (scrub_url/scrub_secrets: kept importable from here)
 from .errors import ConfigError, SchemaVersionError, StoreError, StoreLockedError, StoreReadOnlyError
 from .records import SOURCE_KINDS, Annotator, Label, Run, Segment, Trace, utc_now
 
@@ -180,8 +183,6 @@ def rowid_ranges(buckets: Sequence[int], max_ranges: int = MAX_ROWID_RANGES) -> 
         del runs[i + 1]
     return [(lo, hi) for lo, hi in runs]
 
-_SECRET_KEY = re.compile(r"(api[_-]?key|token|secret|password|authorization)", re.IGNORECASE)
-_URL_PASSWORD = re.compile(r"(//[^/?#@:]*):[^/?#@]*@")
 
 class _Shared:
     """One DuckDB connection per resolved path inside this process, shared by every :class:`Store`
@@ -217,51 +218,6 @@ def _to_aware(value: datetime | None) -> datetime | None:
     if value is None:
         return None
     return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value
-
-
-def scrub_url(url: str) -> str:
-    """``url`` with a password in it (``http://user:KEY@host``) and secret-looking query parameters
-    (``?api-key=KEY``, ``?token=...``) replaced by ``***``; any other string is returned unchanged.
-
-    Proxies and gateways are often given their key inside ``--base-url``; the URL itself is worth
-    keeping as provenance, the key is not.
-    """
-    if "://" not in url:
-        return url
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return _URL_PASSWORD.sub(r"\1:***@", url)
-    netloc = _URL_PASSWORD.sub(r"\1:***@", "//" + parts.netloc)[2:]
-    query = parts.query
-    if query:
-        pairs = parse_qsl(query, keep_blank_values=True)
-        secret = [_SECRET_KEY.search(k) is not None or k.lower() in ("key", "sig", "signature") for k, _ in pairs]
-        if any(secret):
-            query = urlencode([(k, "***" if hide else v) for (k, v), hide in zip(pairs, secret)], safe="*")
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
-
-
-def scrub_secrets(parameters: dict[str, Any]) -> dict[str, Any]:
-    """Return ``parameters`` with the value of every key that looks like a secret replaced by ``"***"``,
-    and secrets inside URL values removed (:func:`scrub_url`).
-
-    Used before anything is written to ``runs.parameters`` or a log: API keys and tokens come from the
-    environment and must never reach the store.
-    """
-    clean: dict[str, Any] = {}
-    for key, value in parameters.items():
-        if _SECRET_KEY.search(str(key)) and value not in (None, "", False):
-            clean[key] = "***"
-        elif isinstance(value, dict):
-            clean[key] = scrub_secrets(value)
-        elif isinstance(value, str):
-            clean[key] = scrub_url(value)
-        elif isinstance(value, (list, tuple)):
-            clean[key] = [scrub_url(v) if isinstance(v, str) else v for v in value]
-        else:
-            clean[key] = value
-    return clean
 
 
 def _is_lock_error(exc: BaseException) -> bool:
@@ -391,7 +347,8 @@ class ProgressFile:
     ``shared/pitfalls/DB-01``), so ``ror status`` reads this file to show a running job. It is written
     atomically (temporary file + rename), at most once per ``min_interval`` seconds for progress
     updates, and always at a run's start and end. It holds counts and stage names only: never
-    parameters, so no secret can reach it.
+    parameters; every string in it passes :func:`~ror_annotate.provenance.scrub_text` before it is
+    written (a judge's failure text may repeat an endpoint's echo of the API key).
     """
 
     def __init__(self, path: Path, min_interval: float | None = None) -> None:
@@ -441,7 +398,7 @@ class ProgressFile:
         self._state["updated_at"] = utc_now().isoformat()
         tmp = self.path.with_name(self.path.name + f".{uuid.uuid4().hex[:6]}.tmp")
         try:
-            tmp.write_text(json.dumps(self._state, default=str), encoding="utf-8")
+            tmp.write_text(json.dumps(scrub_value(self._state), default=str), encoding="utf-8")
             tmp.replace(self.path)
         except OSError:
             tmp.unlink(missing_ok=True)  # read-only media or a full disk must not fail the job itself
@@ -454,6 +411,96 @@ class ProgressFile:
             return json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             return None
+
+
+@dataclass
+class RaterLabels:
+    """One rater's labels as columns, for :meth:`Store.replace_rater_labels` at a million segments.
+
+    Attributes
+    ----------
+    trace_id : list of str, length n
+    segment_index : ndarray of int, shape (n,)
+    label : ndarray of int, shape (n,)
+        Index into :data:`~ror_annotate.records.BEHAVIORS`.
+    codebook_version : str
+    confidence : ndarray of float, shape (n,), optional
+    distribution : ndarray of float, shape (n, 6), optional
+        Rows in BEHAVIORS order, each summing to 1 (within 1e-6).
+    extra : list of dict, length n, optional
+    run_id, study : str, optional
+    """
+
+    trace_id: list[str]
+    segment_index: Any
+    label: Any
+    codebook_version: str
+    confidence: Any = None
+    distribution: Any = None
+    extra: list[dict[str, Any]] | None = None
+    run_id: str | None = None
+    study: str | None = None
+
+    def to_table(self, source: str, annotator: str) -> pa.Table:
+        """The rows in the labels table's layout, with :attr:`Label.label_id` (same key, same hash).
+
+        Raises
+        ------
+        StoreError
+            A label index, confidence or distribution out of range, or columns of different lengths.
+        """
+        import numpy as np
+
+        from .records import BEHAVIORS, LABEL_SOURCES
+
+        n = len(self.trace_id)
+        index = np.asarray(self.segment_index, dtype=np.int64)
+        label = np.asarray(self.label, dtype=np.int64)
+        bad = [name for name, col in (("segment_index", index), ("label", label)) if len(col) != n]
+        if bad or (self.extra is not None and len(self.extra) != n):
+            raise StoreError(f"RaterLabels columns of different lengths ({', '.join(bad) or 'extra'} vs {n} trace ids)")
+        if source not in LABEL_SOURCES or not annotator:
+            raise StoreError(f"RaterLabels: unknown label source {source!r} or empty annotator")
+        if n and (label.min() < 0 or label.max() >= len(BEHAVIORS) or index.min() < 0):
+            raise StoreError("RaterLabels: a label index outside BEHAVIORS or a negative segment index")
+        conf = None if self.confidence is None else np.asarray(self.confidence, dtype=np.float64)
+        if conf is not None and (len(conf) != n or (n and not ((conf >= 0) & (conf <= 1)).all())):
+            raise StoreError("RaterLabels: confidence must be n values in [0, 1]")
+        dist = None if self.distribution is None else np.asarray(self.distribution, dtype=np.float64)
+        if dist is not None and (dist.shape != (n, len(BEHAVIORS)) or (n and (
+                (dist < 0).any() or (dist > 1).any() or np.abs(dist.sum(axis=1) - 1).max() > 1e-6))):
+            raise StoreError(f"RaterLabels: distribution must be n rows of {len(BEHAVIORS)} probabilities summing to 1")
+        # Label.label_id: sha256 of json.dumps([trace_id, segment_index, source, annotator, codebook_version, study])
+        tail = json.dumps([source, annotator, self.codebook_version, self.study], ensure_ascii=False)[1:]
+        heads: dict[str, str] = {}
+        ids = []
+        for t, i in zip(self.trace_id, index.tolist()):
+            head = heads.get(t)
+            if head is None:
+                head = heads[t] = json.dumps([t], ensure_ascii=False)[:-1]
+            ids.append(hashlib.sha256(f"{head}, {i}, {tail}".encode("utf-8")).hexdigest()[:32])
+        dumped: dict[int, str] = {}  # by object: rows sharing one dict are serialised once
+        extras = ["{}"] * n if self.extra is None else [
+            dumped.get(id(e)) or dumped.setdefault(id(e), json.dumps(e, ensure_ascii=False, default=str)) for e in self.extra
+        ]
+        dist_col = (pa.nulls(n, type=pa.list_(pa.float64())) if dist is None
+                    else pa.ListArray.from_arrays(pa.array(np.arange(n + 1, dtype=np.int32) * len(BEHAVIORS)), pa.array(dist.reshape(-1))))
+        return pa.table({
+            "label_id": pa.array(ids, type=pa.string()),
+            "trace_id": pa.array(self.trace_id, type=pa.string()),
+            "segment_index": pa.array(index.astype(np.int32)),
+            "label": pa.array(np.asarray(BEHAVIORS, dtype=object)[label], type=pa.string()),
+            "source": pa.array([source] * n, type=pa.string()),
+            "annotator": pa.array([annotator] * n, type=pa.string()),
+            "codebook_version": pa.array([self.codebook_version] * n, type=pa.string()),
+            "run_id": pa.array([self.run_id] * n, type=pa.string()),
+            "study": pa.array([self.study] * n, type=pa.string()),
+            "confidence": pa.nulls(n, type=pa.float64()) if conf is None else pa.array(conf),
+            "rationale": pa.nulls(n, type=pa.string()),
+            "created_at": pa.array([to_naive_utc(utc_now())] * n, type=pa.timestamp("us")),
+            "extra": pa.array(extras, type=pa.string()),
+            "distribution": dist_col,
+        })
 
 
 class Store:
@@ -1137,7 +1184,10 @@ class Store:
                 "distribution": pa.array([lab.distribution for lab in labels], type=pa.list_(pa.float64())),
             }
         )
-        trace_ids = list(dict.fromkeys(lab.trace_id for lab in labels))
+        return self._write_label_table(table, list(dict.fromkeys(lab.trace_id for lab in labels)))
+
+    def _write_label_table(self, table: pa.Table, trace_ids: list[str]) -> int:
+        """Insert or replace rows of the labels table's layout (distinct label ids), in one transaction."""
         view = f"_ror_labels_{uuid.uuid4().hex[:8]}"
         self._register(view, table)
         try:
@@ -1164,7 +1214,7 @@ class Store:
                 self.con.execute(f"INSERT INTO labels SELECT * FROM {view}")
         finally:
             self._unregister(view)
-        return len(labels)
+        return len(table)
 
     def delete_labels(self, label_ids: Iterable[str]) -> int:
         """Delete the labels with these :attr:`Label.label_id` values, in one transaction.
@@ -1325,6 +1375,87 @@ class Store:
         declared = {a: d.kind for a, d in self.declared_annotators().items()}
         return {annotator: declared.get(annotator, SOURCE_KINDS.get(source, "machine")) for source, annotator, _ in self.annotators()}
 
+    def latest_rater_labels(self, annotators: Sequence[str]) -> pa.Table:
+        """Each rater's latest label of every segment it labelled, as one long table.
+
+        One rule picks the label when a rater has several for a segment (other codebook versions,
+        other studies): the latest ``created_at``, ties broken by the greatest ``label_id``.
+
+        Parameters
+        ----------
+        annotators : sequence of str
+            Annotator ids (``Label.annotator``).
+
+        Returns
+        -------
+        pyarrow.Table
+            Columns ``trace_id``, ``segment_index``, ``annotator``, ``label``; one row per
+            (annotator, segment), ordered by trace id, segment index, annotator.
+        """
+        sql = ("SELECT trace_id, segment_index, annotator, label FROM labels WHERE list_contains(?, annotator) "
+               "QUALIFY row_number() OVER (PARTITION BY annotator, trace_id, segment_index ORDER BY created_at DESC, label_id DESC) = 1 "
+               "ORDER BY trace_id, segment_index, annotator")
+        with duckdb_errors(self.path, "read labels"):
+            _drop_pending_result(self.con)
+            relation = self.con.sql(sql, params=[list(annotators)])  # a relation hands Arrow over without a copy
+            fetch = next(getattr(relation, n) for n in ("to_arrow_table", "fetch_arrow_table", "arrow") if hasattr(relation, n))
+            table = fetch()
+        return table if isinstance(table, pa.Table) else table.read_all()
+
+    def rater_codebook_versions(self, annotators: Sequence[str]) -> list[str]:
+        """The distinct ``codebook_version`` values on these raters' labels, sorted."""
+        with duckdb_errors(self.path, "read labels"):
+            rows = self.con.execute(
+                "SELECT DISTINCT codebook_version FROM labels WHERE list_contains(?, annotator) ORDER BY 1", [list(annotators)]
+            ).fetchall()
+        return [r[0] for r in rows]
+
+    def replace_rater_labels(self, source: str, annotator: str, labels: "Iterable[Label] | RaterLabels", *, batch: int = 100_000) -> int:
+        """Replace every stored label of one rater (``source``, ``annotator``) by ``labels``, in one transaction.
+
+        For raters that are recomputed as a whole (an aggregate): segments no longer in ``labels``
+        lose their old label, and a re-run with the same inputs writes the same label ids.
+        ``labels`` may be a generator of :class:`Label` (written ``batch`` at a time, bounded memory)
+        or a columnar :class:`RaterLabels` (a million labels without a million Python objects; the
+        same checks as :class:`Label`, and the same ``label_id``).
+
+        Returns
+        -------
+        int
+            Labels written.
+
+        Raises
+        ------
+        StoreError
+            A label of another source or annotator, or naming a segment that is not stored; nothing
+            is changed.
+        """
+        self._require_writable("store labels")
+        written = 0
+        table = labels.to_table(source, annotator) if isinstance(labels, RaterLabels) else None  # checked before any write
+        with self.transaction():
+            with duckdb_errors(self.path, "replace labels"):
+                self.con.execute("DELETE FROM labels WHERE source = ? AND annotator = ?", [source, annotator])
+            if table is not None:
+                for start in range(0, len(table), batch):
+                    part = table.slice(start, batch)
+                    written += self._write_label_table(part, pc.unique(part.column("trace_id")).to_pylist())
+                return written
+            assert not isinstance(labels, RaterLabels)
+            chunk: list[Label] = []
+            for lab in labels:
+                if lab.source != source or lab.annotator != annotator:
+                    raise StoreError(
+                        f"replace_rater_labels({source!r}, {annotator!r}) got a label of {lab.source!r}/{lab.annotator!r} "
+                        f"for {lab.trace_id}#{lab.segment_index}; nothing was changed"
+                    )
+                chunk.append(lab)
+                if len(chunk) >= batch:
+                    written += self.upsert_labels(chunk)
+                    chunk = []
+            written += self.upsert_labels(chunk)
+        return written
+
     # ------------------------------------------------------------------ runs
     def start_run(self, command: str, parameters: dict[str, Any] | None = None) -> Run:
         """Record the start of a command; secrets in ``parameters`` are scrubbed before writing.
@@ -1351,23 +1482,24 @@ class Store:
         return run
 
     def finish_run(self, run_id: str, *, status: str = "ok", counts: dict[str, Any] | None = None) -> None:
-        """Record the end of a run with its final status and counts (merged into any stored counts)."""
+        """Record the end of a run with its final status and counts (merged into any stored counts;
+        every string scrubbed of secrets, :func:`~ror_annotate.provenance.scrub_value`)."""
         with duckdb_errors(self.path, "record a run"):
             row = self.con.execute("SELECT counts FROM runs WHERE run_id = ?", [run_id]).fetchone()
             merged = json.loads(row[0]) if row and row[0] else {}
             merged.update(counts or {})
             self.con.execute(
                 "UPDATE runs SET ended_at = ?, status = ?, counts = ? WHERE run_id = ?",
-                [to_naive_utc(utc_now()), status, json.dumps(merged, default=str), run_id],
+                [to_naive_utc(utc_now()), status, json.dumps(scrub_value(merged), default=str), run_id],
             )
 
     def update_run_counts(self, run_id: str, counts: dict[str, Any]) -> None:
-        """Merge ``counts`` into a running run's counts (e.g. live usage accounting)."""
+        """Merge ``counts`` into a running run's counts (e.g. live usage accounting; secrets scrubbed)."""
         with duckdb_errors(self.path, "record a run"):
             row = self.con.execute("SELECT counts FROM runs WHERE run_id = ?", [run_id]).fetchone()
             merged = json.loads(row[0]) if row and row[0] else {}
             merged.update(counts)
-            self.con.execute("UPDATE runs SET counts = ? WHERE run_id = ?", [json.dumps(merged, default=str), run_id])
+            self.con.execute("UPDATE runs SET counts = ? WHERE run_id = ?", [json.dumps(scrub_value(merged), default=str), run_id])
 
     @contextmanager
     def run(self, command: str, parameters: dict[str, Any] | None = None) -> Iterator[Run]:
@@ -1400,7 +1532,7 @@ class Store:
             if is_interrupt(exc):  # Ctrl-C while DuckDB ran or fetched a query
                 status = "interrupted"
                 raise KeyboardInterrupt() from exc
-            run.counts["error"] = scrub_url(f"{type(exc).__name__}: {' '.join(str(exc).split())}")[:500]
+            run.counts["error"] = scrub_text(f"{type(exc).__name__}: {' '.join(str(exc).split())}")[:500]
             raise
         finally:
             self._progress = outer

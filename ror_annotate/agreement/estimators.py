@@ -25,6 +25,7 @@ REASONS: dict[str, str] = {
     "class_absent_in_reference": "the reference never uses this class on the compared items (recall is 0/0)",
     "no_reference_items": "no item has both a reference label and a label from this annotator",
     "zero_weight": "the items that could be compared all have weight 0",
+    "fewer_than_two_raters": "the group has fewer than two raters with labels, so nothing can be compared",
 }
 
 #: Relative tolerance under which a chance-disagreement denominator counts as zero.

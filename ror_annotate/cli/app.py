@@ -50,8 +50,11 @@ if _display_type_rich is not None:
 
 
 def print_error(exc: RorError) -> None:
-    """Print ``error [CODE]: message`` on stderr, on one line whatever the message holds."""
-    message = " ".join(exc.message.split())  # library errors quoted inside often span several lines
+    """Print ``error [CODE]: message`` on stderr, on one line whatever the message holds, every known
+    secret scrubbed (:func:`~ror_annotate.provenance.scrub_text`: API keys, URL passwords, tokens)."""
+    from ..provenance import scrub_text
+
+    message = scrub_text(" ".join(exc.message.split()))  # library errors quoted inside often span several lines
     err_console.print(f"[bold red]error[/] [{exc.code}]: {escape(message)}", highlight=False, soft_wrap=True)
 
 

@@ -24,6 +24,7 @@ def export_cmd(
     stratify_by: Annotated[str | None, typer.Option("--stratify-by", help="Stratify the split by a trace field: dataset, model or source.")] = None,
     license: Annotated[str, typer.Option("--license", help="License identifier for the card (check the traces' own licenses).")] = "other",
     source_license: Annotated[list[str] | None, typer.Option("--source-license", help="SOURCE=LICENSE: the licence of a trace source (repeatable); sources without one are not publishable.")] = None,
+    view: Annotated[bool, typer.Option("--view", help="Also write the viewer site (`ror view`) into the export folder's view/ (open view/index.html).")] = False,
     db: DbOption = DEFAULT_DB_PATH,
     lock_timeout: LockTimeoutOption = 10.0,
     old_seed: Annotated[int | None, typer.Option("--seed", hidden=True, help="Deprecated: --split-seed.")] = None,
@@ -44,11 +45,14 @@ def export_cmd(
             split_fractions=fractions, stratify_by=stratify_by, name=name, license=license, source_licenses=source_licenses,
             progress=progress,
         )
+        site = pipeline.view(store, out_dir / "view") if view else None
     table = Table(title=f"ror export: {name}", show_header=False)
     table.add_column("what")
     table.add_column("value")
     for k, v in summary.table_rows():
         table.add_row(k, v)
+    if site is not None:
+        table.add_row("viewer", f"{site.index} ({site.traces} traces)")
     console.print(table)
 
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
-from ..records import Label, Segment
+from ..records import Annotator, Label, Segment
 from . import JudgeReport, register_judge
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -181,6 +181,11 @@ class BaselineJudge:
     annotator = BASELINE_NAME
     source = "baseline"
     codebook_version = BASELINE_VERSION
+
+    def declared_annotators(self) -> list[Annotator]:
+        """The baseline as a declared machine rater (its model is the rule-set name)."""
+        return [Annotator(annotator=BASELINE_NAME, kind="machine", source="baseline", model=BASELINE_VERSION,
+                          codebook_version=BASELINE_VERSION, details={"rules": "cue phrases (ror_annotate.judge.baseline)"})]
 
     def label(
         self, store: "Store", trace_ids: Sequence[str], *, run: "Run", progress: "Progress | None" = None
