@@ -16,7 +16,7 @@ from ror_annotate import pipeline
 from ror_annotate.crosswalks import CROSSWALKS, Crosswalk, load_crosswalk
 from ror_annotate.errors import ConfigError, ImportLabelError, ImportRecordError, ImportSpanError
 from ror_annotate.labels_import import ImportOptions, project_spans
-from ror_annotate.records import Segment, Trace
+from ror_annotate.records import BEHAVIORS, Segment, Trace
 from ror_annotate.registry import registry
 from ror_annotate.sample import sample_path
 from ror_annotate.store import Store
@@ -264,3 +264,36 @@ def test_thought_anchors_labels_of_the_sample(tmp_path):
             assert labels[(s.trace_id, s.segment_index)] == hits[0]["label_six"]
             inside += 1
     assert inside > 0.8 * summary.segments
+
+
+@pytest.mark.shared
+def test_imported_rater_joins_the_aggregate_and_the_export(tmp_path):
+    """End to end on the sample: baseline + thought-anchors import -> ror aggregate -> export --labels aggregate."""
+    from ror_annotate.export import load_export
+
+    ta = [line for line in (DATA / "labeled_segments.jsonl").open(encoding="utf-8") if '"thought-anchors-function-tags"' in line]
+    path = tmp_path / "ta.jsonl"
+    path.write_text("".join(ta), encoding="utf-8")
+    store = Store(tmp_path / "s.duckdb")
+    ids = pipeline.ingest(store, sample_path()).trace_ids[:6]
+    pipeline.segment(store, ids)
+    pipeline.label(store, ids, judge="baseline")
+    sub = tmp_path / "ta6.jsonl"
+    sub.write_text("".join(line for line in ta if json.loads(line)["trace_id"] in set(ids)), encoding="utf-8")
+    pipeline.import_labels(store, sub, {"annotator": "ta:gpt-4o", "kind": "machine", "crosswalk": "thought-anchors",
+                                        "label_column": "label_original"})
+    agg = pipeline.aggregate(store, {"method": "majority-vote"})
+    assert set(agg.raters) == {"baseline:cue-v1", "ta:gpt-4o"}
+    stored = {(lab.trace_id, lab.segment_index): lab for lab in store.labels(source="aggregate")}
+    pipeline.export(store, tmp_path / "exp", labels="aggregate", trace_ids=ids, split_fractions=(1, 0, 0))
+    rows = [r for r in load_export(tmp_path / "exp", "segments")["train"]]
+    assert len(rows) == len(stored) > 0
+    for r in rows:
+        lab = stored[(r["trace_id"], r["segment_index"])]
+        assert BEHAVIORS[r["label"]] == lab.label and r["label_source"] == "aggregate"
+        # two raters: the majority-vote posterior is 1.0 when they agree, else a 0.5 / 0.5 tie
+        raters = {x["annotator"]: BEHAVIORS[x["label"]] for x in r["raters"]}
+        assert set(raters) == {"baseline:cue-v1", "ta:gpt-4o", agg.annotator}
+        agree = raters["baseline:cue-v1"] == raters["ta:gpt-4o"]
+        assert r["label_confidence"] == pytest.approx(1.0 if agree else 0.5)
+        assert sorted(r["label_distribution"], reverse=True)[:2] == pytest.approx([1.0, 0.0] if agree else [0.5, 0.5])
