@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from .errors import AlignmentError, ConfigError
-from .records import Segment, Trace
+from .records import BEHAVIORS, Segment, Trace
 
 if TYPE_CHECKING:  # pragma: no cover
     from transformers import PreTrainedTokenizerBase
@@ -435,6 +435,10 @@ class TraceTokens:
     rendered: RenderedTrace
 
 
+#: Code of a class id outside the codebook given to :meth:`TokenAligner.align`.
+BAD_CLASS_ID = "E814"
+
+
 class TokenAligner:
     """Align the segments of traces to the tokens of one fast tokenizer.
 
@@ -447,16 +451,25 @@ class TokenAligner:
         (BOS...) as a plain forward pass would; ``chat_template`` tokenizes the rendered string as is.
     verify : bool, default True
         Run :func:`verify_alignment` on every trace.
+    n_classes : int, default ``len(BEHAVIORS)`` (6)
+        Number of classes of the codebook; :meth:`align` accepts the class ids ``0 .. n_classes - 1``
+        and :data:`IGNORE_INDEX`, nothing else.
 
     Raises
     ------
     AlignmentError, ConfigError
-        See :func:`load_tokenizer`.
+        See :func:`load_tokenizer`; ``n_classes`` below 1.
     """
 
-    def __init__(self, tokenizer: "str | PreTrainedTokenizerBase", *, rendering: str = "raw", verify: bool = True) -> None:
+    def __init__(
+        self, tokenizer: "str | PreTrainedTokenizerBase", *, rendering: str = "raw", verify: bool = True,
+        n_classes: int = len(BEHAVIORS),
+    ) -> None:
         if rendering not in RENDERINGS:
             raise ConfigError(f"unknown rendering {rendering!r}; choose one of {', '.join(RENDERINGS)}")
+        if isinstance(n_classes, bool) or not isinstance(n_classes, int) or n_classes < 1:
+            raise ConfigError(f"n_classes must be a positive integer, got {n_classes!r}")
+        self.n_classes = n_classes
         self.tokenizer = load_tokenizer(tokenizer)
         self.name = tokenizer_name(self.tokenizer, tokenizer)
         from .tokenizer import tokenizer_vocab_sha256
@@ -509,13 +522,37 @@ class TokenAligner:
         ------
         AlignmentError
             A segment's text is not at its offsets in the trace, or the verification fails.
+        AlignmentError
+            A class id outside ``0 .. n_classes - 1`` (other than :data:`IGNORE_INDEX`), or ``labels`` not
+            parallel to ``segments`` (code ``E814``, naming the trace, the segment and the id).
         """
+        self._check_labels(traces, segments, labels)
         rendered = [render_trace(t, self.tokenizer, self.rendering) for t in traces]
         encoded = self.encode([r.text for r in rendered])
         out = []
         for trace, segs, labs, rend, (ids, offs, smask) in zip(traces, segments, labels, rendered, encoded):
             out.append(self._align_one(trace, segs, labs, rend, ids, offs, smask))
         return out
+
+    def _check_labels(self, traces: Sequence[Trace], segments: Sequence[Sequence[Segment]], labels: Sequence[Sequence[int]]) -> None:
+        if not (len(traces) == len(segments) == len(labels)):
+            raise AlignmentError(
+                f"traces, segments and labels must be parallel: got {len(traces)}, {len(segments)} and {len(labels)}",
+                code=BAD_CLASS_ID,
+            )
+        for trace, segs, labs in zip(traces, segments, labels):
+            if len(segs) != len(labs):
+                raise AlignmentError(
+                    f"trace {trace.trace_id}: {len(labs)} labels for {len(segs)} segments", code=BAD_CLASS_ID
+                )
+            for seg, lab in zip(segs, labs):
+                ok = isinstance(lab, (int, np.integer)) and not isinstance(lab, bool) and (0 <= lab < self.n_classes or lab == IGNORE_INDEX)
+                if not ok:
+                    raise AlignmentError(
+                        f"trace {trace.trace_id} segment {seg.segment_index}: class id {lab!r} is outside the codebook's "
+                        f"{self.n_classes} classes (0..{self.n_classes - 1}, or {IGNORE_INDEX} for no label)",
+                        code=BAD_CLASS_ID,
+                    )
 
     def _align_one(self, trace, segs, labs, rend, ids, offs, smask) -> TraceTokens:
         ids = np.asarray(ids, dtype=np.int64)
