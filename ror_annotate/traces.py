@@ -589,6 +589,11 @@ def load_traces(
     # A file's name, not its path: local directories must not leak into exports and cards.
     source_name = Path(source).name if Path(source).is_file() else str(source)
     seen: dict[str, str] = {}
+    # A source's known licence (the embedded sample's MIT) travels with its stored traces, so an
+    # export of the store knows it without being told again.
+    from .sample import source_licenses
+
+    known_licenses = source_licenses(str(source))
 
     def flush(force: bool) -> None:
         if on_batch is not None and result.traces and (force or len(result.traces) >= batch_size):
@@ -616,6 +621,8 @@ def load_traces(
             continue
         result.notes.update(notes)
         for t in traces[: None if limit is None else limit - len(result.trace_ids)]:
+            if t.source in known_licenses and not (t.meta.get("license") or t.meta.get("licence")):
+                t.meta["license"] = known_licenses[t.source]
             seen[t.trace_id] = where
             result.traces.append(t)
             result.trace_ids.append(t.trace_id)
