@@ -537,7 +537,7 @@ def export(
     split_fractions: Sequence[float] = (0.8, 0.1, 0.1),
     stratify_by: str | None = None,
     name: str | None = None,
-    license: str = "other",
+    license: str | None = None,
     source_licenses: dict[str, str] | None = None,
     trace_ids: Sequence[str] | None = None,
     run: Run | None = None,
@@ -601,7 +601,7 @@ def run(
     split_fractions: Sequence[float] = (0.8, 0.1, 0.1),
     stratify_by: str | None = None,
     chat_template: bool = False,
-    license: str = "other",
+    license: str | None = None,
     source_licenses: dict[str, str] | None = None,
     progress: Any = None,
 ) -> RunSummary:

@@ -22,7 +22,7 @@ def export_cmd(
     split_seed: Annotated[int, typer.Option("--split-seed", help="Seed of the by-trace train/validation/test split.")] = 0,
     split_fractions: Annotated[str, typer.Option("--split-fractions", help="train,validation,test fractions of traces (by trace, never splitting one).")] = "0.8,0.1,0.1",
     stratify_by: Annotated[str | None, typer.Option("--stratify-by", help="Stratify the split by a trace field: dataset, model or source.")] = None,
-    license: Annotated[str, typer.Option("--license", help="License identifier for the card (check the traces' own licenses).")] = "other",
+    license: Annotated[str | None, typer.Option("--license", help="License identifier for the card (check the traces' own licenses). Default: the sources' common known licence, else other.")] = None,
     source_license: Annotated[list[str] | None, typer.Option("--source-license", help="SOURCE=LICENSE: the licence of a trace source (repeatable); sources without one are not publishable.")] = None,
     db: DbOption = DEFAULT_DB_PATH,
     lock_timeout: LockTimeoutOption = 10.0,
@@ -70,9 +70,22 @@ def publish_cmd(
     private: Annotated[bool, typer.Option("--private", help="Create the repository as private.")] = False,
     exports_dir: Annotated[Path, typer.Option("--exports-dir", help="Where named exports live.")] = Path("exports"),
     allow_unknown_license: Annotated[bool, typer.Option("--allow-unknown-license", help="Publish even though some source's licence is unknown (you have checked you may).")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Upload nothing: list the files and sizes that would be uploaded and validate the card's metadata offline (no token needed).")] = False,
 ) -> None:
     """Push an export to the Hugging Face hub with the token in HF_TOKEN (never stored anywhere)."""
-    from ..export import publish_export
+    from ..export import plan_publish, publish_export
+
+    if dry_run:
+        plan = plan_publish(name, repo_id, exports_dir=exports_dir, allow_unknown_license=allow_unknown_license)
+        table = Table(title=f"ror publish --dry-run: {plan.out_dir} -> {repo_id} (nothing uploaded)")
+        table.add_column("file", overflow="fold")
+        table.add_column("bytes", justify="right", no_wrap=True)
+        for path, size in plan.files:
+            table.add_row(path, f"{size:,}")
+        table.add_row(f"total: {len(plan.files)} files", f"{plan.total_bytes:,}")
+        console.print(table)
+        console.print(f"card metadata valid (license {plan.card.get('license')}, configs {', '.join(c.get('config_name', '?') for c in plan.card.get('configs') or [])})", markup=False)
+        return
 
     with console.status(f"publishing {name} to {repo_id} ..."):
         url = publish_export(name, repo_id, exports_dir=exports_dir, private=private, allow_unknown_license=allow_unknown_license)

@@ -202,6 +202,13 @@ def _license_of(trace: Any, source_licenses: Mapping[str, str]) -> str | None:
     return str(lic) if lic else None
 
 
+def _common_license(sources: Sequence[Mapping[str, Any]]) -> str:
+    """The one known licence all ``sources`` share, else ``"other"``."""
+    found = {s.get("license") for s in sources}
+    lic = found.pop() if len(found) == 1 else None
+    return str(lic) if lic and license_allows_publishing(str(lic)) else "other"
+
+
 def _counter_name(names: Counter[str]) -> str:
     from ..tokenizer import public_tokenizer_name
 
@@ -244,7 +251,7 @@ def export_dataset(
     split_fractions: Sequence[float] = (0.8, 0.1, 0.1),
     stratify_by: str | None = None,
     name: str | None = None,
-    license: str = "other",
+    license: str | None = None,
     source_licenses: Mapping[str, str] | None = None,
     trace_ids: Sequence[str] | None = None,
     batch_size: int = 64,
@@ -276,8 +283,10 @@ def export_dataset(
     stratify_by : {"dataset", "model", "source"}, optional
     name : str, optional
         Dataset name in the card (default: the directory name).
-    license : str, default "other"
-        Licence identifier of the dataset written in the card.
+    license : str, optional
+        Licence identifier of the dataset written in the card. Default: the licence of the traces'
+        sources when every source has the same known one (the embedded sample's ``mit``, kept with
+        its stored traces), else ``"other"``.
     source_licenses : mapping, optional
         ``{trace source: licence id}`` for the traces' sources (a trace's ``meta["license"]`` is
         used otherwise). A source without a known licence is listed as not publishable, and
@@ -355,7 +364,7 @@ def export_dataset(
             "seed": seed,
             "split_fractions": [float(f) for f in split_fractions],
             "stratify_by": stratify_by,
-            "license": license,
+            "license": license or _common_license(sources),
         }
         paths = {"card": "README.md", "manifest": MANIFEST, "analytics": "analytics.json"}
         for config, splits in data_files.items():
