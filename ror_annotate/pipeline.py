@@ -121,6 +121,8 @@ class _TrackedProgress:
 
     def add_task(self, description: str, total: float | None = None, **fields: Any) -> int:
         task_id = self._display.add_task(description, total=total, **fields) if self._display is not None else len(self._tasks)
+        # The stage is named once, by the description the task starts with: a bar whose text changes
+        # (the judge's running cost) stays one stage, its newer text going to the info column.
         self._tasks[task_id] = {"description": description, "total": total, "completed": 0, "info": str(fields.get("info", ""))}
         self._report(task_id)
         return task_id
@@ -137,10 +139,10 @@ class _TrackedProgress:
             task["completed"] = completed
         if advance is not None:
             task["completed"] += advance
-        if description is not None:
-            task["description"] = description
         if "info" in fields:
             task["info"] = str(fields["info"])
+        elif description is not None and description != task["description"]:
+            task["info"] = description
         self._report(task_id)
 
     def advance(self, task_id: int, advance: float = 1) -> None:

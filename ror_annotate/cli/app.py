@@ -200,8 +200,19 @@ def progress_display() -> Any:
         TimeElapsedColumn,
     )
 
-    return Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                    TimeElapsedColumn(), console=err_console, transient=True, disable=not err_console.is_terminal)
+    from rich.table import Column
+
+    # The description (the judge's carries its running cost) gives way first: done/total and the
+    # elapsed time are never cut, whatever the terminal's width.
+    return Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}", markup=False, table_column=Column(
+            no_wrap=True, overflow="ellipsis", max_width=max(10, err_console.width - 45))),
+        BarColumn(),
+        MofNCompleteColumn(table_column=Column(no_wrap=True, min_width=3)),
+        TimeElapsedColumn(table_column=Column(no_wrap=True, min_width=7)),
+        console=err_console, transient=True, disable=not err_console.is_terminal,
+    )
 
 
 def parse_fractions(text: str, flag: str = "--split-fractions") -> tuple[float, float, float]:
