@@ -562,6 +562,20 @@ def export(
     params = {"name": name, "out": str(out_dir), "labels": labels, "tokenizer": tokenizer if tokenizer is None or isinstance(tokenizer, str) else "object",
               "chat_template": chat_template, "split_seed": split_seed, "split_fractions": list(split_fractions),
               "stratify_by": stratify_by, "license": license, "source_licenses": dict(source_licenses or {})}
+    if store.read_only and run is None:
+        # Nothing can be written to a read-only store: the export's manifest records the run instead.
+        detached = store.detached_run("export", params)
+        tracked = progress if isinstance(progress, _TrackedProgress) else _TrackedProgress(store, progress)
+        task = tracked.add_task("export", total=None)
+        record = {**detached.model_dump(mode="json"), "status": "ok", "recorded_in": "manifest (the store was read-only)"}
+        summary = export_dataset(
+            store, out_dir, label_source=labels, tokenizer=tokenizer, chat_template=chat_template, seed=split_seed,
+            split_fractions=split_fractions, stratify_by=stratify_by, name=name, license=license,
+            source_licenses=source_licenses, trace_ids=trace_ids, run_record=record,
+            progress=lambda done, total: tracked.update(task, completed=done, total=total),
+        )
+        tracked.update(task, total=summary.n_traces, completed=summary.n_traces)
+        return summary
     with _stage(store, run, "export", params, progress) as (the_run, tracked):
         task = tracked.add_task("export", total=None)
         summary = export_dataset(

@@ -348,6 +348,29 @@ def _duckdb_config(memory_limit: str | None) -> dict[str, Any]:
     return {"memory_limit": limit} if limit else {}
 
 
+def _process_command(db_path: str, pid: int) -> str:
+    """What process ``pid`` runs: the ror command in the store's progress file when that process wrote
+    it, else its command line (Linux ``/proc``) up to its first ``--option`` (so no option value, such
+    as a key, is ever shown), else ``"command unknown"``."""
+    state = ProgressFile.read(db_path) if db_path != ":memory:" else None
+    if isinstance(state, dict) and state.get("pid") == pid and state.get("status") == "running" and state.get("command"):
+        return str(state["command"])
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return "command unknown"
+    parts = [part.decode("utf-8", "replace") for part in raw.split(b"\0") if part]
+    # The program and its leading words only: options (where an --api-key would be) are left out.
+    shown = []
+    for n, part in enumerate(parts):
+        if n and (part.startswith("--") or "=" in part or "://" in part):
+            shown.append("...")
+            break
+        shown.append(Path(part).name if n == 0 else part[:40])
+    text = " ".join(shown)
+    return (text[:117] + "...") if len(text) > 120 else (text or "command unknown")
+
+
 def _connect_with_retry(path: str, lock_timeout: float, read_only: bool = False, memory_limit: str | None = None) -> duckdb.DuckDBPyConnection:
     deadline = time.monotonic() + max(lock_timeout, 0.0)
     delay = 0.05
@@ -367,10 +390,17 @@ def _connect_with_retry(path: str, lock_timeout: float, read_only: bool = False,
                 raise StoreError(f"cannot open the store {path}: {exc}") from exc
             if time.monotonic() >= deadline:
                 holder = re.search(r"PID (\d+)", str(exc))
-                who = f" (held by process {holder.group(1)})" if holder else ""
+                who = f" (process {holder.group(1)}: {_process_command(path, int(holder.group(1)))})" if holder else ""
+                if read_only:
+                    raise StoreLockedError(
+                        f"the store {path} is being written by another process{who}; DuckDB lets no other process open "
+                        "the file while one writes, not even to read. Wait for it to finish (`ror status` shows its "
+                        f"progress), or work on a copy made after it ends. (waited {lock_timeout:g} s; raise --lock-timeout "
+                        "to wait longer)"
+                    ) from exc
                 raise StoreLockedError(
                     f"the store {path} is locked by another process{who}: DuckDB allows one writer per file. "
-                    f"Wait for that ror command to finish, or pass --db with another path. "
+                    f"Wait for that command to finish (`ror status` shows its progress), or pass --db with another path. "
                     f"(waited {lock_timeout:g} s; raise --lock-timeout to wait longer)"
                 ) from exc
             time.sleep(min(delay, max(deadline - time.monotonic(), 0.0)) * (0.5 + random.random() / 2))
@@ -1329,15 +1359,8 @@ class Store:
 
         Prefer :meth:`run`, which also records how the command ended.
         """
-        from .provenance import package_versions
-
         self._require_writable("record a run")
-        run = Run(
-            run_id=f"run-{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}",
-            command=command,
-            parameters=scrub_secrets(parameters or {}),
-            package_versions=package_versions(),
-        )
+        run = self.detached_run(command, parameters)
         with duckdb_errors(self.path, "record a run"):
             self.con.execute(
                 "INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
@@ -1347,6 +1370,21 @@ class Store:
                 ],
             )
         return run
+
+    def detached_run(self, command: str, parameters: dict[str, Any] | None = None) -> Run:
+        """A new :class:`Run` (id, scrubbed parameters, package versions) that is not written to the store.
+
+        :meth:`start_run` records it; a command reading a read-only store keeps it elsewhere (``ror
+        export`` writes it into the export's manifest).
+        """
+        from .provenance import package_versions
+
+        return Run(
+            run_id=f"run-{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}",
+            command=command,
+            parameters=scrub_secrets(parameters or {}),
+            package_versions=package_versions(),
+        )
 
     def finish_run(self, run_id: str, *, status: str = "ok", counts: dict[str, Any] | None = None) -> None:
         """Record the end of a run with its final status and counts (merged into any stored counts)."""

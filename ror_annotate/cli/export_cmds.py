@@ -38,7 +38,7 @@ def export_cmd(
     fractions = parse_fractions(split_fractions)
     source_licenses = parse_source_licenses(source_license or [])
     out_dir = out or Path("exports") / name
-    with open_store(db, lock_timeout, must_exist=True) as store, progress_display() as progress:
+    with _open_for_export(db, lock_timeout) as store, progress_display() as progress:
         summary = pipeline.export(
             store, out_dir, labels=labels, tokenizer=tokenizer, chat_template=chat_template, split_seed=split_seed,
             split_fractions=fractions, stratify_by=stratify_by, name=name, license=license, source_licenses=source_licenses,
@@ -50,6 +50,25 @@ def export_cmd(
     for k, v in summary.table_rows():
         table.add_row(k, v)
     console.print(table)
+
+
+def _open_for_export(db: Path, lock_timeout: float):
+    """The store, read-write to record the export's run; read-only where the file or its folder cannot
+    be written (read-only media): the run is then recorded in the export's manifest."""
+    import os
+
+    from ..errors import StoreLockedError, StoreError
+
+    path = Path(db).expanduser()
+    writable = path.is_file() and os.access(path, os.W_OK) and os.access(path.parent, os.W_OK)
+    if not writable:
+        return open_store(db, lock_timeout, must_exist=True, read_only=True)
+    try:
+        return open_store(db, lock_timeout, must_exist=True)
+    except StoreLockedError:
+        raise
+    except StoreError:  # e.g. a read-only file system that os.access does not report
+        return open_store(db, lock_timeout, must_exist=True, read_only=True)
 
 
 def parse_source_licenses(values: list[str]) -> dict[str, str]:

@@ -21,14 +21,14 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ..errors import ConfigError, ExportError
+from ..errors import ConfigError, ExportError, RorError
 from ..records import BEHAVIORS
 from ..store import Store
 from . import read
 from .features import BEHAVIOR_ID, CONFIGS
 from .labels import LABEL_CHOICES, SOURCES_USED, ChosenLabel, choose_label, joined
 from .splits import check_fractions, split_traces
-from .write import MANIFEST, ExportWriter, check_replaceable, license_allows_publishing, new_tmp_dir, swap_in, write_json
+from .write import MANIFEST, WRITE_FAILED, ExportWriter, check_replaceable, license_allows_publishing, new_tmp_dir, swap_in, write_json
 
 #: Name of the built-in token-count approximation (``ror_annotate.segment``), as the card spells it.
 APPROX_PREFIX = "approx:"
@@ -254,6 +254,7 @@ def export_dataset(
     license: str | None = None,
     source_licenses: Mapping[str, str] | None = None,
     trace_ids: Sequence[str] | None = None,
+    run_record: Mapping[str, Any] | None = None,
     batch_size: int = 64,
     progress: Callable[[int, int], None] | None = None,
     max_batch_segments: int = 20_000,
@@ -293,6 +294,9 @@ def export_dataset(
         :func:`~ror_annotate.export.publish_export` refuses to upload its text unless told to.
     trace_ids : sequence of str, optional
         Export only these traces (default: every segmented trace in the store).
+    run_record : mapping, optional
+        A run that could not be recorded in the store (a read-only store): written into the
+        manifest under ``"run"``, with the export's counts and end time.
     batch_size : int
         Most traces read, tokenized and written per batch.
     progress : callable, optional
@@ -424,13 +428,26 @@ def export_dataset(
         manifest = summary.to_dict()
         manifest.pop("seconds")  # not known until the files are written
         manifest["created_at"] = _build_time()
+        if run_record is not None:
+            manifest["run"] = {
+                **dict(run_record), "ended_at": manifest["created_at"],
+                "counts": {"traces": summary.n_traces, "segments": summary.n_segments, "tokens": summary.n_tokens},
+            }
         write_json(tmp / MANIFEST, manifest)
         swap_in(tmp, out_dir)
-    except BaseException:
+    except BaseException as exc:
         import shutil
 
         writer.abort()
         shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(exc, OSError) and not isinstance(exc, RorError):  # disk full, read-only, I/O error
+            raise ExportError(
+                f"the export to {out_dir} failed while writing: {exc.strerror or exc}"
+                f"{f' ({exc.filename})' if exc.filename else ''}; nothing was left behind (its temporary folder is "
+                f"removed{', an earlier export there is unchanged' if out_dir.exists() else ''}). Free some space or "
+                "choose another --out, then export again",
+                code=WRITE_FAILED,
+            ) from None
         raise
     summary.seconds = time.perf_counter() - t0
     return summary

@@ -234,11 +234,83 @@ def check_replaceable(out_dir: Path) -> None:
         )
 
 
+#: Code of an export directory that cannot be created or written (read-only folder, a file in the way).
+CANNOT_WRITE = "E817"
+#: Code of an export that failed while writing (disk full, I/O error); nothing is left behind.
+WRITE_FAILED = "E818"
+
+
+def _tmp_prefix(out_dir: Path, kind: str = "tmp") -> str:
+    return f".{out_dir.name}.{kind}-"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # PermissionError: another user's live process
+        return True
+    return True
+
+
+def remove_stale_tmp_dirs(out_dir: Path) -> list[Path]:
+    """Remove the hidden build folders (``.NAME.tmp-HOST-PID-*``, ``.NAME.old-HOST-PID-*``) that a killed
+    export of ``out_dir`` left beside it: only those of this host whose process is gone.
+
+    Returns
+    -------
+    list of Path
+        The folders removed.
+    """
+    import socket
+
+    host = socket.gethostname()
+    removed = []
+    try:
+        siblings = list(out_dir.parent.iterdir())
+    except OSError:
+        return []
+    for path in siblings:
+        for kind in ("tmp", "old"):
+            prefix = _tmp_prefix(out_dir, kind) + host + "-"
+            if not path.name.startswith(prefix) or not path.is_dir():
+                continue
+            pid_text = path.name[len(prefix):].split("-", 1)[0]
+            if pid_text.isdigit() and int(pid_text) != os.getpid() and not _pid_alive(int(pid_text)):
+                shutil.rmtree(path, ignore_errors=True)
+                removed.append(path)
+    return removed
+
+
+def _tag() -> str:
+    import socket
+
+    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
 def new_tmp_dir(out_dir: Path) -> Path:
-    """A fresh sibling directory of ``out_dir`` to build the export in (same filesystem: rename works)."""
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_dir.parent / f".{out_dir.name}.tmp-{uuid.uuid4().hex[:8]}"
-    tmp.mkdir()
+    """A fresh sibling directory of ``out_dir`` to build the export in (same filesystem: rename works).
+
+    Its name, ``.NAME.tmp-HOST-PID-RANDOM``, lets a later export remove it if this process is killed
+    (:func:`remove_stale_tmp_dirs`, called here first).
+
+    Raises
+    ------
+    ExportError
+        ``E817``: the parent folder cannot be created or written (read-only, a file in the way).
+    """
+    try:
+        out_dir.parent.mkdir(parents=True, exist_ok=True)
+        remove_stale_tmp_dirs(out_dir)
+        tmp = out_dir.parent / f"{_tmp_prefix(out_dir)}{_tag()}"
+        tmp.mkdir()
+    except OSError as exc:
+        raise ExportError(
+            f"cannot write the export {out_dir}: {exc.strerror or exc} ({exc.filename or out_dir.parent}); "
+            "choose a writable --out folder",
+            code=CANNOT_WRITE,
+        ) from None
     return tmp
 
 
@@ -248,7 +320,7 @@ def swap_in(tmp: Path, out_dir: Path) -> None:
         os.rename(tmp, out_dir)
         return
     check_replaceable(out_dir)
-    old = out_dir.parent / f".{out_dir.name}.old-{uuid.uuid4().hex[:8]}"
+    old = out_dir.parent / f"{_tmp_prefix(out_dir, 'old')}{_tag()}"
     os.rename(out_dir, old)
     try:
         os.rename(tmp, out_dir)
