@@ -189,6 +189,13 @@ class ExportError(RorError, RuntimeError):
     code = "E810"
 
 
+class ExportWriteError(ExportError, OSError):
+    """The export's files could not be written (disk full, read-only folder, I/O error); nothing is left
+    behind. Also an ``OSError``, so callers that catch the builtin keep working."""
+
+    code = "E818"
+
+
 class SteerError(RorError, RuntimeError):
     """Router capture, probing or steering failed (unsupported family, hook never fired...)."""
 

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ..errors import ConfigError, ExportError, RorError
+from ..errors import ConfigError, ExportError, ExportWriteError, RorError
 from ..records import BEHAVIORS
 from ..store import Store
 from . import read
@@ -441,7 +441,7 @@ def export_dataset(
         writer.abort()
         shutil.rmtree(tmp, ignore_errors=True)
         if isinstance(exc, OSError) and not isinstance(exc, RorError):  # disk full, read-only, I/O error
-            raise ExportError(
+            raise ExportWriteError(
                 f"the export to {out_dir} failed while writing: {exc.strerror or exc}"
                 f"{f' ({exc.filename})' if exc.filename else ''}; nothing was left behind (its temporary folder is "
                 f"removed{', an earlier export there is unchanged' if out_dir.exists() else ''}). Free some space or "

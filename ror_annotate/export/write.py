@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from ..errors import ExportError
+from ..errors import ExportError, ExportWriteError
 from .features import features_of
 from .splits import SPLITS
 
@@ -306,7 +306,7 @@ def new_tmp_dir(out_dir: Path) -> Path:
         tmp = out_dir.parent / f"{_tmp_prefix(out_dir)}{_tag()}"
         tmp.mkdir()
     except OSError as exc:
-        raise ExportError(
+        raise ExportWriteError(
             f"cannot write the export {out_dir}: {exc.strerror or exc} ({exc.filename or out_dir.parent}); "
             "choose a writable --out folder",
             code=CANNOT_WRITE,
