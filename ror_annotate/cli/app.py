@@ -9,6 +9,7 @@ judge labelled nothing or too little (E506); a traceback means a bug in ror_anno
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
@@ -21,7 +22,17 @@ from typer.core import TyperGroup
 
 from ..errors import ConfigError, RorError, UsageError
 
-console = Console()
+class _StdoutConsole(Console):
+    """Rich's console for stdout, ending quietly with status 0 when the reader closes the pipe
+    (``ror agree | head -1``); rich's own handler exits with status 1."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        _silence_stdout()
+        raise SystemExit(0)
+
+
+console = _StdoutConsole()
 err_console = Console(stderr=True)
 
 # typer 0.2x vendors click (typer._click); older typer uses click itself. Catch whichever parses.
@@ -83,6 +94,16 @@ def _is_interrupt(exc: BaseException) -> bool:
     return is_interrupt(exc)
 
 
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so that nothing more is written to a closed pipe (Python's documented
+    recipe for SIGPIPE: https://docs.python.org/3/library/signal.html#note-on-sigpipe)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # stdout without a file descriptor (captured in tests)
+        pass
+
+
 class RorGroup(TyperGroup):
     """Top-level command group: a :class:`RorError` or a usage error becomes one clear line and exit code 2."""
 
@@ -99,7 +120,13 @@ class RorGroup(TyperGroup):
     def invoke(self, ctx: Any) -> Any:
         _sigterm_as_interrupt()
         try:
-            return super().invoke(ctx)
+            result = super().invoke(ctx)
+            sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's last flush
+            return result
+        except BrokenPipeError:
+            # `ror agree ... | head -1`: the reader has all it wants; like other Unix tools, stop quietly.
+            _silence_stdout()
+            raise typer.Exit(0) from None
         except _NO_ARGS_IS_HELP:
             raise  # `ror review` alone prints the group's help
         except _CLICK_USAGE_ERRORS as exc:
