@@ -47,3 +47,24 @@ def test_unterminated_quote_in_a_csv_is_a_coded_error(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, "-m", "ror_annotate", "agree", "--from-csv", str(path)], capture_output=True, text=True,
                          timeout=120, env={**os.environ, "PYTHONPATH": os.getcwd()})
     assert out.returncode == 2 and out.stderr.startswith("error [E940]:")
+
+
+@pytest.mark.parametrize("command", ["ingest", "run"])
+def test_a_hub_failure_leaves_no_empty_store_file(tmp_path: Path, command: str) -> None:
+    db = tmp_path / "new.duckdb"
+    out = subprocess.run([sys.executable, "-m", "ror_annotate", command, "some-org/some-dataset", "--db", str(db)],
+                         capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "PYTHONPATH": os.getcwd(), "HF_HUB_OFFLINE": "1"})
+    assert out.returncode == 2 and "error [E100]" in out.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_a_failing_command_keeps_an_existing_store(tmp_path: Path) -> None:
+    from ror_annotate.store import Store
+
+    db = tmp_path / "old.duckdb"
+    Store(db).close()
+    out = subprocess.run([sys.executable, "-m", "ror_annotate", "ingest", "some-org/some-dataset", "--db", str(db)],
+                         capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "PYTHONPATH": os.getcwd(), "HF_HUB_OFFLINE": "1"})
+    assert out.returncode == 2 and db.is_file()

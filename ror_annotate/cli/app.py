@@ -9,6 +9,7 @@ judge labelled nothing or too little (E506); a traceback means a bug in ror_anno
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -201,7 +202,29 @@ def open_store(db: Path, lock_timeout: float = 10.0, *, must_exist: bool = False
 
     if must_exist and str(db) != ":memory:" and not Path(db).expanduser().is_file():
         raise StoreError(f"no store at {Path(db).expanduser().resolve()}; check --db (or ROR_DB), or create one with `ror ingest FILE`")
-    return Store(db, lock_timeout=lock_timeout, read_only=read_only)
+    new = str(db) != ":memory:" and not read_only and not Path(db).expanduser().exists()
+    store = Store(db, lock_timeout=lock_timeout, read_only=read_only)
+    return _removed_if_left_empty(store) if new else store
+
+
+@contextmanager
+def _removed_if_left_empty(store: Any) -> Any:
+    """A store this command created: removed again (file, WAL, progress file) when the command fails
+    before storing any trace (a hub that cannot be reached, a bad input), so no empty store is left."""
+    try:
+        yield store
+    except BaseException:
+        try:
+            empty = store.counts().get("traces", 0) == 0
+        except Exception:  # noqa: BLE001 - a store in a bad state is left for the user to look at
+            empty = False
+        store.close()
+        if empty:
+            for suffix in ("", ".wal", ".progress.json"):
+                Path(store.path + suffix).unlink(missing_ok=True)
+        raise
+    finally:
+        store.close()
 
 
 def deprecated_alias(old_value: Any, old_flag: str, value: Any, flag: str) -> Any:
