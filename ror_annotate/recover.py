@@ -67,7 +67,11 @@ def _counts(path: str) -> dict[str, int]:
     con = duckdb.connect(path, read_only=True)
     try:
         present = {r[0] for r in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
-        return {t: int(con.execute(f"SELECT count(*) FROM {t}").fetchone()[0]) if t in present else 0 for t in COUNTED_TABLES}
+        counts = {}
+        for t in COUNTED_TABLES:
+            row = con.execute(f"SELECT count(*) FROM {t}").fetchone() if t in present else None
+            counts[t] = int(row[0]) if row else 0
+        return counts
     finally:
         con.close()
 

@@ -574,7 +574,7 @@ def validate_card(out_dir: Path, files: Sequence[str]) -> dict[str, Any]:
         for entry in data_files if isinstance(data_files, list) else [data_files]:
             patterns = entry.get("path") if isinstance(entry, dict) else entry
             for pattern in patterns if isinstance(patterns, list) else [patterns]:
-                if not any(fnmatch.fnmatchcase(f, pattern) for f in files):
+                if not any(fnmatch.fnmatchcase(f, str(pattern)) for f in files):
                     raise bad(f"config {name!r}: data_files pattern {pattern!r} matches none of the files to upload")
     infos = data.get("dataset_info")
     for info in infos if isinstance(infos, list) else [infos] if infos else []:
