@@ -428,8 +428,8 @@ def _connect_with_retry(path: str, lock_timeout: float, read_only: bool = False,
                 who = f" (process {holder.group(1)}: {_process_command(path, int(holder.group(1)))})" if holder else ""
                 if read_only:
                     raise StoreLockedError(
-                        f"the store {path} is being written by another process{who}; DuckDB lets no other process open "
-                        "the file while one writes, not even to read. Wait for it to finish (`ror status` shows its "
+                        f"the store {path} is locked by another process{who}, which is writing it; DuckDB lets no other "
+                        "process open the file while one writes, not even to read. Wait for it to finish (`ror status` shows its "
                         f"progress), or work on a copy made after it ends. (waited {lock_timeout:g} s; raise --lock-timeout "
                         "to wait longer)"
                     ) from exc

@@ -210,10 +210,13 @@ def open_store(db: Path, lock_timeout: float = 10.0, *, must_exist: bool = False
 @contextmanager
 def _removed_if_left_empty(store: Any) -> Any:
     """A store this command created: removed again (file, WAL, progress file) when the command fails
-    before storing any trace (a hub that cannot be reached, a bad input), so no empty store is left."""
+    before storing any trace with a coded error (a hub that cannot be reached, a bad input), so no empty
+    store is left. An interrupted command keeps the store: its run is recorded there as interrupted."""
     try:
         yield store
-    except BaseException:
+    except RorError as exc:  # not an interrupt: an interrupted run stays recorded in the store
+        if _is_interrupt(exc):
+            raise
         try:
             empty = store.counts().get("traces", 0) == 0
         except Exception:  # noqa: BLE001 - a store in a bad state is left for the user to look at
