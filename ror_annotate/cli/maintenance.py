@@ -22,8 +22,8 @@ def recover_cmd(db: DbOption = DEFAULT_DB_PATH) -> None:
         f"recovered from the log ({report.replayed_bytes} of {report.wal_bytes} bytes): "
         + ", ".join(f"{n} {t}" for t, n in gained.items()),
         f"lost: the log's last {report.lost_bytes} bytes (the commits written after byte {report.replayed_bytes}); "
-        "re-run the commands that wrote them (`ror status` lists the runs kept). An LLM judge's answers are "
-        "also kept per response in its cache, so labelling again does not pay for them twice",
+        "re-run the commands that wrote them (`ror status` lists the runs kept); an LLM judge's answers in "
+        "those commits (its cache lives in the store) are requested, and paid, again",
         "store now: " + ", ".join(f"{n} {t}" for t, n in report.recovered_counts.items()),
     ]
     for line in lines:
