@@ -243,6 +243,11 @@ class ViewError(RorError, RuntimeError):
     """Building or serving the static viewer site failed (no traces, a bad output folder, an unreadable export)."""
 
     code = "E850"
+class ExportWriteError(ExportError, OSError):
+    """The export's files could not be written (disk full, read-only folder, I/O error); nothing is left
+    behind. Also an ``OSError``, so callers that catch the builtin keep working."""
+
+    code = "E818"
 
 
 class SteerError(RorError, RuntimeError):

@@ -126,6 +126,8 @@ class _TrackedProgress:
 
     def add_task(self, description: str, total: float | None = None, **fields: Any) -> int:
         task_id = self._display.add_task(description, total=total, **fields) if self._display is not None else len(self._tasks)
+        # The stage is named once, by the description the task starts with: a bar whose text changes
+        # (the judge's running cost) stays one stage, its newer text going to the info column.
         self._tasks[task_id] = {"description": description, "total": total, "completed": 0, "info": str(fields.get("info", ""))}
         self._report(task_id)
         return task_id
@@ -142,10 +144,10 @@ class _TrackedProgress:
             task["completed"] = completed
         if advance is not None:
             task["completed"] += advance
-        if description is not None:
-            task["description"] = description
         if "info" in fields:
             task["info"] = str(fields["info"])
+        elif description is not None and description != task["description"]:
+            task["info"] = description
         self._report(task_id)
 
     def advance(self, task_id: int, advance: float = 1) -> None:
@@ -639,7 +641,7 @@ def export(
     split_fractions: Sequence[float] = (0.8, 0.1, 0.1),
     stratify_by: str | None = None,
     name: str | None = None,
-    license: str = "other",
+    license: str | None = None,
     source_licenses: dict[str, str] | None = None,
     trace_ids: Sequence[str] | None = None,
     run: Run | None = None,
@@ -662,6 +664,20 @@ def export(
     params = {"name": name, "out": str(out_dir), "labels": labels, "tokenizer": tokenizer if tokenizer is None or isinstance(tokenizer, str) else "object",
               "chat_template": chat_template, "split_seed": split_seed, "split_fractions": list(split_fractions),
               "stratify_by": stratify_by, "license": license, "source_licenses": dict(source_licenses or {})}
+    if store.read_only and run is None:
+        # Nothing can be written to a read-only store: the export's manifest records the run instead.
+        detached = store.detached_run("export", params)
+        tracked = progress if isinstance(progress, _TrackedProgress) else _TrackedProgress(store, progress)
+        task = tracked.add_task("export", total=None)
+        record = {**detached.model_dump(mode="json"), "status": "ok", "recorded_in": "manifest (the store was read-only)"}
+        summary = export_dataset(
+            store, out_dir, label_source=labels, tokenizer=tokenizer, chat_template=chat_template, seed=split_seed,
+            split_fractions=split_fractions, stratify_by=stratify_by, name=name, license=license,
+            source_licenses=source_licenses, trace_ids=trace_ids, run_record=record,
+            progress=lambda done, total: tracked.update(task, completed=done, total=total),
+        )
+        tracked.update(task, total=summary.n_traces, completed=summary.n_traces)
+        return summary
     with _stage(store, run, "export", params, progress) as (the_run, tracked):
         task = tracked.add_task("export", total=None)
         summary = export_dataset(
@@ -703,7 +719,7 @@ def run(
     split_fractions: Sequence[float] = (0.8, 0.1, 0.1),
     stratify_by: str | None = None,
     chat_template: bool = False,
-    license: str = "other",
+    license: str | None = None,
     source_licenses: dict[str, str] | None = None,
     progress: Any = None,
 ) -> RunSummary:

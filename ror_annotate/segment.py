@@ -84,7 +84,7 @@ __all__ = [
 
 #: Versioned id of the rule set below; change it whenever a rule changes the output (the store
 #: compares it to skip re-segmenting traces already segmented by the same rules).
-SEGMENTER_NAME = "ror-clause-v2"
+SEGMENTER_NAME = "ror-clause-v3"
 #: The method's hard cap on a segment's length, in tokens of the subject model's tokenizer.
 MAX_SEGMENT_TOKENS = 125
 #: Segment length profile of the method's corpus (tokens; Wang, Fayyaz, Peng, arXiv:2611.05919):
@@ -468,6 +468,34 @@ ABBREVIATIONS_BEFORE_NUMBER = frozenset(
 )
 
 
+#: Initials: one capital letter, or a chain written without spaces ("A.N"), before the final period.
+_INITIALS = re.compile(r"[A-Z](?:\.[A-Z])*")
+#: Words that open a sentence after a one-letter sentence end ("... the vertex is B. Now ..."), on top
+#: of spaCy's English stop words: the openers of reasoning steps. Any other capitalized word after an
+#: initial is taken as the rest of a name ("A. N. Kolmogorov"), which is not a sentence end.
+SENTENCE_STARTERS = frozenset(
+    """
+    let wait hmm hmmm okay ok alright alternatively hence thus similarly therefore finally first second third
+    next now then so but also maybe perhaps actually note notice recall consider suppose assume given since
+    because check compute calculate verify compare substituting substitute plugging using yes no right good
+    great oh ah well another option answer step case looking adding multiplying dividing subtracting solving
+    simplifying expanding factoring take set try indeed clearly obviously otherwise instead anyway again still
+    correct wrong hold oops sorry find count start let's i'm i'll we're that's it's there's
+    """.split()
+)
+
+
+#: Words after which a single capital letter with a period is a name's initial ("proved by A. Kolmogorov").
+_NAME_CUES = frozenset("by and with mathematician physicist professor prof. dr. mr. mrs. ms. sir".split())
+
+
+@lru_cache(maxsize=1)
+def _sentence_starters() -> frozenset[str]:
+    from spacy.lang.en.stop_words import STOP_WORDS
+
+    return frozenset(STOP_WORDS) | SENTENCE_STARTERS
+
+
 @lru_cache(maxsize=1)
 def _spacy_abbreviations() -> frozenset[str]:
     """Multi-letter abbreviations from spaCy's English tokenizer exceptions ("Inc.", "Ph.D.")."""
@@ -544,6 +572,7 @@ class Segmenter:
         self._exact_is_approx = type(self.token_counter) is ApproxTokenCounter
         self._abbrev_any = ABBREVIATIONS_NEVER_FINAL
         self._abbrev_num = ABBREVIATIONS_BEFORE_NUMBER | _spacy_abbreviations()
+        self._starters = _sentence_starters()
         # Built here, not at import: spaCy's data costs seconds to import. The patterns and sets
         # travel with the object when segment_many pickles it to worker processes.
         self._enders = _spacy_sentence_enders()
@@ -645,7 +674,7 @@ class Segmenter:
                     accepted.append(cut)
             yield s, e, accepted
 
-    def _sentence_cut(self, text: str, pos: int, line_start: int, line_end: int) -> int | None:
+    def _sentence_cut(self, text: str, pos: int, line_start: int, line_end: int) -> int | None:  # noqa: C901  (one branch per sentence-end exception: abbreviations, initials, decimals, ellipses)
         """Where a sentence starting near ``pos`` really starts, or None to reject the cut."""
         if pos <= line_start or pos >= line_end:
             return None
@@ -673,6 +702,23 @@ class Segmenter:
                 return None
             if word in self._abbrev_num and (nxt[0].isdigit() or nxt[0] in "(#$\\"):
                 return None
+            if _INITIALS.fullmatch(initials := prev[:-1].lstrip(_OPENERS)) and nxt[0].isupper():
+                # Personal initials: "A. N. Kolmogorov", "A.N. Kolmogorov", "G. H. Hardy". Another initial,
+                # or a capitalized word that does not open sentences, continues the name; "... is B. Now"
+                # stays a sentence end.
+                # A single capital letter is far more often a variable ending a sentence ("the curl of B.
+                # Divergence ...", measured on ../shared/data): it is an initial only after a name cue
+                # ("by", "and", a title) or inside a chain.
+                following = re.match(r"[A-Za-z']+\.?", nxt)
+                token = following.group(0) if following else ""
+                if _INITIALS.fullmatch(token.rstrip(".")) and token.endswith(".") and len(token) <= 4:
+                    return None  # the chain goes on: "A. N. ..."
+                before = text[max(line_start, word_start - 40):word_start].split()
+                in_chain = "." in initials or bool(before and _INITIALS.fullmatch(before[-1].rstrip(".")) and before[-1].endswith("."))
+                cue = bool(before) and before[-1].lower().rstrip(",") in _NAME_CUES
+                word = token.rstrip(".")
+                if (in_chain or cue) and len(word) > 1 and word.lower() not in self._starters:
+                    return None
         if not (nxt[0].isalnum() or nxt[0] in _OPENERS or nxt[0] in "\\$¿¡"):
             return None  # "8! / 2", "x? = y": an operator cannot open a sentence
         if nxt[0].isalpha() and nxt[0].islower() and (prev[-1] not in _QUESTION_MARKS or len(prev) < len(raw_prev)):

@@ -184,6 +184,20 @@ def rowid_ranges(buckets: Sequence[int], max_ranges: int = MAX_ROWID_RANGES) -> 
     return [(lo, hi) for lo, hi in runs]
 
 
+#: Code of a store used from a thread other than the one that opened it.
+WRONG_THREAD = "E205"
+
+
+def _wrong_thread(path: str, shared: "_Shared") -> StoreError:
+    return StoreError(
+        f"the store {path} is open in thread {shared.owner_name!r} of this process and was used from thread "
+        f"{threading.current_thread().name!r}: a store's connection belongs to the thread that opened it (DuckDB "
+        "transactions of two threads on one connection would mix). Use the store from that thread, close every "
+        "handle there first, or use it from another process",
+        code=WRONG_THREAD,
+    )
+
+
 class _Shared:
     """One DuckDB connection per resolved path inside this process, shared by every :class:`Store`
     handle on that path: a reference count and the transaction depth live here, not on a handle, so
@@ -193,6 +207,9 @@ class _Shared:
     def __init__(self, con: duckdb.DuckDBPyConnection, read_only: bool) -> None:
         self.con = con
         self.read_only = read_only
+        #: The thread that opened the connection: the only one that may use it (see :class:`Store`).
+        self.owner = threading.get_ident()
+        self.owner_name = threading.current_thread().name
         self.refs = 0
         self.tx_depth = 0
         self.lock = threading.RLock()
@@ -304,6 +321,47 @@ def _duckdb_config(memory_limit: str | None) -> dict[str, Any]:
     return {"memory_limit": limit} if limit else {}
 
 
+#: Code of a store whose write-ahead log (``<db>.wal``) cannot be replayed (``ror recover`` helps).
+DAMAGED_WAL = "E206"
+#: Code of a store file DuckDB cannot open (not a DuckDB file, damaged, another version's format).
+UNREADABLE_STORE = "E207"
+
+
+def _open_error(path: str, exc: Exception) -> StoreError:
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    if "WAL" in str(exc):
+        return StoreError(
+            f"the store {path} cannot be opened: its write-ahead log {Path(path).name}.wal is damaged (a process killed "
+            f"while writing, a disk fault: {text}). Run `ror recover --db {path}`: it moves the log aside (never deletes "
+            "it), keeps every commit the log still holds intact, opens the last checkpointed state and reports what was lost",
+            code=DAMAGED_WAL,
+        )
+    return StoreError(f"cannot open the store {path}: {text}", code=UNREADABLE_STORE)
+
+
+def _process_command(db_path: str, pid: int) -> str:
+    """What process ``pid`` runs: the ror command in the store's progress file when that process wrote
+    it, else its command line (Linux ``/proc``) up to its first ``--option`` (so no option value, such
+    as a key, is ever shown), else ``"command unknown"``."""
+    state = ProgressFile.read(db_path) if db_path != ":memory:" else None
+    if isinstance(state, dict) and state.get("pid") == pid and state.get("status") == "running" and state.get("command"):
+        return str(state["command"])
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return "command unknown"
+    parts = [part.decode("utf-8", "replace") for part in raw.split(b"\0") if part]
+    # The program and its leading words only: options (where an --api-key would be) are left out.
+    shown = []
+    for n, part in enumerate(parts):
+        if n and (part.startswith("--") or "=" in part or "://" in part):
+            shown.append("...")
+            break
+        shown.append(Path(part).name if n == 0 else part[:40])
+    text = " ".join(shown)
+    return (text[:117] + "...") if len(text) > 120 else (text or "command unknown")
+
+
 def _connect_with_retry(path: str, lock_timeout: float, read_only: bool = False, memory_limit: str | None = None) -> duckdb.DuckDBPyConnection:
     deadline = time.monotonic() + max(lock_timeout, 0.0)
     delay = 0.05
@@ -320,17 +378,26 @@ def _connect_with_retry(path: str, lock_timeout: float, read_only: bool = False,
             ) from exc
         except duckdb.IOException as exc:
             if not _is_lock_error(exc):
-                raise StoreError(f"cannot open the store {path}: {exc}") from exc
+                raise _open_error(path, exc) from exc
             if time.monotonic() >= deadline:
                 holder = re.search(r"PID (\d+)", str(exc))
-                who = f" (held by process {holder.group(1)})" if holder else ""
+                who = f" (process {holder.group(1)}: {_process_command(path, int(holder.group(1)))})" if holder else ""
+                if read_only:
+                    raise StoreLockedError(
+                        f"the store {path} is locked by another process{who}, which is writing it; DuckDB lets no other "
+                        "process open the file while one writes, not even to read. Wait for it to finish (`ror status` shows its "
+                        f"progress), or work on a copy made after it ends. (waited {lock_timeout:g} s; raise --lock-timeout "
+                        "to wait longer)"
+                    ) from exc
                 raise StoreLockedError(
                     f"the store {path} is locked by another process{who}: DuckDB allows one writer per file. "
-                    f"Wait for that ror command to finish, or pass --db with another path. "
+                    f"Wait for that command to finish (`ror status` shows its progress), or pass --db with another path. "
                     f"(waited {lock_timeout:g} s; raise --lock-timeout to wait longer)"
                 ) from exc
             time.sleep(min(delay, max(deadline - time.monotonic(), 0.0)) * (0.5 + random.random() / 2))
             delay = min(delay * 2, 1.0)
+        except duckdb.Error as exc:  # a damaged write-ahead log or database file
+            raise _open_error(path, exc) from exc
 
 
 class SegmentLength(NamedTuple):
@@ -525,6 +592,15 @@ class Store:
         re-read from the file, operators spill to ``<db>.tmp``). Ignored when the file is already
         open in this process.
 
+    Notes
+    -----
+    Threads: every handle on one file in a process shares one DuckDB connection, and that connection
+    belongs to the thread that opened it. Opening or using a store from another thread while it is
+    open is refused with a :class:`StoreError` (code ``E205``) instead of mixing the two threads'
+    transactions (a run recorded by one thread would be rolled back with the other's, uncommitted rows
+    would be read). Use a store from one thread; other threads (or processes) open it after every
+    handle of the first is closed. Stores on different files work from different threads.
+
     Raises
     ------
     ConfigError
@@ -555,6 +631,8 @@ class Store:
                 raise StoreError(
                     f"the store {self.path} is already open read-only in this process; close that handle before writing"
                 )
+            if entry is not None and entry.owner != threading.get_ident():
+                raise _wrong_thread(self.path, entry)
             if entry is None:
                 entry = _Shared(_connect_with_retry(self.path, lock_timeout, self.read_only, memory_limit), self.read_only)
                 entry.memory_limit = _duckdb_config(memory_limit).get("memory_limit")
@@ -562,7 +640,6 @@ class Store:
                     _OPEN[self.path] = entry
             entry.refs += 1
             self._shared = entry
-        self.con: duckdb.DuckDBPyConnection = entry.con
         try:
             if entry.read_only:
                 self._check_readable()
@@ -573,14 +650,28 @@ class Store:
             self.close()
             raise
 
+    @property
+    def con(self) -> duckdb.DuckDBPyConnection:
+        """The DuckDB connection of this file in this process; only the thread that opened it may use it.
+
+        Raises
+        ------
+        StoreError
+            ``E205``: called from another thread.
+        """
+        shared = self._shared
+        if shared.owner != threading.get_ident():
+            raise _wrong_thread(self.path, shared)
+        return shared.con
+
     def _check_readable(self) -> None:
         found = self._count("SELECT count(*) FROM information_schema.tables WHERE table_name = 'schema_versions'")
         version = self.schema_version("core") if found else 0
         if version != len(CORE_MIGRATIONS):
             raise SchemaVersionError(
                 f"the store {self.path} has core schema v{version} and this ror_annotate expects v{len(CORE_MIGRATIONS)}; "
-                "it cannot be opened read-only until a writing command (e.g. `ror status --write`, `ror ingest`) "
-                "has migrated it" if version < len(CORE_MIGRATIONS) else
+                f"it cannot be opened read-only until it is migrated: run `ror migrate --db {self.path}` (or any "
+                "writing command, such as `ror ingest`)" if version < len(CORE_MIGRATIONS) else
                 f"the store {self.path} has core schema v{version}, newer than this ror_annotate knows "
                 f"(v{len(CORE_MIGRATIONS)}): upgrade ror_annotate"
             )
@@ -594,7 +685,7 @@ class Store:
         with _OPEN_LOCK:
             self._shared.refs -= 1
             if self._shared.refs <= 0:
-                self.con.close()
+                self._shared.con.close()
                 if _OPEN.get(self.path) is self._shared:
                     _OPEN.pop(self.path, None)
 
@@ -771,7 +862,7 @@ class Store:
                 return 0
             raise SchemaVersionError(
                 f"the store {self.path} has {component} schema v{current} and this ror_annotate expects "
-                f"v{len(migrations)}; open it once with a writing command to migrate it"
+                f"v{len(migrations)}; run `ror migrate --db {self.path}` (or any writing command) to migrate it"
             )
         if current > len(migrations):
             raise SchemaVersionError(
@@ -1462,15 +1553,8 @@ class Store:
 
         Prefer :meth:`run`, which also records how the command ended.
         """
-        from .provenance import package_versions
-
         self._require_writable("record a run")
-        run = Run(
-            run_id=f"run-{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}",
-            command=command,
-            parameters=scrub_secrets(parameters or {}),
-            package_versions=package_versions(),
-        )
+        run = self.detached_run(command, parameters)
         with duckdb_errors(self.path, "record a run"):
             self.con.execute(
                 "INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
@@ -1480,6 +1564,21 @@ class Store:
                 ],
             )
         return run
+
+    def detached_run(self, command: str, parameters: dict[str, Any] | None = None) -> Run:
+        """A new :class:`Run` (id, scrubbed parameters, package versions) that is not written to the store.
+
+        :meth:`start_run` records it; a command reading a read-only store keeps it elsewhere (``ror
+        export`` writes it into the export's manifest).
+        """
+        from .provenance import package_versions
+
+        return Run(
+            run_id=f"run-{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}",
+            command=command,
+            parameters=scrub_secrets(parameters or {}),
+            package_versions=package_versions(),
+        )
 
     def finish_run(self, run_id: str, *, status: str = "ok", counts: dict[str, Any] | None = None) -> None:
         """Record the end of a run with its final status and counts (merged into any stored counts;

@@ -455,11 +455,23 @@ def status(db: DbOption = DEFAULT_DB_PATH, lock_timeout: LockTimeoutOption = 10.
 
     try:
         store = open_store(db, min(lock_timeout, 1.0), must_exist=True, read_only=True)
-    except StoreLockedError:
+    except StoreLockedError as locked:
         state = ProgressFile.read(db)
         if state is None:
             raise
-        console.print(f"{Path(db).expanduser().resolve()}: locked by a running job; its progress:")
+        where = Path(db).expanduser().resolve()
+        _check_progress_shape(state, where)
+        if not _is_live(state):
+            # the progress file is a finished (or killed) run's: the job holding the lock now has not
+            # written its own yet
+            console.print(
+                f"{where}: locked by a running job that has not reported its progress yet ({locked.message.split(': ', 1)[0]}); "
+                f"the last progress written was {state.get('command', '?')} {state.get('run_id', '')} "
+                f"({'ended ' + str(state.get('status')) if state.get('status') != 'running' else 'its process is gone'})",
+                markup=False, highlight=False,
+            )
+            return
+        console.print(f"{where}: locked by a running job; its progress:", markup=False, highlight=False)
         console.print(_progress_table(state))
         return
     with store:
@@ -479,15 +491,59 @@ def status(db: DbOption = DEFAULT_DB_PATH, lock_timeout: LockTimeoutOption = 10.
             console.print(table)
 
 
+#: Code of a progress file (``<db>.progress.json``) that is not the shape ror writes.
+BAD_PROGRESS_FILE = "E204"
+
+
+def _check_progress_shape(state: Any, where: Path) -> None:
+    """Raise ``StoreError`` (``E204``) unless ``state`` is a progress file as :class:`ProgressFile` writes it."""
+    from ..errors import StoreError
+
+    stages = state.get("stages") if isinstance(state, dict) else None
+    ok = isinstance(state, dict) and isinstance(stages, dict) and all(
+        isinstance(v, dict) and all(isinstance(v.get(k, 0), (int, float)) or v.get(k) is None for k in ("done", "total"))
+        for v in stages.values()
+    )
+    if not ok:
+        raise StoreError(
+            f"{where}.progress.json is not a ror progress file (expected an object with a 'stages' object of "
+            f"{{'done', 'total', 'info'}} entries, got {type(state).__name__}); delete it, the next command rewrites it",
+            code=BAD_PROGRESS_FILE,
+        )
+
+
+def _is_live(state: dict[str, Any]) -> bool:
+    """Whether the progress file describes a job that is still running (status and a live process)."""
+    import os
+
+    if state.get("status") != "running":
+        return False
+    pid = state.get("pid")
+    if not isinstance(pid, int) or pid <= 0:
+        return True  # cannot tell: show it
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError):
+        return True
+    return True
+
+
 def _progress_table(state: dict[str, Any]) -> Table:
-    table = Table(title=f"{state.get('command', '?')} {state.get('run_id', '')} (pid {state.get('pid', '?')}, updated {state.get('updated_at', '?')})")
-    table.add_column("stage")
-    table.add_column("done", justify="right")
-    table.add_column("total", justify="right")
-    table.add_column("info")
+    from rich.text import Text
+
+    # Everything comes from a file: printed as text, never as Rich markup.
+    table = Table(title=Text(f"{state.get('command', '?')} {state.get('run_id', '')} (pid {state.get('pid', '?')}, updated {state.get('updated_at', '?')})"))
+    table.add_column("stage", overflow="fold")
+    table.add_column("done", justify="right", no_wrap=True)
+    table.add_column("total", justify="right", no_wrap=True)
+    table.add_column("info", overflow="fold")
     for stage, info in (state.get("stages") or {}).items():
-        table.add_row(stage, str(info.get("done", "")), "" if info.get("total") is None else str(info["total"]), str(info.get("info", "")))
-    table.caption = f"status: {state.get('status', '?')}"
+        table.add_row(
+            Text(str(stage)), str(info.get("done", "")), "" if info.get("total") is None else str(info["total"]), Text(str(info.get("info", ""))),
+        )
+    table.caption = Text(f"status: {state.get('status', '?')}")
     return table
 
 

@@ -240,12 +240,28 @@ def steer_cmd(
                           schedule=schedule, max_new_tokens=max_new_tokens, seed=seed,
                           progress=lambda msg: err_console.print(f"generating {msg}", highlight=False))
     shown = Table(title=f"steering evaluation ({len(items)} problems, schedule {schedule})")
-    for col in ("condition", "n", "median tokens", "mean tokens", "accuracy", "median change vs unmodified"):
+    for col in ("condition", "n", "median tokens", "mean tokens", "accuracy", "median change vs unmodified", "steered rows", "steered tokens"):
         shown.add_column(col)
-    for s in summarize(rows):
+    summary = summarize(rows)
+    for s in summary:
+        steered = s["steered_rows"] is not None
         shown.add_row(s["condition"], str(s["n"]), f"{s['median_tokens']:g}", f"{s['mean_tokens']:.1f}",
-                      f"{s['accuracy']:.3f}", f"{s['median_token_change']:+.1%}")
+                      f"{s['accuracy']:.3f}", f"{s['median_token_change']:+.1%}",
+                      f"{s['steered_rows']}/{s['n']}" if steered else "-", str(s["steered_tokens"]) if steered else "-")
     console.print(shown)
+    for s in summary:
+        if s["steered_rows"] == 0:
+            err_console.print(
+                f"warning: condition {s['condition']} steered no token: the schedule {schedule} never switched on"
+                + (f" (no first answer within --max-new-tokens {max_new_tokens}); raise --max-new-tokens or use --schedule always"
+                   if schedule == "after_first_answer" else ""),
+                highlight=False, markup=False, soft_wrap=True,
+            )
+        elif s["steered_rows"] is not None and s["steered_rows"] < s["n"]:
+            err_console.print(
+                f"warning: condition {s['condition']} steered {s['steered_rows']} of {s['n']} rows ({s['steered_tokens']} tokens); "
+                "the others never switched on", highlight=False, markup=False, soft_wrap=True,
+            )
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")

@@ -21,14 +21,14 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ..errors import ConfigError, ExportError
+from ..errors import ConfigError, ExportError, ExportWriteError, RorError
 from ..records import BEHAVIORS, SOURCE_KINDS
 from ..store import Store
 from . import read
 from .features import BEHAVIOR_ID, CONFIGS
 from .labels import LABEL_CHOICES, SOURCES_USED, ChosenLabel, choose_label, joined
 from .splits import check_fractions, split_traces
-from .write import MANIFEST, ExportWriter, check_replaceable, license_allows_publishing, new_tmp_dir, swap_in, write_json
+from .write import MANIFEST, WRITE_FAILED, ExportWriter, check_replaceable, license_allows_publishing, new_tmp_dir, swap_in, write_json
 
 #: Code of the error for ``--labels aggregate`` / ``--labels import`` on a store without such labels.
 MISSING_RATER = "E830"
@@ -252,6 +252,13 @@ def _license_of(trace: Any, source_licenses: Mapping[str, str]) -> str | None:
     return str(lic) if lic else None
 
 
+def _common_license(sources: Sequence[Mapping[str, Any]]) -> str:
+    """The one known licence all ``sources`` share, else ``"other"``."""
+    found = {s.get("license") for s in sources}
+    lic = found.pop() if len(found) == 1 else None
+    return str(lic) if lic and license_allows_publishing(str(lic)) else "other"
+
+
 def _counter_name(names: Counter[str]) -> str:
     from ..tokenizer import public_tokenizer_name
 
@@ -301,9 +308,10 @@ def export_dataset(
     split_fractions: Sequence[float] = (0.8, 0.1, 0.1),
     stratify_by: str | None = None,
     name: str | None = None,
-    license: str = "other",
+    license: str | None = None,
     source_licenses: Mapping[str, str] | None = None,
     trace_ids: Sequence[str] | None = None,
+    run_record: Mapping[str, Any] | None = None,
     batch_size: int = 64,
     progress: Callable[[int, int], None] | None = None,
     max_batch_segments: int = 20_000,
@@ -334,14 +342,19 @@ def export_dataset(
     stratify_by : {"dataset", "model", "source"}, optional
     name : str, optional
         Dataset name in the card (default: the directory name).
-    license : str, default "other"
-        Licence identifier of the dataset written in the card.
+    license : str, optional
+        Licence identifier of the dataset written in the card. Default: the licence of the traces'
+        sources when every source has the same known one (the embedded sample's ``mit``, kept with
+        its stored traces), else ``"other"``.
     source_licenses : mapping, optional
         ``{trace source: licence id}`` for the traces' sources (a trace's ``meta["license"]`` is
         used otherwise). A source without a known licence is listed as not publishable, and
         :func:`~ror_annotate.export.publish_export` refuses to upload its text unless told to.
     trace_ids : sequence of str, optional
         Export only these traces (default: every segmented trace in the store).
+    run_record : mapping, optional
+        A run that could not be recorded in the store (a read-only store): written into the
+        manifest under ``"run"``, with the export's counts and end time.
     batch_size : int
         Most traces read, tokenized and written per batch.
     progress : callable, optional
@@ -414,7 +427,7 @@ def export_dataset(
             "seed": seed,
             "split_fractions": [float(f) for f in split_fractions],
             "stratify_by": stratify_by,
-            "license": license,
+            "license": license or _common_license(sources),
         }
         paths = {"card": "README.md", "manifest": MANIFEST, "analytics": "analytics.json"}
         for config, splits in data_files.items():
@@ -475,13 +488,26 @@ def export_dataset(
         manifest = summary.to_dict()
         manifest.pop("seconds")  # not known until the files are written
         manifest["created_at"] = _build_time()
+        if run_record is not None:
+            manifest["run"] = {
+                **dict(run_record), "ended_at": manifest["created_at"],
+                "counts": {"traces": summary.n_traces, "segments": summary.n_segments, "tokens": summary.n_tokens},
+            }
         write_json(tmp / MANIFEST, manifest)
         swap_in(tmp, out_dir)
-    except BaseException:
+    except BaseException as exc:
         import shutil
 
         writer.abort()
         shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(exc, OSError) and not isinstance(exc, RorError):  # disk full, read-only, I/O error
+            raise ExportWriteError(
+                f"the export to {out_dir} failed while writing: {exc.strerror or exc}"
+                f"{f' ({exc.filename})' if exc.filename else ''}; nothing was left behind (its temporary folder is "
+                f"removed{', an earlier export there is unchanged' if out_dir.exists() else ''}). Free some space or "
+                "choose another --out, then export again",
+                code=WRITE_FAILED,
+            ) from None
         raise
     summary.seconds = time.perf_counter() - t0
     return summary
