@@ -266,3 +266,24 @@ def steer_cmd(
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
         console.print(f"wrote {out}")
+
+
+@app.command("tiny-model", rich_help_panel=_PANEL)
+def tiny_model_cmd(
+    out: Annotated[Path, typer.Argument(help="Folder for the checkpoint and its tokenizer (created).")],
+    traces: Annotated[Optional[Path], typer.Option("--traces", help="JSONL of traces to train the tokenizer on (default: the embedded sample).")] = None,
+    problems: Annotated[Optional[Path], typer.Option("--problems", help="Also write 4 problems of those traces here, for `ror steer`.")] = None,
+    seed: Annotated[int, typer.Option("--seed")] = 0,
+) -> None:
+    """Build a tiny random-weight Qwen3-MoE checkpoint and a tokenizer trained on the traces, offline (to try probe/steer)."""
+    from ..steer import require_torch
+
+    require_torch()
+    from ..steer.tiny import TinyModelOptions, build_tiny_model, write_problems
+
+    info = build_tiny_model(out, TinyModelOptions.from_options({"traces": str(traces) if traces else None, "seed": seed}))
+    console.print(f"wrote a random-weight Qwen3-MoE ({info['layers']} MoE layers x {info['experts']} experts, top-{info['top_k']}, "
+                  f"{info['parameters']:,} parameters) and a {info['vocab_size']}-token BPE tokenizer -> {out}", highlight=False)
+    if problems is not None:
+        n = write_problems(problems, traces)
+        console.print(f"wrote {n} problems -> {problems}", highlight=False)
