@@ -155,6 +155,14 @@ DependentPolicy = Literal["cascade", "refuse"]
 
 #: Filter on a list of trace ids as a hash semi-join (``list_contains`` costs rows x ids).
 _IDS_FILTER = "trace_id IN (SELECT unnest(?::VARCHAR[]))"
+
+#: The ``labels`` table's columns, in table order, as Arrow types (:meth:`Store.upsert_label_table`).
+LABEL_TABLE_SCHEMA = pa.schema([
+    ("label_id", pa.string()), ("trace_id", pa.string()), ("segment_index", pa.int32()), ("label", pa.string()),
+    ("source", pa.string()), ("annotator", pa.string()), ("codebook_version", pa.string()), ("run_id", pa.string()),
+    ("study", pa.string()), ("confidence", pa.float64()), ("rationale", pa.string()), ("created_at", pa.timestamp("us")),
+    ("extra", pa.string()), ("distribution", pa.list_(pa.float64())),
+])
 #: Rows per unit of the row-id ranges of :meth:`Store.trace_filter` (DuckDB's vector, the finest unit its scan skips).
 ROWID_BUCKET = 2048
 #: Most row-id ranges one :meth:`Store.trace_filter` condition names; the closest are merged beyond it.
@@ -1113,6 +1121,29 @@ class Store:
             sql += f" ORDER BY {order_by}" if order_by else ""
             return self.con.execute(sql, [*values, *params]).fetchall()
 
+    def arrow_of_traces(
+        self, table: str, columns: str, trace_ids: Sequence[str], *, where: str = "", params: Sequence[Any] = (), order_by: str = ""
+    ) -> pa.Table:
+        """:meth:`rows_of_traces` as one Arrow table: for batch stages that work on columns, not rows.
+
+        The same query (reading only the parts of ``table`` that hold ``trace_ids``, in one
+        snapshot), returned by DuckDB as Arrow without a Python object per value. No matching row
+        (or no ``trace_ids``) gives a table with the columns and no rows.
+
+        Returns
+        -------
+        pyarrow.Table
+            ``[n_rows]`` with the ``columns`` named in the query, in ``order_by`` order.
+        """
+        with self.transaction():
+            found = self.trace_filter(table, trace_ids)
+            condition, values = found if found is not None else ("false", [])
+            sql = f'SELECT {columns} FROM "{table}" WHERE {condition}' + (f" AND ({where})" if where else "")
+            sql += f" ORDER BY {order_by}" if order_by else ""
+            # a relation (con.sql) gives Arrow without the extra copy a DB-API result makes (DuckDB 2)
+            relation = self.con.sql(sql, params=[*values, *params])
+            return _arrow_of(relation)
+
     # ------------------------------------------------------------------ labels
     def upsert_labels(self, labels: Iterable[Label]) -> int:
         """Insert or replace labels by :attr:`Label.label_id`, in one transaction. Returns the count
@@ -1144,6 +1175,76 @@ class Store:
             }
         )
         trace_ids = list(dict.fromkeys(lab.trace_id for lab in labels))
+        self._write_label_table(table, trace_ids)
+        return len(labels)
+
+    def upsert_label_table(self, table: pa.Table) -> int:
+        """Insert or replace labels given as one Arrow table (the bulk form of :meth:`upsert_labels`).
+
+        For stages that make labels by the thousand (the baseline judge): no :class:`Label` object
+        per row. The table is checked as a whole at this edge, with Arrow compute and SQL, for what
+        :class:`Label` checks one by one: its columns, non-empty ids, a known label and source, a
+        ``segment_index >= 0``, ``confidence`` in [0, 1] and unique ``label_id``; then it is written
+        in one transaction exactly as :meth:`upsert_labels` writes (labels of segments that are not
+        stored are refused, stored labels with the same id are replaced).
+
+        Parameters
+        ----------
+        table : pyarrow.Table
+            ``[n_labels]`` with the columns of :data:`LABEL_TABLE_SCHEMA` (any order; extra columns
+            are refused). ``label_id`` must be :func:`ror_annotate.records.label_ids` of the row.
+
+        Returns
+        -------
+        int
+            Rows written (``table.num_rows``).
+
+        Raises
+        ------
+        StoreError
+            A column is missing, unknown or of the wrong type; a row breaks a check above (the
+            message names the first such row's segment); a label names a segment that is not stored.
+        """
+        import pyarrow.compute as pc
+
+        from .records import BEHAVIORS, SOURCE_KINDS as _KINDS
+
+        self._require_writable("store labels")
+        names = set(table.column_names)
+        expected = set(LABEL_TABLE_SCHEMA.names)
+        if names != expected:
+            raise StoreError(
+                f"label table columns differ from the labels table: missing {sorted(expected - names)}, unknown {sorted(names - expected)}",
+                code="E960",
+            )
+        if table.num_rows == 0:
+            return 0
+        try:
+            table = table.select(LABEL_TABLE_SCHEMA.names).cast(LABEL_TABLE_SCHEMA)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+            raise StoreError(f"label table columns have the wrong types: {exc}", code="E960") from exc
+        bad = pc.invert(pc.fill_null(pc.and_(
+            pc.and_(pc.is_in(table["label"], pa.array(BEHAVIORS)), pc.is_in(table["source"], pa.array(list(_KINDS)))),
+            pc.and_(pc.greater_equal(table["segment_index"], 0), pc.and_(
+                pc.and_(pc.greater(pc.utf8_length(table["trace_id"]), 0), pc.greater(pc.utf8_length(table["annotator"]), 0)),
+                pc.and_(pc.greater(pc.utf8_length(table["codebook_version"]), 0), pc.greater(pc.utf8_length(table["label_id"]), 0)),
+            )),
+        ), False))
+        bad = pc.or_(bad, pc.fill_null(pc.or_(pc.less(table["confidence"], 0.0), pc.greater(table["confidence"], 1.0)), False))
+        if pc.any(bad).as_py():
+            row = table.filter(bad).slice(0, 1).to_pylist()[0]
+            raise StoreError(
+                f"label for segment {row['trace_id']}#{row['segment_index']} is not a valid label "
+                f"(label {row['label']!r}, source {row['source']!r}, annotator {row['annotator']!r}, confidence {row['confidence']!r})",
+                code="E961",
+            )
+        if pc.count_distinct(table["label_id"]).as_py() != table.num_rows:
+            raise StoreError("label table repeats a label_id: give each segment's label once", code="E962")
+        self._write_label_table(table, pc.unique(table["trace_id"]).to_pylist())
+        return table.num_rows
+
+    def _write_label_table(self, table: pa.Table, trace_ids: list[str]) -> None:
+        """Write checked label rows (``LABEL_TABLE_SCHEMA`` order) in one transaction; see :meth:`upsert_labels`."""
         view = f"_ror_labels_{uuid.uuid4().hex[:8]}"
         self._register(view, table)
         try:
@@ -1170,7 +1271,6 @@ class Store:
                 self.con.execute(f"INSERT INTO labels SELECT * FROM {view}")
         finally:
             self._unregister(view)
-        return len(labels)
 
     def delete_labels(self, label_ids: Iterable[str]) -> int:
         """Delete the labels with these :attr:`Label.label_id` values, in one transaction.
@@ -1436,6 +1536,16 @@ class Store:
             t: self._count(f"SELECT count(*) FROM {t}")
             for t in ("traces", "segments", "labels", "runs")
         }
+
+
+def _arrow_of(result: Any) -> pa.Table:
+    """A DuckDB result as one ``pyarrow.Table`` (``to_arrow_table`` in DuckDB 2, ``fetch_arrow_table`` before)."""
+    for name in ("to_arrow_table", "fetch_arrow_table"):
+        method = getattr(result, name, None)
+        if method is not None:
+            got = method()
+            return got if isinstance(got, pa.Table) else got.read_all()
+    return result.arrow()
 
 
 def _drop_pending_result(con: duckdb.DuckDBPyConnection) -> None:
