@@ -993,6 +993,93 @@ class Store:
             )
         return "replaced" if old else "inserted"
 
+    def replace_segments_many(
+        self,
+        items: Sequence[tuple[str, Sequence[Segment]]],
+        *,
+        segmenter: str,
+        token_counter: str,
+        run_id: str | None = None,
+        force: bool = False,
+    ) -> list[str]:
+        """Store the segmentations of a batch of traces in one transaction; :meth:`replace_segments` for many.
+
+        Traces with no stored segments (the usual case: a first ``ror segment``) are written with
+        one Arrow insert into ``segments`` and one into ``segmentations`` for the whole batch, after
+        one query that finds which of them have segments already; those go through
+        :meth:`replace_segments` one by one (its checks and statuses) inside the same transaction.
+        Per-trace costs (a transaction, a full-table lookup of the trace's old spans) become
+        per-batch ones: a million short traces no longer do a million scans.
+
+        Parameters
+        ----------
+        items : sequence of (str, sequence of Segment)
+            ``(trace_id, segments)`` per trace; each trace's segments in index order.
+        segmenter, token_counter, run_id, force
+            As in :meth:`replace_segments`, for every trace of the batch.
+
+        Returns
+        -------
+        list of str
+            Per item, ``"inserted"``, ``"unchanged"`` or ``"replaced"`` as :meth:`replace_segments` returns.
+
+        Raises
+        ------
+        StoreError
+            From the first trace :meth:`replace_segments` refuses (the message names it), or a write
+            that fails (named by the batch's first trace): the whole batch is rolled back, batches
+            committed before it stay.
+        """
+        self._require_writable("store segments")
+        if not items:
+            return []
+        ids = [trace_id for trace_id, _ in items]
+        first = ids[0]
+        statuses: list[str] = ["inserted"] * len(items)
+        with duckdb_errors(self.path, f"segments of the batch from {first!r} ({len(items)} traces)"), self.transaction():
+            found = self.trace_filter("segments", ids)
+            stored: set[str] = set()
+            if found is not None:
+                condition, values = found
+                stored = {r[0] for r in self.con.execute(f"SELECT DISTINCT trace_id FROM segments WHERE {condition}", values).fetchall()}
+            seen: set[str] = set()
+            fresh: list[int] = []
+            later: list[int] = []
+            for k, trace_id in enumerate(ids):
+                (later if trace_id in stored or trace_id in seen else fresh).append(k)
+                seen.add(trace_id)
+            if fresh:
+                segs = [seg for k in fresh for seg in items[k][1]]
+                table = pa.table(
+                    {
+                        "trace_id": pa.array([ids[k] for k in fresh for _ in items[k][1]], pa.string()),
+                        "segment_index": pa.array([seg.segment_index for seg in segs], type=pa.int32()),
+                        "char_start": pa.array([seg.char_start for seg in segs], type=pa.int32()),
+                        "char_end": pa.array([seg.char_end for seg in segs], type=pa.int32()),
+                        "text": pa.array([seg.text for seg in segs], pa.string()),
+                        "n_tokens": pa.array([seg.n_tokens for seg in segs], type=pa.int32()),
+                    }
+                )
+                n = len(fresh)
+                marks = pa.table(
+                    {
+                        "trace_id": pa.array([ids[k] for k in fresh], pa.string()),
+                        "segmenter": pa.repeat(pa.scalar(segmenter, pa.string()), n),
+                        "token_counter": pa.repeat(pa.scalar(token_counter, pa.string()), n),
+                        "n_segments": pa.array([len(items[k][1]) for k in fresh], pa.int32()),
+                        "created_at": pa.repeat(pa.scalar(to_naive_utc(utc_now()), pa.timestamp("us")), n),
+                        "run_id": pa.repeat(pa.scalar(run_id, pa.string()), n),
+                    }
+                )
+                if table.num_rows:
+                    self.insert_arrow("segments", table)
+                self.insert_arrow("segmentations", marks, on_conflict="ON CONFLICT DO UPDATE SET segmenter = excluded.segmenter, "
+                                  "token_counter = excluded.token_counter, n_segments = excluded.n_segments, "
+                                  "created_at = excluded.created_at, run_id = excluded.run_id")
+            for k in later:
+                statuses[k] = self.replace_segments(ids[k], items[k][1], segmenter=segmenter, token_counter=token_counter, run_id=run_id, force=force)
+        return statuses
+
     def _clear_dependents(self, trace_id: str, force: bool) -> None:
         """Refuse, or delete what refers to the old segments of ``trace_id`` (see :meth:`replace_segments`)."""
         n_labels = self._count("SELECT count(*) FROM labels WHERE trace_id = ?", [trace_id])
