@@ -15,7 +15,7 @@ rule is a named regular expression or feature so a user can see why a segment go
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +36,10 @@ BASELINE_VERSION = "baseline-cue-v1"
 FLUSH_LABELS = 5_000
 #: Traces read per query: memory stays flat in corpus size.
 READ_BATCH_TRACES = 256
+#: ... or, for short traces, up to this many segments (at most READ_BATCH_MAX_TRACES traces): each batch's
+#: queries cost a scan of the tables' trace ids, so 100k short traces in 256s would do 400 scans.
+READ_BATCH_SEGMENTS = 60_000
+READ_BATCH_MAX_TRACES = 8_192
 
 _I = re.IGNORECASE
 
@@ -244,8 +248,7 @@ class BaselineJudge:
         trace_ids = list(dict.fromkeys(trace_ids))  # a trace given twice is labelled once
         task = progress.add_task("baseline labels", total=len(trace_ids)) if progress else None
         pending = _PendingLabels(run.run_id)
-        for start in range(0, len(trace_ids), READ_BATCH_TRACES):
-            batch = list(trace_ids[start:start + READ_BATCH_TRACES])
+        for batch in _read_batches(trace_ids, store.segmentations()):
             # ingestion order, as the traces were labelled one by one before
             problems = store.rows_of_traces("traces", "trace_id, problem", batch, order_by="ingested_at, trace_id")
             segs = store.arrow_of_traces("segments", "trace_id, segment_index, text", batch, order_by="trace_id, segment_index")
@@ -270,6 +273,21 @@ class BaselineJudge:
                 progress.advance(task, len(problems))
         report.labeled += store.upsert_label_table(pending.take())
         return report
+
+
+def _read_batches(trace_ids: list[str], segmented: dict[str, tuple[str, str, int]]) -> Iterator[list[str]]:
+    """Batches of ``trace_ids`` in order: :data:`READ_BATCH_TRACES` traces, or more while they hold
+    fewer than :data:`READ_BATCH_SEGMENTS` segments (``segmented``: :meth:`Store.segmentations`)."""
+    batch: list[str] = []
+    n_segments = 0
+    for trace_id in trace_ids:
+        batch.append(trace_id)
+        n_segments += segmented[trace_id][2] if trace_id in segmented else 0
+        if len(batch) >= READ_BATCH_MAX_TRACES or (len(batch) >= READ_BATCH_TRACES and n_segments >= READ_BATCH_SEGMENTS):
+            yield batch
+            batch, n_segments = [], 0
+    if batch:
+        yield batch
 
 
 def _trace_slices(trace_col: list[str]) -> dict[str, tuple[int, int]]:
