@@ -167,6 +167,8 @@ def agreement(
         scored = []
 
     counts = ratings.counts()
+    # each scored annotator's reference (a majority vote is a pass over all items): once, for every weighting
+    references = {a: _reference_codes(ratings, a, reference, reference_pool, ref_labels) for a in scored}
     statistics: dict[str, dict[str, Any]] = {}
     per_class: dict[str, Any] | None = None
     resamples: dict[str, np.ndarray] = {}
@@ -202,7 +204,7 @@ def agreement(
         if scored:
             pc_block: dict[str, Any] = {}
             for a in scored:
-                ref = _reference_codes(ratings, a, reference, reference_pool, ref_labels)
+                ref = references[a]
                 if ref is None:
                     continue
                 conf_g = _pair_confusion(ref, ratings.column(a), q, w, ratings.groups, G)
