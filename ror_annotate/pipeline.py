@@ -386,6 +386,11 @@ def segment(
 ) -> SegmentSummary:
     """Segment traces into clause-level segments and store them (idempotent; one commit per batch of traces).
 
+    Segmented traces are written in batches of :data:`SEGMENT_WRITE_TRACES` traces or
+    :data:`SEGMENT_WRITE_SEGMENTS` segments, one transaction each (:meth:`Store.replace_segments_many`):
+    an interrupt keeps every batch committed before it, and a trace the store refuses rolls back
+    its own batch only, with an error that names it.
+
     A trace already segmented by the same versioned rule set, cap and token counter is skipped
     without running the segmenter, so a re-run costs no segmentation; ``force`` re-segments
     everything (dropping labels of traces whose segments change; see
