@@ -19,7 +19,7 @@ from sklearn.metrics import cohen_kappa_score
 from ror_annotate.agreement import Ratings, agreement, trace_bootstrap_counts
 from ror_annotate.agreement import analysis as analysis_mod
 from ror_annotate.agreement import estimators
-from ror_annotate.agreement.metrics import disagreement_pairs
+from ror_annotate.agreement.metrics import disagreement_pairs, majority_labels
 
 CATS = ("a", "b", "c", "d")
 
@@ -108,3 +108,16 @@ def test_disagreement_examples_are_the_first_distinct_items() -> None:
                 items += np.nonzero(hit)[0].tolist()
         assert top["examples"] == [r.item_ids[k] for k in list(dict.fromkeys(items))[:3]]
     assert all(p["examples"] == [] for p in disagreement_pairs(r, top=3, n_examples=0))
+
+
+@pytest.mark.parametrize("pool", [None, ("r0", "r1", "r2"), ("r1",), ("r3", "r4")])
+def test_majority_references_from_one_count_table_equal_majority_labels(pool: tuple[str, ...] | None) -> None:
+    r = _ratings(8, n_raters=5)
+    got = analysis_mod._references(r, list(r.annotators), "majority", pool, None)
+    for a in r.annotators:
+        members = [m for m in (pool if pool is not None else r.annotators) if m != a]
+        want = majority_labels(r, annotators=members) if members else None
+        if want is None:
+            assert got[a] is None
+        else:
+            np.testing.assert_array_equal(got[a], want)

@@ -11,7 +11,7 @@ import numpy as np
 from ..errors import AgreementError
 from .bootstrap import _boot_estimate, _percentile_ci, trace_bootstrap_counts
 from .estimators import (
-    REASONS, Estimate, _alpha_from, _fleiss_ac1_from, _kappa_from, _multi_rater_stats, _num, _pair_confusion,
+    REASONS, Estimate, _alpha_from, _fleiss_ac1_from, _kappa_from, _multi_rater_stats, _num, _pair_cells, _pair_confusion_of,
     _per_class_from, _percent_from,
 )
 from .metrics import _per_class_dict, disagreement_pairs, majority_labels
@@ -84,6 +84,38 @@ def _reference_codes(r: Ratings, annotator: str, reference: str | None, pool: Se
         return None if annotator == reference else r.column(reference)
     members = [a for a in (pool if pool is not None else r.annotators) if a != annotator]
     return majority_labels(r, annotators=members) if members else None
+
+
+def _references(
+    r: Ratings, scored: Sequence[str], reference: str | None, pool: Sequence[str] | None, reference_labels: np.ndarray | None
+) -> dict[str, np.ndarray | None]:
+    """:func:`_reference_codes` of every scored annotator, the majority of the others from one count table.
+
+    ``majority_labels(r, annotators=pool - {a})`` counts the pool's labels per item once per
+    annotator; here the pool is counted once and each annotator's own label taken off its item
+    (integer counts: the same votes, ties and -1s exactly).
+    """
+    if reference != "majority" or reference_labels is not None:
+        return {a: _reference_codes(r, a, reference, pool, reference_labels) for a in scored}
+    members = list(pool if pool is not None else r.annotators)
+    pool_counts = r.subset_annotators(members).counts() if members else None
+    rows = np.arange(r.n_items)
+    out: dict[str, np.ndarray | None] = {}
+    for a in scored:
+        others = [m for m in members if m != a]
+        if not others or pool_counts is None:
+            out[a] = None
+            continue
+        counts = pool_counts
+        if a in members:
+            own = r.column(a)
+            labelled = own >= 0
+            counts = pool_counts.copy()
+            counts[rows[labelled], own[labelled]] -= members.count(a)
+        top = counts.max(1)
+        tie = (counts == top[:, None]).sum(1) > 1
+        out[a] = np.where((top > 0) & ~tie, counts.argmax(1), -1)
+    return out
 
 
 def agreement(
@@ -168,7 +200,10 @@ def agreement(
 
     counts = ratings.counts()
     # each scored annotator's reference (a majority vote is a pass over all items): once, for every weighting
-    references = {a: _reference_codes(ratings, a, reference, reference_pool, ref_labels) for a in scored}
+    references = _references(ratings, scored, reference, reference_pool, ref_labels)
+    # the confusion cells of each pair, shared by both weightings
+    cells: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+    ref_cells: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     statistics: dict[str, dict[str, Any]] = {}
     per_class: dict[str, Any] | None = None
     resamples: dict[str, np.ndarray] = {}
@@ -192,7 +227,9 @@ def agreement(
             resamples[f"{name}/{key}"] = vals[1:]
         kappas = []
         for i, j in pairs:
-            conf_g = _pair_confusion(ratings.codes[:, i], ratings.codes[:, j], q, w, ratings.groups, G)
+            if (i, j) not in cells:
+                cells[(i, j)] = _pair_cells(ratings.codes[:, i], ratings.codes[:, j], q, ratings.groups)
+            conf_g = _pair_confusion_of(cells[(i, j)], w, q, G)
             allc = np.concatenate([conf_g.sum(0)[None], boot @ conf_g], 0).reshape(-1, q, q)
             kv, kw = _kappa_from(allc)
             a, b = ratings.annotators[i], ratings.annotators[j]
@@ -207,7 +244,9 @@ def agreement(
                 ref = references[a]
                 if ref is None:
                     continue
-                conf_g = _pair_confusion(ref, ratings.column(a), q, w, ratings.groups, G)
+                if a not in ref_cells:
+                    ref_cells[a] = _pair_cells(ref, ratings.column(a), q, ratings.groups)
+                conf_g = _pair_confusion_of(ref_cells[a], w, q, G)
                 allc = np.concatenate([conf_g.sum(0)[None], boot @ conf_g], 0).reshape(-1, q, q)
                 scores = _per_class_from(allc)
                 point = {m: (v[0], why[0]) for m, (v, why) in scores.items()}

@@ -177,9 +177,22 @@ def _multi_rater_stats_items(counts: np.ndarray, w: np.ndarray, groups: np.ndarr
 
 def _pair_confusion(a: np.ndarray, b: np.ndarray, q: int, w: np.ndarray, groups: np.ndarray, n_groups: int) -> np.ndarray:
     """Confusion counts ``[n_groups, q*q]`` (rows: ``a``'s code, cols: ``b``'s) over items both labeled."""
+    return _pair_confusion_of(_pair_cells(a, b, q, groups), w, q, n_groups)
+
+
+def _pair_cells(a: np.ndarray, b: np.ndarray, q: int, groups: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(both, cell)``: the items both labeled and their ``group * q*q + a * q + b`` cell (reused per weighting)."""
     both = (a >= 0) & (b >= 0)
-    index = groups[both] * (q * q) + a[both] * q + b[both]
-    return np.bincount(index, weights=w[both], minlength=n_groups * q * q).reshape(n_groups, q * q)
+    return both, groups[both] * (q * q) + a[both] * q + b[both]
+
+
+def _pair_confusion_of(cells: tuple[np.ndarray, np.ndarray], w: np.ndarray, q: int, n_groups: int) -> np.ndarray:
+    """:func:`_pair_confusion` from :func:`_pair_cells`; unit weights are counted as integers (exact, faster)."""
+    both, index = cells
+    ww = w[both]
+    if ww.size and ww[0] == 1.0 and np.all(ww == 1.0):
+        return np.bincount(index, minlength=n_groups * q * q).astype(np.float64).reshape(n_groups, q * q)
+    return np.bincount(index, weights=ww, minlength=n_groups * q * q).reshape(n_groups, q * q)
 
 
 # ----------------------------------------------------------------------------- estimators (batched over leading axes)
