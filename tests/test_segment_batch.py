@@ -73,3 +73,25 @@ def test_segment_stage_batches_give_the_per_trace_result(tmp_path: Path, monkeyp
             segs, marks = _dump(store)
             dumps.append((segs, [m[:4] for m in marks]))
     assert dumps[0] == dumps[1]
+
+
+def test_spacy_abbreviations_cached_per_version(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from spacy.lang.en import English
+
+    from ror_annotate import segment as seg
+
+    want = {k[:-1].lower() for k in English.Defaults.tokenizer_exceptions if k.endswith(".") and len(k) > 2 and k[:-1].replace(".", "").isalpha()}
+    monkeypatch.setenv("ROR_CACHE_DIR", str(tmp_path))
+    cache = seg._abbreviation_cache()
+    assert cache is not None and cache.parent == tmp_path
+    try:
+        seg._spacy_abbreviations.cache_clear()
+        assert seg._spacy_abbreviations() == want and cache.exists()  # read from spaCy, then written
+        seg._spacy_abbreviations.cache_clear()
+        cache.write_text('["only-this"]', encoding="utf-8")
+        assert seg._spacy_abbreviations() == {"only-this"}  # read from the cache, spaCy not asked
+        seg._spacy_abbreviations.cache_clear()
+        cache.write_text("not json", encoding="utf-8")
+        assert seg._spacy_abbreviations() == want  # a broken cache is read past and rewritten
+    finally:
+        seg._spacy_abbreviations.cache_clear()
