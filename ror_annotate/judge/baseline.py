@@ -107,7 +107,7 @@ def _content_words(text: str) -> set[str]:
     return {w.lower() for w in _WORD.findall(text) if w.lower() not in _STOP and len(w) > 1}
 
 
-def _overlap(words: set[str], reference: set[str]) -> float:
+def _overlap(words: set[str], reference: set[str] | frozenset[str]) -> float:
     return len(words & reference) / len(words) if words else 0.0
 
 
