@@ -1294,7 +1294,7 @@ class Store:
         """
         import pyarrow.compute as pc
 
-        from .records import BEHAVIORS, SOURCE_KINDS as _KINDS
+        from .records import BEHAVIORS
 
         self._require_writable("store labels")
         names = set(table.column_names)
@@ -1311,7 +1311,7 @@ class Store:
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
             raise StoreError(f"label table columns have the wrong types: {exc}", code="E960") from exc
         bad = pc.invert(pc.fill_null(pc.and_(
-            pc.and_(pc.is_in(table["label"], pa.array(BEHAVIORS)), pc.is_in(table["source"], pa.array(list(_KINDS)))),
+            pc.and_(pc.is_in(table["label"], pa.array(BEHAVIORS)), pc.is_in(table["source"], pa.array(list(SOURCE_KINDS)))),
             pc.and_(pc.greater_equal(table["segment_index"], 0), pc.and_(
                 pc.and_(pc.greater(pc.utf8_length(table["trace_id"]), 0), pc.greater(pc.utf8_length(table["annotator"]), 0)),
                 pc.and_(pc.greater(pc.utf8_length(table["codebook_version"]), 0), pc.greater(pc.utf8_length(table["label_id"]), 0)),
