@@ -375,6 +375,11 @@ def ingest(
         return summary
 
 
+#: A segment batch is written (one transaction) at this many traces or this many segments, whichever comes first.
+SEGMENT_WRITE_TRACES = 2_000
+SEGMENT_WRITE_SEGMENTS = 20_000
+
+
 def segment(
     store: "Store",
     trace_ids: Sequence[str] | None = None,
@@ -386,7 +391,12 @@ def segment(
     run: Run | None = None,
     progress: Any = None,
 ) -> SegmentSummary:
-    """Segment traces into clause-level segments and store them (idempotent; one commit per trace).
+    """Segment traces into clause-level segments and store them (idempotent; one commit per batch of traces).
+
+    Segmented traces are written in batches of :data:`SEGMENT_WRITE_TRACES` traces or
+    :data:`SEGMENT_WRITE_SEGMENTS` segments, one transaction each (:meth:`Store.replace_segments_many`):
+    an interrupt keeps every batch committed before it, and a trace the store refuses rolls back
+    its own batch only, with an error that names it.
 
     A trace already segmented by the same versioned rule set, cap and token counter is skipped
     without running the segmenter, so a re-run costs no segmentation; ``force`` re-segments
@@ -439,12 +449,26 @@ def segment(
                     queued.append(trace.trace_id)
                     yield trace.trace_id, trace.text
 
+        batch: list[tuple[str, list[Any]]] = []
+        batch_segments = 0
+
+        def write() -> None:
+            # one transaction per batch of traces (Store.replace_segments_many), not per trace
+            nonlocal batch, batch_segments
+            if not batch:
+                return
+            statuses = store.replace_segments_many(batch, segmenter=segmenter_id, token_counter=counter_name, run_id=the_run.run_id, force=force)
+            outcome.update(statuses)
+            outcome["segments"] += batch_segments
+            tracked.update(task, advance=len(batch), info=f"{outcome['segments']} segments")
+            batch, batch_segments = [], 0
+
         for segments in segment_many(to_segment(), segmenter=segmenter, workers=workers):
-            trace_id = queued.popleft()
-            status = store.replace_segments(trace_id, segments, segmenter=segmenter_id, token_counter=counter_name, run_id=the_run.run_id, force=force)
-            outcome[status] += 1
-            outcome["segments"] += len(segments)
-            tracked.update(task, advance=1, info=f"{outcome['segments']} segments")
+            batch.append((queued.popleft(), segments))
+            batch_segments += len(segments)
+            if len(batch) >= SEGMENT_WRITE_TRACES or batch_segments >= SEGMENT_WRITE_SEGMENTS:
+                write()
+        write()
         summary = SegmentSummary(traces=len(ids), segmenter=segmenter_id, token_counter=counter_name, **outcome)
         if run is None:
             the_run.counts.update(summary.counts())

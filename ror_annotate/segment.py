@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import json
 import os
 import re
 import statistics
@@ -498,14 +499,47 @@ def _sentence_starters() -> frozenset[str]:
 
 @lru_cache(maxsize=1)
 def _spacy_abbreviations() -> frozenset[str]:
-    """Multi-letter abbreviations from spaCy's English tokenizer exceptions ("Inc.", "Ph.D.")."""
+    """Multi-letter abbreviations from spaCy's English tokenizer exceptions ("Inc.", "Ph.D.").
+
+    Importing spaCy costs seconds (it imports thinc and torch), in every process that segments,
+    for a list that only changes with spaCy's version. So the list is cached in a JSON file per
+    installed spaCy version (:func:`_abbreviation_cache`); without a usable cache it is read from
+    spaCy as before.
+    """
+    cache = _abbreviation_cache()
+    if cache is not None:
+        try:
+            return frozenset(json.loads(cache.read_text(encoding="utf-8")))
+        except (OSError, ValueError):
+            pass
     from spacy.lang.en import English
 
     out = set()
     for key in English.Defaults.tokenizer_exceptions:
         if key.endswith(".") and len(key) > 2 and key[:-1].replace(".", "").isalpha():
             out.add(key[:-1].lower())
+    if cache is not None:
+        try:
+            cache.parent.mkdir(parents=True, exist_ok=True)
+            tmp = cache.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(sorted(out)), encoding="utf-8")
+            os.replace(tmp, cache)
+        except OSError:
+            pass  # a read-only home: read spaCy again next time
     return frozenset(out)
+
+
+def _abbreviation_cache() -> Path | None:
+    """``$ROR_CACHE_DIR`` (else ``$XDG_CACHE_HOME/ror_annotate``, else ``~/.cache/ror_annotate``)
+    ``/spacy-abbreviations-<spaCy version>.json``; None when spaCy's version cannot be read."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        spacy_version = version("spacy")
+    except PackageNotFoundError:
+        return None
+    root = os.environ.get("ROR_CACHE_DIR") or os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "ror_annotate")
+    return Path(root) / f"spacy-abbreviations-{spacy_version}.json"
 
 
 # Clause boundaries: the cut is at the end of each match (the next clause's first character).

@@ -158,6 +158,14 @@ DependentPolicy = Literal["cascade", "refuse"]
 
 #: Filter on a list of trace ids as a hash semi-join (``list_contains`` costs rows x ids).
 _IDS_FILTER = "trace_id IN (SELECT unnest(?::VARCHAR[]))"
+
+#: The ``labels`` table's columns, in table order, as Arrow types (:meth:`Store.upsert_label_table`).
+LABEL_TABLE_SCHEMA = pa.schema([
+    ("label_id", pa.string()), ("trace_id", pa.string()), ("segment_index", pa.int32()), ("label", pa.string()),
+    ("source", pa.string()), ("annotator", pa.string()), ("codebook_version", pa.string()), ("run_id", pa.string()),
+    ("study", pa.string()), ("confidence", pa.float64()), ("rationale", pa.string()), ("created_at", pa.timestamp("us")),
+    ("extra", pa.string()), ("distribution", pa.list_(pa.float64())),
+])
 #: Rows per unit of the row-id ranges of :meth:`Store.trace_filter` (DuckDB's vector, the finest unit its scan skips).
 ROWID_BUCKET = 2048
 #: Most row-id ranges one :meth:`Store.trace_filter` condition names; the closest are merged beyond it.
@@ -1117,6 +1125,93 @@ class Store:
             )
         return "replaced" if old else "inserted"
 
+    def replace_segments_many(
+        self,
+        items: Sequence[tuple[str, Sequence[Segment]]],
+        *,
+        segmenter: str,
+        token_counter: str,
+        run_id: str | None = None,
+        force: bool = False,
+    ) -> list[str]:
+        """Store the segmentations of a batch of traces in one transaction; :meth:`replace_segments` for many.
+
+        Traces with no stored segments (the usual case: a first ``ror segment``) are written with
+        one Arrow insert into ``segments`` and one into ``segmentations`` for the whole batch, after
+        one query that finds which of them have segments already; those go through
+        :meth:`replace_segments` one by one (its checks and statuses) inside the same transaction.
+        Per-trace costs (a transaction, a full-table lookup of the trace's old spans) become
+        per-batch ones: a million short traces no longer do a million scans.
+
+        Parameters
+        ----------
+        items : sequence of (str, sequence of Segment)
+            ``(trace_id, segments)`` per trace; each trace's segments in index order.
+        segmenter, token_counter, run_id, force
+            As in :meth:`replace_segments`, for every trace of the batch.
+
+        Returns
+        -------
+        list of str
+            Per item, ``"inserted"``, ``"unchanged"`` or ``"replaced"`` as :meth:`replace_segments` returns.
+
+        Raises
+        ------
+        StoreError
+            From the first trace :meth:`replace_segments` refuses (the message names it), or a write
+            that fails (named by the batch's first trace): the whole batch is rolled back, batches
+            committed before it stay.
+        """
+        self._require_writable("store segments")
+        if not items:
+            return []
+        ids = [trace_id for trace_id, _ in items]
+        first = ids[0]
+        statuses: list[str] = ["inserted"] * len(items)
+        with duckdb_errors(self.path, f"segments of the batch from {first!r} ({len(items)} traces)"), self.transaction():
+            found = self.trace_filter("segments", ids)
+            stored: set[str] = set()
+            if found is not None:
+                condition, values = found
+                stored = {r[0] for r in self.con.execute(f"SELECT DISTINCT trace_id FROM segments WHERE {condition}", values).fetchall()}
+            seen: set[str] = set()
+            fresh: list[int] = []
+            later: list[int] = []
+            for k, trace_id in enumerate(ids):
+                (later if trace_id in stored or trace_id in seen else fresh).append(k)
+                seen.add(trace_id)
+            if fresh:
+                segs = [seg for k in fresh for seg in items[k][1]]
+                table = pa.table(
+                    {
+                        "trace_id": pa.array([ids[k] for k in fresh for _ in items[k][1]], pa.string()),
+                        "segment_index": pa.array([seg.segment_index for seg in segs], type=pa.int32()),
+                        "char_start": pa.array([seg.char_start for seg in segs], type=pa.int32()),
+                        "char_end": pa.array([seg.char_end for seg in segs], type=pa.int32()),
+                        "text": pa.array([seg.text for seg in segs], pa.string()),
+                        "n_tokens": pa.array([seg.n_tokens for seg in segs], type=pa.int32()),
+                    }
+                )
+                n = len(fresh)
+                marks = pa.table(
+                    {
+                        "trace_id": pa.array([ids[k] for k in fresh], pa.string()),
+                        "segmenter": pa.repeat(pa.scalar(segmenter, pa.string()), n),
+                        "token_counter": pa.repeat(pa.scalar(token_counter, pa.string()), n),
+                        "n_segments": pa.array([len(items[k][1]) for k in fresh], pa.int32()),
+                        "created_at": pa.repeat(pa.scalar(to_naive_utc(utc_now()), pa.timestamp("us")), n),
+                        "run_id": pa.repeat(pa.scalar(run_id, pa.string()), n),
+                    }
+                )
+                if table.num_rows:
+                    self.insert_arrow("segments", table)
+                self.insert_arrow("segmentations", marks, on_conflict="ON CONFLICT DO UPDATE SET segmenter = excluded.segmenter, "
+                                  "token_counter = excluded.token_counter, n_segments = excluded.n_segments, "
+                                  "created_at = excluded.created_at, run_id = excluded.run_id")
+            for k in later:
+                statuses[k] = self.replace_segments(ids[k], items[k][1], segmenter=segmenter, token_counter=token_counter, run_id=run_id, force=force)
+        return statuses
+
     def _clear_dependents(self, trace_id: str, force: bool) -> None:
         """Refuse, or delete what refers to the old segments of ``trace_id`` (see :meth:`replace_segments`)."""
         n_labels = self._count("SELECT count(*) FROM labels WHERE trace_id = ?", [trace_id])
@@ -1245,6 +1340,29 @@ class Store:
             sql += f" ORDER BY {order_by}" if order_by else ""
             return self.con.execute(sql, [*values, *params]).fetchall()
 
+    def arrow_of_traces(
+        self, table: str, columns: str, trace_ids: Sequence[str], *, where: str = "", params: Sequence[Any] = (), order_by: str = ""
+    ) -> pa.Table:
+        """:meth:`rows_of_traces` as one Arrow table: for batch stages that work on columns, not rows.
+
+        The same query (reading only the parts of ``table`` that hold ``trace_ids``, in one
+        snapshot), returned by DuckDB as Arrow without a Python object per value. No matching row
+        (or no ``trace_ids``) gives a table with the columns and no rows.
+
+        Returns
+        -------
+        pyarrow.Table
+            ``[n_rows]`` with the ``columns`` named in the query, in ``order_by`` order.
+        """
+        with self.transaction():
+            found = self.trace_filter(table, trace_ids)
+            condition, values = found if found is not None else ("false", [])
+            sql = f'SELECT {columns} FROM "{table}" WHERE {condition}' + (f" AND ({where})" if where else "")
+            sql += f" ORDER BY {order_by}" if order_by else ""
+            # a relation (con.sql) gives Arrow without the extra copy a DB-API result makes (DuckDB 2)
+            relation = self.con.sql(sql, params=[*values, *params])
+            return _arrow_of(relation)
+
     # ------------------------------------------------------------------ labels
     def upsert_labels(self, labels: Iterable[Label]) -> int:
         """Insert or replace labels by :attr:`Label.label_id`, in one transaction. Returns the count
@@ -1275,10 +1393,78 @@ class Store:
                 "distribution": pa.array([lab.distribution for lab in labels], type=pa.list_(pa.float64())),
             }
         )
-        return self._write_label_table(table, list(dict.fromkeys(lab.trace_id for lab in labels)))
+        trace_ids = list(dict.fromkeys(lab.trace_id for lab in labels))
+        self._write_label_table(table, trace_ids)
+        return len(labels)
+
+    def upsert_label_table(self, table: pa.Table) -> int:
+        """Insert or replace labels given as one Arrow table (the bulk form of :meth:`upsert_labels`).
+
+        For stages that make labels by the thousand (the baseline judge): no :class:`Label` object
+        per row. The table is checked as a whole at this edge, with Arrow compute and SQL, for what
+        :class:`Label` checks one by one: its columns, non-empty ids, a known label and source, a
+        ``segment_index >= 0``, ``confidence`` in [0, 1] and unique ``label_id``; then it is written
+        in one transaction exactly as :meth:`upsert_labels` writes (labels of segments that are not
+        stored are refused, stored labels with the same id are replaced).
+
+        Parameters
+        ----------
+        table : pyarrow.Table
+            ``[n_labels]`` with the columns of :data:`LABEL_TABLE_SCHEMA` (any order; extra columns
+            are refused). ``label_id`` must be :func:`ror_annotate.records.label_ids` of the row.
+
+        Returns
+        -------
+        int
+            Rows written (``table.num_rows``).
+
+        Raises
+        ------
+        StoreError
+            A column is missing, unknown or of the wrong type; a row breaks a check above (the
+            message names the first such row's segment); a label names a segment that is not stored.
+        """
+        import pyarrow.compute as pc
+
+        from .records import BEHAVIORS
+
+        self._require_writable("store labels")
+        names = set(table.column_names)
+        expected = set(LABEL_TABLE_SCHEMA.names)
+        if names != expected:
+            raise StoreError(
+                f"label table columns differ from the labels table: missing {sorted(expected - names)}, unknown {sorted(names - expected)}",
+                code="E960",
+            )
+        if table.num_rows == 0:
+            return 0
+        try:
+            table = table.select(LABEL_TABLE_SCHEMA.names).cast(LABEL_TABLE_SCHEMA)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+            raise StoreError(f"label table columns have the wrong types: {exc}", code="E960") from exc
+        bad = pc.invert(pc.fill_null(pc.and_(
+            pc.and_(pc.is_in(table["label"], pa.array(BEHAVIORS)), pc.is_in(table["source"], pa.array(list(SOURCE_KINDS)))),
+            pc.and_(pc.greater_equal(table["segment_index"], 0), pc.and_(
+                pc.and_(pc.greater(pc.utf8_length(table["trace_id"]), 0), pc.greater(pc.utf8_length(table["annotator"]), 0)),
+                pc.and_(pc.greater(pc.utf8_length(table["codebook_version"]), 0), pc.greater(pc.utf8_length(table["label_id"]), 0)),
+            )),
+        ), False))
+        bad = pc.or_(bad, pc.fill_null(pc.or_(pc.less(table["confidence"], 0.0), pc.greater(table["confidence"], 1.0)), False))
+        if pc.any(bad).as_py():
+            row = table.filter(bad).slice(0, 1).to_pylist()[0]
+            raise StoreError(
+                f"label for segment {row['trace_id']}#{row['segment_index']} is not a valid label "
+                f"(label {row['label']!r}, source {row['source']!r}, annotator {row['annotator']!r}, confidence {row['confidence']!r})",
+                code="E961",
+            )
+        if pc.count_distinct(table["label_id"]).as_py() != table.num_rows:
+            raise StoreError("label table repeats a label_id: give each segment's label once", code="E962")
+        self._write_label_table(table, pc.unique(table["trace_id"]).to_pylist())
+        return table.num_rows
 
     def _write_label_table(self, table: pa.Table, trace_ids: list[str]) -> int:
-        """Insert or replace rows of the labels table's layout (distinct label ids), in one transaction."""
+        """Write checked label rows (``LABEL_TABLE_SCHEMA`` order) in one transaction; see :meth:`upsert_labels`.
+        Returns the number of rows written."""
         view = f"_ror_labels_{uuid.uuid4().hex[:8]}"
         self._register(view, table)
         try:
@@ -1669,6 +1855,16 @@ class Store:
             t: self._count(f"SELECT count(*) FROM {t}")
             for t in ("traces", "segments", "labels", "runs")
         }
+
+
+def _arrow_of(result: Any) -> pa.Table:
+    """A DuckDB result as one ``pyarrow.Table`` (``to_arrow_table`` in DuckDB 2, ``fetch_arrow_table`` before)."""
+    for name in ("to_arrow_table", "fetch_arrow_table"):
+        method = getattr(result, name, None)
+        if method is not None:
+            got = method()
+            return got if isinstance(got, pa.Table) else got.read_all()
+    return result.arrow()
 
 
 def _drop_pending_result(con: duckdb.DuckDBPyConnection) -> None:

@@ -115,7 +115,8 @@ def _read_batch(store: "Store", ids: list[str], with_format: bool) -> Batch:
     cols = "trace_id, text, problem, answer, gold_answer, correct, model, source, dataset, meta" + (", source_format" if with_format else "")
     by_id = {}
     formats: dict[str, str | None] = {}
-    for r in store.execute(f"SELECT {cols} FROM traces WHERE {_ids_filter('trace_id')}", [ids]).fetchall():
+    # rows_of_traces: only the row groups holding the batch (a plain IN filter scanned every trace's text per batch)
+    for r in store.rows_of_traces("traces", cols, ids):
         by_id[r[0]] = Trace.model_construct(
             trace_id=r[0], text=r[1], problem=r[2], answer=r[3], gold_answer=r[4], correct=r[5], model=r[6],
             source=r[7], dataset=r[8], meta=json.loads(r[9]) if r[9] else {}, source_format=r[10] if with_format else None,
