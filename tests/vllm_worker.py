@@ -80,7 +80,7 @@ def main() -> None:
     out["lengths"] = [len(s) for s in seqs]
     # selections: vLLM's chosen set equals the HF top-k set wherever the k-th and (k+1)-th logits are apart
     agree = total = 0
-    for i, (lg, sel) in enumerate(batch8):
+    for i, (_lg, sel) in enumerate(batch8):
         k = sel.shape[-1]
         srt = np.sort(reference[i], axis=-1)
         clear = (srt[..., -k] - srt[..., -k - 1]) > 1e-3
@@ -115,6 +115,22 @@ def main() -> None:
     late = generate_vllm(engine, gen_prompts, max_new_tokens=12, edit=edit, schedule="after_first_answer", record=True)
     out["after_first_answer_untouched"] = all(a["token_ids"] == b["token_ids"] and np.array_equal(a["selected"], b["selected"])
                                               for a, b in zip(plain, late))
+
+    # the library capture: same files as the HF engine (index, meta, arrays), self-checks E910-E913 on
+    from ror_annotate.steer.capture import Capture, capture_router_logits
+    from ror_annotate.steer.vllm_engine import capture_router_logits_vllm
+    from tests.test_steer_capture import make_tokens
+
+    dd = make_tokens({"train": [9, 30, 17, 5, 22], "test": [12, 8]}, vocab=300)
+    vdir, hdir = workdir / f"{family}-{mode}-cap-vllm", workdir / f"{family}-{mode}-cap-hf"
+    report = capture_router_logits_vllm(engine, dd, vdir, model_name="tiny", logits_dtype="float32", overwrite=True, batch_size=4)
+    hf = load_model(str(ckpt), dtype="float32")
+    capture_router_logits(hf, dd, hdir, model_name="tiny", logits_dtype="float32", overwrite=True)
+    v, h = Capture(vdir), Capture(hdir)
+    out["capture_captured"] = report.captured
+    out["capture_index_equal"] = [(r["trace_id"], r["n_tokens"]) for r in v.index] == [(r["trace_id"], r["n_tokens"]) for r in h.index]
+    out["capture_meta_diff"] = v.meta.compatible(h.meta)
+    out["capture_max_diff"] = max(float(np.abs(v.trace(t)[0] - h.trace(t)[0]).max()) for t in (r["trace_id"] for r in h.index))
     print("RESULT " + json.dumps(out), flush=True)
 
 

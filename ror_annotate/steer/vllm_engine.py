@@ -438,7 +438,7 @@ def capture_router_logits_vllm(engine: VllmEngine, tokens: Any, out_dir: str | P
     from vllm import SamplingParams
 
     from .capture import STORE_DTYPES, CaptureMeta, CaptureReport, _check_vocab, _drop_if_empty, _SplitRows, _Writer
-    from .checks import FORWARD_CHECK_ROWS, check_batch, check_forward, check_layers_found
+    from .checks import FORWARD_CHECK_ROWS, check_layers_found
 
     if logits_dtype not in STORE_DTYPES:
         raise SteerError(f"logits_dtype must be one of {sorted(STORE_DTYPES)}, got {logits_dtype!r}")
@@ -487,11 +487,7 @@ def capture_router_logits_vllm(engine: VllmEngine, tokens: Any, out_dir: str | P
                     ref[rows[0]["trace_id"]] = _reference_rows(engine, rows[0]["input_ids"][:FORWARD_CHECK_ROWS])
                 arrays = _capture_batch(engine, [r["input_ids"] for r in rows], params)
                 if checks:
-                    check_batch(np.concatenate([a[0] for a in arrays]), np.concatenate([a[1] for a in arrays]),
-                                top_k=meta.top_k, **kw)
-                    for r, (lg, _) in zip(rows, arrays):
-                        if r["trace_id"] in ref:
-                            check_forward(lg[:FORWARD_CHECK_ROWS], ref[r["trace_id"]], trace_id=r["trace_id"], **kw)
+                    _check(rows, arrays, ref, meta.top_k, kw)
                 writer.append([({"trace_id": r["trace_id"], "split": split, "dataset": r["dataset"]}, lg, sel)
                                for r, (lg, sel) in zip(rows, arrays)])
                 report.captured += len(rows)
@@ -507,6 +503,17 @@ def capture_router_logits_vllm(engine: VllmEngine, tokens: Any, out_dir: str | P
         writer.close()
     report.seconds = time.perf_counter() - start
     return report
+
+
+def _check(rows: list[dict], arrays: list[tuple[np.ndarray, np.ndarray]], ref: dict[str, np.ndarray], top_k: int,
+           kw: dict[str, Any]) -> None:
+    """E910-E912 on the batch, E913 on the trace that has a transformers reference."""
+    from .checks import FORWARD_CHECK_ROWS, check_batch, check_forward
+
+    check_batch(np.concatenate([a[0] for a in arrays]), np.concatenate([a[1] for a in arrays]), top_k=top_k, **kw)
+    for r, (lg, _) in zip(rows, arrays):
+        if r["trace_id"] in ref:
+            check_forward(lg[:FORWARD_CHECK_ROWS], ref[r["trace_id"]], trace_id=r["trace_id"], **kw)
 
 
 def _capture_batch(engine: VllmEngine, sequences: Sequence[Any], params: Any) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -550,6 +557,14 @@ def _reference_rows(engine: VllmEngine, ids: Sequence[int]) -> np.ndarray:
 # ---------------------------------------------------------------------------------------------- steering
 
 
+def _mask(torch: Any, n_experts: int, ids: Sequence[int]) -> Any:
+    if not ids:
+        return None
+    out = torch.zeros(n_experts, dtype=torch.bool)
+    out[list(ids)] = True
+    return out
+
+
 def _set_edit(engine: VllmEngine, edit: Any, schedule: str, tokenizer: Any = None, pattern: str | None = None) -> None:
     """Arm the edit for the next ``generate`` calls (``edit`` None or empty: no edit)."""
     torch = _torch()
@@ -562,14 +577,7 @@ def _set_edit(engine: VllmEngine, edit: Any, schedule: str, tokenizer: Any = Non
         if not act and not sup:
             continue
 
-        def mask(ids: Sequence[int]) -> Any:
-            if not ids:
-                return None
-            out = torch.zeros(site.n_experts, dtype=torch.bool)
-            out[list(ids)] = True
-            return out
-
-        STATE.edit_masks[site.layer] = (mask(act), mask(sup))
+        STATE.edit_masks[site.layer] = (_mask(torch, site.n_experts, act), _mask(torch, site.n_experts, sup))
     STATE.eps = float(edit.eps)
     if schedule == "always":
         STATE.schedule = lambda runner, rid: True
