@@ -72,6 +72,8 @@ def test_vllm_capture_and_steering(family: str, mode: str, workdir: Path) -> Non
     assert r["capture_max_diff"] < TOL
     # a schedule that never fires (no answer in random-weight text) leaves every row untouched
     assert r["after_first_answer_untouched"]
+    # ... and once it fires for a request, that request's later rows are edited, its prompt rows never
+    assert r["after_first_answer_prompt_untouched"] and r["after_first_answer_edits_later_rows"]
 
 
 def test_edit_math_matches_hf_engine() -> None:

@@ -156,7 +156,13 @@ class _HookState:
         rows[:n] = step.active[:n].to(logits.device)
         act, sup = masks
         x = logits.float()
-        lo, hi = torch.aminmax(x, dim=-1, keepdim=True)
+        n_routed = (act if act is not None else sup).shape[0]
+        # a fused shared-expert gate column (beside the routed ones) is never edited nor counted in max/min
+        lo, hi = torch.aminmax(x[..., :n_routed], dim=-1, keepdim=True)
+        extra = logits.shape[-1] - n_routed
+        if extra:
+            act = None if act is None else torch.cat([act, act.new_zeros(extra)])
+            sup = None if sup is None else torch.cat([sup, sup.new_zeros(extra)])
         if sup is not None:
             x = torch.where(sup, lo - self.eps, x)
         if act is not None:
@@ -599,7 +605,7 @@ def _set_edit(engine: VllmEngine, edit: Any, schedule: str, tokenizer: Any = Non
 
 
 def generate_vllm(engine: VllmEngine, prompts: Sequence[Sequence[int]], *, max_new_tokens: int, edit: Any = None,
-                  schedule: str = "always", record: bool = False) -> list[dict[str, Any]]:
+                  schedule: str = "always", record: bool = False, pattern: str | None = None) -> list[dict[str, Any]]:
     """Greedy generation of a batch of prompts, optionally steered, in one continuous batch.
 
     Parameters
@@ -612,6 +618,9 @@ def generate_vllm(engine: VllmEngine, prompts: Sequence[Sequence[int]], *, max_n
         The routing edit (``None`` or empty: the model as loaded; no row is touched).
     schedule : {"always", "after_first_answer"}
         Per request: every step, or only once its generated text holds a first answer.
+    pattern : str, optional
+        The first-answer pattern of ``after_first_answer`` (default: that of
+        :class:`~ror_annotate.steer.steering.AfterFirstAnswer`).
     record : bool
         Also return, per request, the experts selected at every row ``[n_rows, n_layers, k]``
         (prompt and generated tokens but the last) in the order of ``engine.sites``.
@@ -626,7 +635,7 @@ def generate_vllm(engine: VllmEngine, prompts: Sequence[Sequence[int]], *, max_n
     from vllm.inputs import TokensPrompt
 
     tokenizer = engine.tokenizer
-    _set_edit(engine, edit, schedule, tokenizer)
+    _set_edit(engine, edit, schedule, tokenizer, pattern)
     if record:
         STATE.capture = {}
         STATE.capture_layers = [s.layer for s in engine.sites]
