@@ -494,7 +494,7 @@ def capture_router_logits_vllm(engine: VllmEngine, tokens: Any, out_dir: str | P
                 arrays = _capture_batch(engine, [r["input_ids"] for r in rows], params)
                 if checks:
                     _check(rows, arrays, ref, meta.top_k, kw)
-                writer.append([({"trace_id": r["trace_id"], "split": split, "dataset": r["dataset"]}, lg, sel)
+                writer.append([({"trace_id": r["trace_id"], "split": split, "dataset": r["dataset"]}, lg, sel, None)
                                for r, (lg, sel) in zip(rows, arrays)])
                 report.captured += len(rows)
                 report.tokens += sum(len(r["input_ids"]) for r in rows)
