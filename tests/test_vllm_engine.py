@@ -104,6 +104,11 @@ def test_edit_math_matches_hf_engine() -> None:
                 lo, hi = x.min(-1).values, x.max(-1).values
                 assert torch.equal(out[:16, 5], hi[:16] + STATE.eps)
                 assert torch.equal(out[:16, 0], lo[:16] - STATE.eps)
+        # a fused shared-expert gate column after the routed ones: never edited, not part of max/min
+        fused = torch.cat([logits, torch.full((32, 1), 100.0)], dim=1)
+        out = STATE.edit(fused, 3)
+        assert torch.equal(out[:, 8], fused[:, 8])
+        assert torch.equal(out[:16, 5], logits[:16].max(-1).values + STATE.eps)
     finally:
         STATE.reset()
 

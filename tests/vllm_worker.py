@@ -29,7 +29,8 @@ def make_checkpoint(family: str, folder: Path, seed: int = 0) -> Path:
     if (folder / "config.json").exists():
         return folder
     tok = byte_level_bpe()
-    model = build(family, seed=seed, vocab_size=len(tok), pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id,
+    extra = {"intermediate_size": 64} if family == "gpt_oss" else {}  # vLLM's CPU experts need aligned widths
+    model = build(family, seed=seed, **extra, vocab_size=len(tok), pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id,
                   bos_token_id=tok.pad_token_id, **TINY)
     model.save_pretrained(folder)
     tok.save_pretrained(folder)
