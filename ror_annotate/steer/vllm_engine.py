@@ -49,6 +49,10 @@ import numpy as np
 
 from ..errors import CaptureCheckError, SteerError
 
+#: E913 tolerance floor relative to the row's largest logit: the reference is a transformers forward, so other
+#: kernels (measured up to 2.7e-5 in float32 on the tiny test models; 4 float32 ulps would be 5e-7).
+CROSS_ENGINE_RTOL = 1e-4
+
 #: Environment the engine needs, set by :func:`build_llm` before vLLM is imported.
 ENGINE_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_DISABLE_COMPILE_CACHE": "1"}
 
@@ -519,7 +523,7 @@ def _check(rows: list[dict], arrays: list[tuple[np.ndarray, np.ndarray]], ref: d
     check_batch(np.concatenate([a[0] for a in arrays]), np.concatenate([a[1] for a in arrays]), top_k=top_k, **kw)
     for r, (lg, _) in zip(rows, arrays):
         if r["trace_id"] in ref:
-            check_forward(lg[:FORWARD_CHECK_ROWS], ref[r["trace_id"]], trace_id=r["trace_id"], **kw)
+            check_forward(lg[:FORWARD_CHECK_ROWS], ref[r["trace_id"]], trace_id=r["trace_id"], rtol=CROSS_ENGINE_RTOL, **kw)
 
 
 def _capture_batch(engine: VllmEngine, sequences: Sequence[Any], params: Any) -> list[tuple[np.ndarray, np.ndarray]]:
