@@ -85,6 +85,7 @@ class _Step:
     active: Any = None  # bool tensor [n_rows] of rows to edit, or None (no row)
     logits: dict[int, Any] = field(default_factory=dict)  # layer -> [n_rows, n_experts]
     selected: dict[int, Any] = field(default_factory=dict)  # layer -> [n_rows, top_k]
+    rows: dict[tuple, Any] = field(default_factory=dict)  # (n_rows padded, device) -> bool mask on that device
 
     @property
     def n_rows(self) -> int:
@@ -104,7 +105,6 @@ class _HookState:
         self.eps = 1e-2
         self.schedule: Callable[[Any, str], bool] | None = None  # (runner, req_id) -> steer this request now?
         self.steered: set[str] = set()
-        self.edited_rows = 0
 
     def reset(self) -> None:
         self.__init__()  # type: ignore[misc]
@@ -155,9 +155,12 @@ class _HookState:
         if step is None or masks is None or step.active is None:
             return logits.clone()
         torch = _torch()
-        n = min(step.n_rows, logits.shape[0])
-        rows = torch.zeros(logits.shape[0], dtype=torch.bool, device=logits.device)
-        rows[:n] = step.active[:n].to(logits.device)
+        rows = step.rows.get((logits.shape[0], logits.device))
+        if rows is None:  # once per step and device, not per layer
+            n = min(step.n_rows, logits.shape[0])
+            rows = torch.zeros(logits.shape[0], dtype=torch.bool)
+            rows[:n] = step.active[:n]
+            rows = step.rows[(logits.shape[0], logits.device)] = rows.to(logits.device, non_blocking=True)
         act, sup = masks
         x = logits.float()
         n_routed = (act if act is not None else sup).shape[0]
@@ -177,7 +180,6 @@ class _HookState:
                 out = torch.where(act, torch.maximum(out, torch.nextafter(hi.to(logits.dtype), out.new_tensor(float("inf")))), out)
             if sup is not None:
                 out = torch.where(sup, torch.minimum(out, torch.nextafter(lo.to(logits.dtype), out.new_tensor(float("-inf")))), out)
-        self.edited_rows += int(rows.sum())
         return torch.where(rows[:, None], out, logits)
 
     def record(self, logits: Any, selected: Any, layer: int) -> None:
