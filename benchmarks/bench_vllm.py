@@ -79,6 +79,14 @@ def _timed(rounds: int, fn, *args, **kwargs) -> float:
     return statistics.median(times)
 
 
+def _prefill(llm, ids: list[list[int]], params) -> None:
+    """Prompts through the model once (``max_tokens=1``), a fresh cache salt each call: no prefix-cache hit."""
+    from vllm.inputs import TokensPrompt
+
+    llm.generate([TokensPrompt(prompt_token_ids=p, cache_salt=f"{i}-{time.time()}") for i, p in enumerate(ids)],
+                 params, use_tqdm=False)
+
+
 def plain(args: argparse.Namespace, ckpt: Path, extra: dict) -> dict:
     """Child process: vLLM without the hooks; generation and prefill tokens/s per batch size."""
     from vllm import LLM, SamplingParams
@@ -93,12 +101,8 @@ def plain(args: argparse.Namespace, ckpt: Path, extra: dict) -> dict:
         pre = SamplingParams(max_tokens=1, temperature=0.0)
         llm.generate(prompts, gen, use_tqdm=False)  # warm-up
         out[f"gen_{b}"] = b * args.new_tokens / _timed(args.rounds, llm.generate, prompts, gen, use_tqdm=False)
-
-        def prefill(ids: list[list[int]], params: SamplingParams) -> None:  # a fresh salt per round: no cache hit
-            llm.generate([TokensPrompt(prompt_token_ids=p, cache_salt=f"{i}-{time.time()}") for i, p in enumerate(ids)],
-                         params, use_tqdm=False)
-
-        out[f"prefill_{b}"] = b * args.prompt_len / _timed(args.rounds, prefill, _prompts(b, args.prompt_len), pre)
+        _prefill(llm, _prompts(b, args.prompt_len), pre)  # warm-up
+        out[f"prefill_{b}"] = b * args.prompt_len / _timed(args.rounds, _prefill, llm, _prompts(b, args.prompt_len), pre)
     return out
 
 
@@ -127,6 +131,9 @@ def hooked(args: argparse.Namespace, ckpt: Path, extra: dict) -> dict:
             _set_edit(engine, e, "always")
             out[f"{name}_{b}"] = b * args.new_tokens / _timed(args.rounds, engine.llm.generate, prompts, gen, use_tqdm=False)
             STATE.reset()
+        pre = SamplingParams(max_tokens=1, temperature=0.0)
+        _prefill(engine.llm, _prompts(b, args.prompt_len), pre)
+        out[f"idle_prefill_{b}"] = b * args.prompt_len / _timed(args.rounds, _prefill, engine.llm, _prompts(b, args.prompt_len), pre)
         rows = [{"trace_id": f"t{i}", "dataset": "bench", "input_ids": p} for i, p in enumerate(_prompts(b, args.prompt_len))]
         dd = datasets.DatasetDict({"train": datasets.Dataset.from_list(rows)})
         with tempfile.TemporaryDirectory() as tmp:
@@ -199,18 +206,20 @@ def main() -> None:
     ours = hooked(args, ckpt, extra)
     print(f"model: {args.config or 'tiny qwen3_moe'}  ({ours['n_layers']} MoE layers x {ours['n_experts']} experts, top-{ours['top_k']}), "
           f"dtype {args.dtype}, {'eager' if args.eager else 'compiled'}, prompt {args.prompt_len}, new {args.new_tokens}")
-    print(f"{'batch':>5} {'plain tok/s':>12} {'idle hooks':>11} {'steered':>9} {'prefill tok/s':>14} {'capture':>9}"
-          + (f" {'HF steered':>11} {'HF capture':>11}" if hf else ""))
+    print(f"{'batch':>5} {'plain tok/s':>12} {'idle hooks':>11} {'steered':>9} {'steer/idle':>11} {'prefill tok/s':>14} "
+          f"{'capture':>9} {'cap/idle':>9}" + (f" {'HF steered':>11} {'HF capture':>11}" if hf else ""))
     for b in args.batch_sizes:
         g, p = base[f"gen_{b}"], base[f"prefill_{b}"]
-        line = (f"{b:>5} {g:>12.1f} {ours[f'idle_{b}'] / g:>10.3f}x {ours[f'steered_{b}'] / g:>8.3f}x {p:>14.1f} "
-                f"{ours[f'capture_{b}'] / p:>8.3f}x")
+        line = (f"{b:>5} {g:>12.1f} {ours[f'idle_{b}'] / g:>10.3f}x {ours[f'steered_{b}'] / g:>8.3f}x "
+                f"{ours[f'steered_{b}'] / ours[f'idle_{b}']:>10.3f}x {p:>14.1f} {ours[f'capture_{b}'] / p:>8.3f}x "
+                f"{ours[f'capture_{b}'] / ours[f'idle_prefill_{b}']:>8.3f}x")
         if hf and f"hf_steered_{b}" in hf:
             line += f" {hf[f'hf_steered_{b}'] / ours[f'steered_{b}']:>10.3f}x {hf[f'hf_capture_{b}'] / ours[f'capture_{b}']:>10.3f}x"
         print(line)
     print(f"bytes per token captured: {ours['bytes_per_token']} (float16 logits + int16 selections); on disk "
           f"{ours['bytes_per_token_on_disk']:.0f}")
-    print("ratios: idle/steered/capture are vs plain vLLM at the same batch; HF columns are HF engine / vLLM engine "
+    print("ratios: idle/steered/capture are vs plain vLLM (another process) at the same batch; steer/idle and cap/idle vs the "
+          "same engine with idle hooks (same process: the steadier figure on a shared machine); HF columns are HF engine / vLLM engine "
           "(HF generates one prompt at a time, as `ror steer --engine hf` does)")
 
 
