@@ -264,7 +264,10 @@ class CaptureCheckError(SteerError):
     with experts, or its hook never fired); E912 the selected experts are not k distinct in-range
     ids equal to the family's top-k of the captured logits; E913 the first rows differ from a plain
     unbatched forward of the same tokens. The message names the family, the layer and the check.
-    Nothing of the failing batch is written.
+    Nothing of the failing batch is written. The vLLM engine adds E920 (a request's captured rows
+    are not exactly positions 0..T-1) and E921 (a MoE layer's hook did not fire in a forward step);
+    its other errors are :class:`SteerError` with E922 (vLLM missing, tensor parallel asked), E923 (no
+    MoE layer routed through vLLM's router) and E924 (an option only the HF engine has).
     """
 
     code = "E910"

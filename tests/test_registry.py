@@ -77,6 +77,7 @@ BUILTINS = {
     "judges": {"baseline", "openai"},
     "formats": {"plain", "think", "harmony", "openai-response", "chat", "mistral", "seed", "kimi", "thought"},
     "presets": {"openr1-math", "s1k-1.1", "s1k", "openthoughts"},
+    "engines": {"hf", "vllm"},
     "families": {"qwen3_moe", "qwen2_moe", "mixtral", "olmoe", "gpt_oss", "qwen3_5_moe", "qwen3_next", "gemma4"},
 }
 

@@ -41,7 +41,7 @@ class TinyModelOptions(StageOptions):
 
 
 def _texts(path: Path) -> list[str]:
-    out = []
+    out: list[str] = []
     with path.open(encoding="utf-8") as fh:
         for line in fh:
             if line.strip():
@@ -103,13 +103,14 @@ def build_tiny_model(out_dir: str | Path, options: TinyModelOptions | None = Non
         raise InputError(f"{source}: cannot read traces for the tokenizer ({exc}); give a JSONL file of traces") from None
     tokenizer = build_tokenizer(texts, opts.vocab_size)
     heads = max(1, opts.hidden_size // 32)
-    config = Qwen3MoeConfig(
+    sizes: dict[str, Any] = dict(
         vocab_size=len(tokenizer), hidden_size=opts.hidden_size, num_hidden_layers=opts.layers, num_attention_heads=heads,
         num_key_value_heads=1, head_dim=32, intermediate_size=2 * opts.hidden_size, moe_intermediate_size=opts.hidden_size // 2,
         num_experts=opts.experts, num_experts_per_tok=opts.top_k, norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[],
         max_position_embeddings=32768, pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
-        bos_token_id=tokenizer.pad_token_id, tie_word_embeddings=False, torch_dtype="float32",
+        bos_token_id=tokenizer.pad_token_id, tie_word_embeddings=False,
     )
+    config = Qwen3MoeConfig(**sizes)
     torch.manual_seed(opts.seed)
     model = Qwen3MoeForCausalLM(config).eval()
     gen = torch.Generator().manual_seed(opts.seed)
@@ -130,7 +131,7 @@ def write_problems(path: str | Path, traces: str | Path | None = None, limit: in
     as JSONL for ``ror steer``; returns how many were written."""
     from ..sample import sample_path
 
-    rows = []
+    rows: list[dict[str, str]] = []
     with Path(traces or sample_path()).open(encoding="utf-8") as fh:
         for line in fh:
             rec = json.loads(line) if line.strip() else None
