@@ -28,8 +28,13 @@ class StageOptions(BaseModel):
     stage: str = "stage"
 
     @classmethod
-    def from_options(cls: type[OptionsT], options: dict[str, Any], *, what: str | None = None) -> OptionsT:
+    def from_options(
+        cls: type[OptionsT], options: dict[str, Any], *, what: str | None = None, keep_none: bool = False,
+    ) -> OptionsT:
         """Validate keyword options; ``None`` values mean "not given" and take the default.
+
+        With ``keep_none`` a ``None`` is a value like any other (a library function's keyword
+        arguments, where ``max_failed=None`` means "no limit", not "the default limit").
 
         Raises
         ------
@@ -46,7 +51,7 @@ class StageOptions(BaseModel):
                 close = difflib.get_close_matches(name, known, n=1)
                 hints.append(f"{name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
             raise ConfigError(f"unknown option(s) for {what}: {', '.join(hints)}; known options: {', '.join(known)}")
-        given = {k: v for k, v in options.items() if v is not None}
+        given = dict(options) if keep_none else {k: v for k, v in options.items() if v is not None}
         try:
             return cls(**given)
         except ValidationError as exc:
