@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..errors import AgreementError
+from ..errors import AgreementError, ConfigError
+from ..options import StageOptions
 from ..records import BEHAVIORS
 from ..reference import ReferenceLabel, reference_labels_from
 from .analysis import agreement
@@ -119,28 +120,34 @@ def adjudicated_reference(store: Any, *, study: str | None = None) -> dict[str, 
     return {f"{trace_id}#{index}": ref for (trace_id, index), ref in refs.items()}
 
 
-def agreement_summary(
-    store: Any,
-    *,
-    annotators: Sequence[str] | None = None,
-    sources: Sequence[str] | None = None,
-    study: str | None = None,
-    with_judge: bool = False,
-    codebook_version: str | None = None,
-    reference: str | None = "majority",
-    n_resamples: int = 1000,
-    confidence_level: float = 0.95,
-    seed: int | None = 0,
-    calibration: bool = True,
-    n_bins: int = 10,
-    by: str | None = None,
-    weighted: bool = False,
-) -> dict[str, Any]:
+class AgreementOptions(StageOptions):
+    """Options of ``ror agree`` (on a store) / :func:`agreement_summary` (each documented there)."""
+
+    stage: str = "the agreement stage"
+    annotators: tuple[str, ...] | None = None
+    sources: tuple[str, ...] | None = None
+    study: str | None = None
+    with_judge: bool = False
+    codebook_version: str | None = None
+    reference: str | None = "majority"
+    n_resamples: int = 1000
+    confidence_level: float = 0.95
+    seed: int | None = 0
+    calibration: bool = True
+    n_bins: int = 10
+    by: str | None = None
+    weighted: bool = False
+
+
+def agreement_summary(store: Any, options: AgreementOptions | None = None, **kwargs: Any) -> dict[str, Any]:
     """Agreement figures over labels in the store, as a JSON-able dict (for ``--json`` and dataset cards).
 
     Parameters
     ----------
     store : ror_annotate.store.Store
+    options : AgreementOptions, optional
+        The settings below as one model; else they are given as keywords (``**kwargs``), validated
+        by :meth:`AgreementOptions.from_options` (an unknown name: ConfigError with the closest one).
     annotators, sources, study, with_judge, codebook_version
         Which labels to compare (see :func:`ratings_from_store`).
     reference : {"majority", "human", "adjudicated"} or annotator name, optional
@@ -172,7 +179,17 @@ def agreement_summary(
     AgreementError
         No matching labels, fewer than two annotators, no human/adjudicated labels for that
         reference; ``weighted`` without ``study`` (E720) or on a study without a design (E720, E721).
+    ConfigError
+        An unknown option or a value of the wrong type.
     """
+    if options is None:
+        options = AgreementOptions.from_options(kwargs, keep_none=True)
+    elif kwargs:
+        raise ConfigError(f"give the agreement options either as options= or as keywords, not both: {', '.join(kwargs)}")
+    o = options
+    annotators, sources, study, with_judge, codebook_version = o.annotators, o.sources, o.study, o.with_judge, o.codebook_version
+    reference, n_resamples, confidence_level, seed = o.reference, o.n_resamples, o.confidence_level, o.seed
+    calibration, n_bins, by, weighted = o.calibration, o.n_bins, o.by, o.weighted
     if weighted and study is None:
         raise AgreementError("--weighted needs --study NAME (a study with inclusion probabilities)", code="E720")
     from ._cache import LabelsOnce
