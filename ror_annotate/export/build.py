@@ -410,7 +410,7 @@ def export_dataset(
         raise ConfigError(f"give the export options either as options= or as keywords, not both: {', '.join(kwargs)}")
     label_source, tokenizer, chat_template = options.labels, options.tokenizer, options.chat_template
     seed, split_fractions, stratify_by = options.split_seed, options.split_fractions, options.stratify_by
-    name, license, source_licenses = options.name, options.license, options.source_licenses
+    name, license = options.name, options.license
     batch_size, max_batch_segments = options.batch_size, options.max_batch_segments
     if label_source not in LABEL_CHOICES:
         raise ConfigError(f"unknown label source {label_source!r}; choose one of {', '.join(LABEL_CHOICES)}")
@@ -447,8 +447,7 @@ def export_dataset(
     try:
         aggregate = _latest_aggregate(store) if label_source in ("aggregate", "auto") else None
         stats, per_trace, sources = _write_rows(
-            store, writer, keys, split_of, label_source, aligner, tv, dict(source_licenses or {}), batch_size, max_batch_segments,
-            progress, aggregate=aggregate, kinds=store.rater_kinds(),
+            store, writer, keys, split_of, options, aligner, tv, progress, aggregate=aggregate, kinds=store.rater_kinds(),
         )
         data_files, infos, n_rows = writer.close(fingerprint_seed=f"{name}/{seed}/{label_source}")
         from ..analytics import summarize
@@ -641,11 +640,13 @@ def _token_row(
 
 
 def _write_rows(
-    store: Store, writer: ExportWriter, keys: Sequence[read.TraceKey], split_of: Mapping[str, str], label_source: str,
-    aligner: Any, tv: str, source_licenses: Mapping[str, str], batch_size: int, max_batch_segments: int,
-    progress: Callable[[int, int], None] | None = None, aggregate: str | None = None, kinds: Mapping[str, str] | None = None,
+    store: Store, writer: ExportWriter, keys: Sequence[read.TraceKey], split_of: Mapping[str, str], options: ExportOptions,
+    aligner: Any, tv: str, progress: Callable[[int, int], None] | None = None, aggregate: str | None = None,
+    kinds: Mapping[str, str] | None = None,
 ) -> tuple[_Stats, list[Any], list[dict[str, Any]]]:
     """Stream every batch of traces into ``writer``; return the running stats, per-trace analytics and sources."""
+    label_source, source_licenses = options.labels, dict(options.source_licenses or {})
+    batch_size, max_batch_segments = options.batch_size, options.max_batch_segments
     from ..align import IGNORE_INDEX
     from ..analytics import SegmentView, analyze_trace
 
