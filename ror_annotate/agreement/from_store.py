@@ -205,20 +205,20 @@ def agreement_summary(store: Any, options: AgreementOptions | None = None, **kwa
         store, annotators=annotators, sources=sources, study=study, with_judge=with_judge,
         codebook_version=codebook_version, exclude_sources=exclude,
     )
-    kwargs: dict[str, Any] = {}
+    ref_args: dict[str, Any] = {}
     if reference == "adjudicated":
         by_item = adjudicated_reference(store, study=study)
         if not any(r.basis == "adjudicated" for r in by_item.values()):
             raise AgreementError(f"--reference adjudicated: no adjudicated labels{' in study ' + repr(study) if study else ''}; adjudicate first (ror review adjudicate)")
-        kwargs = {"reference_labels": [by_item[i].label if i in by_item else None for i in ratings.item_ids], "reference_name": "adjudicated"}
+        ref_args = {"reference_labels": [by_item[i].label if i in by_item else None for i in ratings.item_ids], "reference_name": "adjudicated"}
     elif reference == "human":
         humans = [a for a in ratings.annotators if source_of.get(a) == "human"]
         if not humans:
             raise AgreementError("--reference human: no human labels among the selected annotators; widen --source/--study")
-        kwargs = {"reference": "majority", "reference_pool": humans, "reference_name": "human majority" if len(humans) > 1 else humans[0]}
+        ref_args = {"reference": "majority", "reference_pool": humans, "reference_name": "human majority" if len(humans) > 1 else humans[0]}
     elif reference is not None:
-        kwargs = {"reference": reference}
-    result = agreement(ratings, n_resamples=n_resamples, confidence_level=confidence_level, seed=seed, **kwargs)
+        ref_args = {"reference": reference}
+    result = agreement(ratings, n_resamples=n_resamples, confidence_level=confidence_level, seed=seed, **ref_args)
     out = result.to_dict()
     out["selection"] = {
         "store": str(getattr(store, "path", "")),

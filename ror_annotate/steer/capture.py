@@ -780,9 +780,9 @@ def capture_router_logits(model: Any, tokens: Any, out_dir: str | Path, options:
                         raise SteerError(f"{split}: trace(s) {empty[:3]} have no input_ids; re-export them")
                     _check_vocab(rows, vocab_rows, split)
                     seqs = [r["input_ids"] for r in rows]
-                    kwargs = _padded_batch(seqs, padding_side, pad_token_id, device)
-                    recorder.start(kwargs["input_ids"], device)
-                    model(**kwargs)
+                    inputs = _padded_batch(seqs, padding_side, pad_token_id, device)
+                    recorder.start(inputs["input_ids"], device)
+                    model(**inputs)
                     copy = _HostCopy(recorder.logits, recorder.selected, recorder.residual)
                     slices = _real_slices([len(q) for q in seqs], recorder.shape[1], padding_side)
                     background.submit([{"trace_id": r["trace_id"], "split": split, "dataset": r["dataset"]}
