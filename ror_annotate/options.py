@@ -57,6 +57,24 @@ class StageOptions(BaseModel):
         except ValidationError as exc:
             raise options_error(exc, given) from exc
 
+    @classmethod
+    def resolve(cls: type[OptionsT], options: OptionsT | None, keywords: dict[str, Any]) -> OptionsT:
+        """The options of a library call that takes ``options=None, **keywords``: the model as given,
+        or the keywords validated into one (``None`` kept as a value, see :meth:`from_options`).
+
+        Raises
+        ------
+        ConfigError
+            Both a model and keywords given, an unknown keyword (with the closest known name), or a
+            bad value (named as its flag).
+        """
+        if options is None:
+            return cls.from_options(keywords, keep_none=True)
+        if keywords:
+            what = cls.model_fields["stage"].default
+            raise ConfigError(f"give the options of {what} either as options= or as keywords, not both: {', '.join(keywords)}")
+        return options
+
     def recorded(self) -> dict[str, Any]:
         """The options as a run records them (JSON types; the ``stage`` tag left out)."""
         return self.model_dump(mode="json", exclude={"stage"})

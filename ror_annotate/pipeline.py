@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .errors import ConfigError, InputError, JudgeOutcomeError
+from .errors import InputError, JudgeOutcomeError
 from .records import Run
 from .segment import MAX_SEGMENT_TOKENS
 from .export.build import ExportOptions
@@ -680,10 +680,7 @@ def export(
     """
     from .export import export_dataset
 
-    if options is None:
-        options = ExportOptions.from_options(kwargs, keep_none=True)
-    elif kwargs:
-        raise ConfigError(f"give the export options either as options= or as keywords, not both: {', '.join(kwargs)}")
+    options = ExportOptions.resolve(options, kwargs)
     o = options
     out_dir = Path(out)
     params = {"name": o.name, "out": str(out_dir), "labels": o.labels,
@@ -767,10 +764,7 @@ def run(
     """
     from .judge import MaxFailed
 
-    if options is None:
-        options = RunOptions.from_options(kwargs, keep_none=True)
-    elif kwargs:
-        raise ConfigError(f"give the run options either as options= or as keywords, not both: {', '.join(kwargs)}")
+    options = RunOptions.resolve(options, kwargs)
     o = options
     preset, split, columns, format, allow_markers = o.preset, o.split, o.columns, o.format, o.allow_markers
     tokenizer, judge, judge_options, max_failed, out, labels = o.tokenizer, o.judge, o.judge_options, o.max_failed, o.out, o.labels

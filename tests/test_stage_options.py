@@ -88,7 +88,7 @@ def test_the_functions_validate_their_keywords_before_touching_anything(tmp_path
         agreement_summary(None, with_judges=True)
     with pytest.raises(ConfigError, match=r"'logit_dtype' \(did you mean 'logits_dtype'\?\)"):
         capture_router_logits(None, None, tmp_path / "c", logit_dtype="float32")
-    with pytest.raises(ConfigError, match="either as options= or as keywords"):
+    with pytest.raises(ConfigError, match="give the options of the agreement stage either as options= or as keywords"):
         agreement_summary(None, AgreementOptions(), study="s1")
     assert not (tmp_path / "o").exists() and not (tmp_path / "c").exists()
 

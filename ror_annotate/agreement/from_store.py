@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..errors import AgreementError, ConfigError
+from ..errors import AgreementError
 from ..options import StageOptions
 from ..records import BEHAVIORS
 from ..reference import ReferenceLabel, reference_labels_from
@@ -182,10 +182,7 @@ def agreement_summary(store: Any, options: AgreementOptions | None = None, **kwa
     ConfigError
         An unknown option or a value of the wrong type.
     """
-    if options is None:
-        options = AgreementOptions.from_options(kwargs, keep_none=True)
-    elif kwargs:
-        raise ConfigError(f"give the agreement options either as options= or as keywords, not both: {', '.join(kwargs)}")
+    options = AgreementOptions.resolve(options, kwargs)
     o = options
     annotators, sources, study, with_judge, codebook_version = o.annotators, o.sources, o.study, o.with_judge, o.codebook_version
     reference, n_resamples, confidence_level, seed = o.reference, o.n_resamples, o.confidence_level, o.seed

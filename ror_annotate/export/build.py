@@ -403,11 +403,7 @@ def export_dataset(
         naming the row); writing failed.
     """
     t0 = time.perf_counter()
-    if options is None:
-        given = {_LEGACY_EXPORT_NAMES.get(k, k): v for k, v in kwargs.items()}
-        options = ExportOptions.from_options(given, keep_none=True)
-    elif kwargs:
-        raise ConfigError(f"give the export options either as options= or as keywords, not both: {', '.join(kwargs)}")
+    options = ExportOptions.resolve(options, {_LEGACY_EXPORT_NAMES.get(k, k): v for k, v in kwargs.items()})
     label_source, tokenizer, chat_template = options.labels, options.tokenizer, options.chat_template
     seed, split_fractions, stratify_by = options.split_seed, options.split_fractions, options.stratify_by
     name, license = options.name, options.license

@@ -687,10 +687,7 @@ def create_study(  # noqa: C901  (one branch per option check before anything is
     """
     from ..codebook import load_codebook
 
-    if options is None:
-        options = StudyOptions.from_options(kwargs, keep_none=True)
-    elif kwargs:
-        raise ConfigError(f"give the study options either as options= or as keywords, not both: {', '.join(kwargs)}")
+    options = StudyOptions.resolve(options, kwargs)
     o = options
     strategy, n, n_traces, seed, overlap, blind, mode = o.strategy, o.n, o.n_traces, o.seed, o.overlap, o.blind, o.mode
     codebook, judge_annotator, compare_annotators, adjudicator = o.codebook, o.judge_annotator, o.compare_annotators, o.adjudicator

@@ -31,7 +31,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
-from ..errors import CaptureCheckError, ConfigError, SteerError
+from ..errors import CaptureCheckError, SteerError
 from ..options import StageOptions
 from . import require_torch
 from .checks import FORWARD_CHECK_ROWS, check_batch, check_forward, check_layers_found, moe_layers_of
@@ -728,10 +728,7 @@ def capture_router_logits(model: Any, tokens: Any, out_dir: str | Path, options:
     """
     import time
 
-    if options is None:
-        options = CaptureOptions.from_options(kwargs, keep_none=True)
-    elif kwargs:
-        raise ConfigError(f"give the capture options either as options= or as keywords, not both: {', '.join(kwargs)}")
+    options = CaptureOptions.resolve(options, kwargs)
     o = options
     model_name, splits, layers, batch_size, max_batch_tokens = o.model_name, o.splits, o.layers, o.batch_size, o.max_batch_tokens
     padding_side, pad_token_id, logits_dtype, overwrite, limit = o.padding_side, o.pad_token_id, o.logits_dtype, o.overwrite, o.limit
