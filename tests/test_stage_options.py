@@ -22,6 +22,7 @@ from ror_annotate.export import ExportOptions, export_dataset
 from ror_annotate.options import StageOptions
 from ror_annotate.review import StudyOptions, create_study
 from ror_annotate.steer.capture import CaptureOptions, capture_router_logits
+from ror_annotate.steer.vllm_engine import VllmCaptureOptions, capture_router_logits_vllm
 
 PACKAGE = Path(ror_annotate.__file__).parent
 MAX_PARAMS = 12
@@ -60,6 +61,7 @@ MODELS: list[tuple[type[StageOptions], str, str, dict[str, Any], str]] = [
     (StudyOptions, "overlp", "overlap", {"mode": "paragraph"}, "--mode"),
     (AgreementOptions, "n_resample", "n_resamples", {"n_resamples": "many"}, "--n-resamples"),
     (CaptureOptions, "batch_sise", "batch_size", {"batch_size": "big"}, "--batch-size"),
+    (VllmCaptureOptions, "refrence", "reference", {"limit": "some"}, "--limit"),
 ]
 
 
@@ -88,6 +90,8 @@ def test_the_functions_validate_their_keywords_before_touching_anything(tmp_path
         agreement_summary(None, with_judges=True)
     with pytest.raises(ConfigError, match=r"'logit_dtype' \(did you mean 'logits_dtype'\?\)"):
         capture_router_logits(None, None, tmp_path / "c", logit_dtype="float32")
+    with pytest.raises(ConfigError, match=r"'padding_side'.*known options: model_name, splits"):
+        capture_router_logits_vllm(None, None, tmp_path / "c", padding_side="left")  # an HF-only option
     with pytest.raises(ConfigError, match="give the options of the agreement stage either as options= or as keywords"):
         agreement_summary(None, AgreementOptions(), study="s1")
     assert not (tmp_path / "o").exists() and not (tmp_path / "c").exists()
