@@ -91,7 +91,7 @@ def test_the_functions_validate_their_keywords_before_touching_anything(tmp_path
     with pytest.raises(ConfigError, match=r"'logit_dtype' \(did you mean 'logits_dtype'\?\)"):
         capture_router_logits(None, None, tmp_path / "c", logit_dtype="float32")
     with pytest.raises(ConfigError, match=r"'padding_side'.*known options: model_name, splits"):
-        capture_router_logits_vllm(None, None, tmp_path / "c", padding_side="left")  # an HF-only option
+        capture_router_logits_vllm(None, None, tmp_path / "c", padding_side="left")  # type: ignore[arg-type]  # HF-only
     with pytest.raises(ConfigError, match="give the options of the agreement stage either as options= or as keywords"):
         agreement_summary(None, AgreementOptions(), study="s1")
     assert not (tmp_path / "o").exists() and not (tmp_path / "c").exists()
