@@ -28,8 +28,13 @@ class StageOptions(BaseModel):
     stage: str = "stage"
 
     @classmethod
-    def from_options(cls: type[OptionsT], options: dict[str, Any], *, what: str | None = None) -> OptionsT:
+    def from_options(
+        cls: type[OptionsT], options: dict[str, Any], *, what: str | None = None, keep_none: bool = False,
+    ) -> OptionsT:
         """Validate keyword options; ``None`` values mean "not given" and take the default.
+
+        With ``keep_none`` a ``None`` is a value like any other (a library function's keyword
+        arguments, where ``max_failed=None`` means "no limit", not "the default limit").
 
         Raises
         ------
@@ -46,11 +51,29 @@ class StageOptions(BaseModel):
                 close = difflib.get_close_matches(name, known, n=1)
                 hints.append(f"{name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
             raise ConfigError(f"unknown option(s) for {what}: {', '.join(hints)}; known options: {', '.join(known)}")
-        given = {k: v for k, v in options.items() if v is not None}
+        given = dict(options) if keep_none else {k: v for k, v in options.items() if v is not None}
         try:
             return cls(**given)
         except ValidationError as exc:
             raise options_error(exc, given) from exc
+
+    @classmethod
+    def resolve(cls: type[OptionsT], options: OptionsT | None, keywords: dict[str, Any]) -> OptionsT:
+        """The options of a library call that takes ``options=None, **keywords``: the model as given,
+        or the keywords validated into one (``None`` kept as a value, see :meth:`from_options`).
+
+        Raises
+        ------
+        ConfigError
+            Both a model and keywords given, an unknown keyword (with the closest known name), or a
+            bad value (named as its flag).
+        """
+        if options is None:
+            return cls.from_options(keywords, keep_none=True)
+        if keywords:
+            what = cls.model_fields["stage"].default
+            raise ConfigError(f"give the options of {what} either as options= or as keywords, not both: {', '.join(keywords)}")
+        return options
 
     def recorded(self) -> dict[str, Any]:
         """The options as a run records them (JSON types; the ``stage`` tag left out)."""

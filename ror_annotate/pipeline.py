@@ -33,6 +33,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from .errors import InputError, JudgeOutcomeError
 from .records import Run
 from .segment import MAX_SEGMENT_TOKENS
+from .export.build import ExportOptions
+from .traces import ColumnMap
 
 if TYPE_CHECKING:  # pragma: no cover
     from .export import ExportSummary
@@ -40,7 +42,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from .judge import Judge, MaxFailed
     from .labels_import import ImportOptions, ImportSummary
     from .store import Store
-    from .traces import ColumnMap
 
 __all__ = [
     "IngestSummary", "SegmentSummary", "LabelSummary", "RunSummary",
@@ -657,25 +658,20 @@ def _options_param(options: "dict[str, Any] | Sequence[dict[str, Any]] | None") 
 def export(
     store: "Store",
     out: str | Path,
+    options: "ExportOptions | None" = None,
     *,
-    labels: str = "auto",
-    tokenizer: Any = None,
-    chat_template: bool = False,
-    split_seed: int = 0,
-    split_fractions: Sequence[float] = (0.8, 0.1, 0.1),
-    stratify_by: str | None = None,
-    name: str | None = None,
-    license: str | None = None,
-    source_licenses: dict[str, str] | None = None,
     trace_ids: Sequence[str] | None = None,
     run: Run | None = None,
     progress: Any = None,
+    **kwargs: Any,
 ) -> "ExportSummary":
     """Export the store's segmented traces as a Hugging Face dataset with its card.
 
     See :func:`ror_annotate.export.export_dataset` for the layout, the label choice (``labels``)
     and the token alignment (``tokenizer``, ``chat_template``). Splits are by trace, seeded by
-    ``split_seed``, with ``split_fractions`` = train, validation, test fractions of traces.
+    ``split_seed``, with ``split_fractions`` = train, validation, test fractions of traces. The
+    settings are an :class:`~ror_annotate.export.ExportOptions` (``options``) or its fields as
+    keywords (``labels="human", split_seed=3``), validated with did-you-mean errors.
 
     Raises
     ------
@@ -684,10 +680,13 @@ def export(
     """
     from .export import export_dataset
 
+    options = ExportOptions.resolve(options, kwargs)
+    o = options
     out_dir = Path(out)
-    params = {"name": name, "out": str(out_dir), "labels": labels, "tokenizer": tokenizer if tokenizer is None or isinstance(tokenizer, str) else "object",
-              "chat_template": chat_template, "split_seed": split_seed, "split_fractions": list(split_fractions),
-              "stratify_by": stratify_by, "license": license, "source_licenses": dict(source_licenses or {})}
+    params = {"name": o.name, "out": str(out_dir), "labels": o.labels,
+              "tokenizer": o.tokenizer if o.tokenizer is None or isinstance(o.tokenizer, str) else "object",
+              "chat_template": o.chat_template, "split_seed": o.split_seed, "split_fractions": list(o.split_fractions),
+              "stratify_by": o.stratify_by, "license": o.license, "source_licenses": dict(o.source_licenses or {})}
     if store.read_only and run is None:
         # Nothing can be written to a read-only store: the export's manifest records the run instead.
         detached = store.detached_run("export", params)
@@ -695,9 +694,7 @@ def export(
         task = tracked.add_task("export", total=None)
         record = {**detached.model_dump(mode="json"), "status": "ok", "recorded_in": "manifest (the store was read-only)"}
         summary = export_dataset(
-            store, out_dir, label_source=labels, tokenizer=tokenizer, chat_template=chat_template, seed=split_seed,
-            split_fractions=split_fractions, stratify_by=stratify_by, name=name, license=license,
-            source_licenses=source_licenses, trace_ids=trace_ids, run_record=record,
+            store, out_dir, o, trace_ids=trace_ids, run_record=record,
             progress=lambda done, total: tracked.update(task, completed=done, total=total),
         )
         tracked.update(task, total=summary.n_traces, completed=summary.n_traces)
@@ -705,9 +702,7 @@ def export(
     with _stage(store, run, "export", params, progress) as (the_run, tracked):
         task = tracked.add_task("export", total=None)
         summary = export_dataset(
-            store, out_dir, label_source=labels, tokenizer=tokenizer, chat_template=chat_template, seed=split_seed,
-            split_fractions=split_fractions, stratify_by=stratify_by, name=name, license=license,
-            source_licenses=source_licenses, trace_ids=trace_ids,
+            store, out_dir, o, trace_ids=trace_ids,
             progress=lambda done, total: tracked.update(task, completed=done, total=total),
         )
         tracked.update(task, total=summary.n_traces, completed=summary.n_traces)
@@ -720,38 +715,43 @@ def export(
         return summary
 
 
+class RunOptions(ExportOptions):
+    """Options of ``ror run`` / :func:`run`: the export's (:class:`~ror_annotate.export.ExportOptions`)
+    plus those of ingest, segment and label, each documented with its stage (:func:`ingest`,
+    :func:`segment`, :func:`label`); ``max_segment_tokens`` is :func:`segment`'s ``max_tokens``,
+    ``out`` the export folder (default ``exports/<input name>``)."""
+
+    stage: str = "the run"
+    preset: str | None = None
+    split: str | None = None
+    columns: "dict[str, str] | ColumnMap | None" = None
+    skip_invalid: bool = False
+    limit: int | None = None
+    format: str = "auto"
+    allow_markers: bool = False
+    max_segment_tokens: int = MAX_SEGMENT_TOKENS
+    workers: int | None = None
+    judge: Any = "baseline"
+    judge_options: Any = None
+    max_failed: Any = "10%"
+    out: str | Path | None = None
+
+
 def run(
     store: "Store",
     source: str | Path = "",
+    options: RunOptions | None = None,
     *,
-    preset: str | None = None,
-    split: str | None = None,
-    columns: "dict[str, str] | ColumnMap | None" = None,
-    skip_invalid: bool = False,
-    limit: int | None = None,
-    format: str = "auto",
-    allow_markers: bool = False,
-    tokenizer: Any = None,
-    max_segment_tokens: int = MAX_SEGMENT_TOKENS,
-    workers: int | None = None,
-    judge: "str | Judge | Sequence[str | Judge]" = "baseline",
-    judge_options: "dict[str, Any] | Sequence[dict[str, Any]] | None" = None,
-    max_failed: "str | float | int | MaxFailed | None" = "10%",
-    out: str | Path | None = None,
-    labels: str = "auto",
-    split_seed: int = 0,
-    split_fractions: Sequence[float] = (0.8, 0.1, 0.1),
-    stratify_by: str | None = None,
-    chat_template: bool = False,
-    license: str | None = None,
-    source_licenses: dict[str, str] | None = None,
     progress: Any = None,
+    **kwargs: Any,
 ) -> RunSummary:
     """The main job: ingest -> segment -> label -> export this input's traces, recorded as one run.
 
     Every stage is idempotent, so running the same job again changes nothing and a job stopped
-    at any point resumes where it stopped. ``out`` defaults to ``exports/<input name>``. The other
-    parameters are those of :func:`ingest`, :func:`segment`, :func:`label` and :func:`export`.
+    at any point resumes where it stopped. ``out`` defaults to ``exports/<input name>``. The
+    settings are a :class:`RunOptions` (``options``) or its fields as keywords (``judge="baseline",
+    out=...``), validated with did-you-mean errors: those of :func:`ingest`, :func:`segment`,
+    :func:`label` and :func:`export`.
     When the judge labels nothing or leaves more than ``max_failed`` segments judge-failed, the
     job stops before the export (no all-unlabelled dataset is written).
 
@@ -764,6 +764,10 @@ def run(
     """
     from .judge import MaxFailed
 
+    options = RunOptions.resolve(options, kwargs)
+    o = options
+    preset, split, columns, format, allow_markers = o.preset, o.split, o.columns, o.format, o.allow_markers
+    tokenizer, judge, judge_options, max_failed, out, labels = o.tokenizer, o.judge, o.judge_options, o.max_failed, o.out, o.labels
     text = check_source(source, preset)
     judges = make_judges(judge, judge_options)  # fail on a bad judge before reading anything
     failed_limit = None if max_failed is None else MaxFailed.parse(max_failed)
@@ -779,11 +783,11 @@ def run(
     with store.run("run", params) as the_run:
         tracked = _TrackedProgress(store, progress)
         ingested = ingest(
-            store, text, preset=preset, split=split, columns=mapping, skip_invalid=skip_invalid, limit=limit, format=format,
+            store, text, preset=preset, split=split, columns=mapping, skip_invalid=o.skip_invalid, limit=o.limit, format=format,
             allow_markers=allow_markers, run=the_run, progress=tracked,
         )
         the_run.counts["ingest"] = ingested.counts()
-        segmented = segment(store, ingested.trace_ids, tokenizer=tokenizer, max_tokens=max_segment_tokens, workers=workers, run=the_run, progress=tracked)
+        segmented = segment(store, ingested.trace_ids, tokenizer=tokenizer, max_tokens=o.max_segment_tokens, workers=o.workers, run=the_run, progress=tracked)
         the_run.counts["segment"] = segmented.counts()
         try:
             labelled = label(store, ingested.trace_ids, judge=judges, max_failed=failed_limit, run=the_run, progress=tracked)
@@ -791,12 +795,12 @@ def run(
             the_run.counts["label"] = exc.counts  # the run is recorded failed, with what the judge did
             raise
         the_run.counts["label"] = labelled.counts()
-        exported = export(
-            store, out_dir, labels=labels, tokenizer=tokenizer, chat_template=chat_template, split_seed=split_seed,
-            split_fractions=split_fractions, stratify_by=stratify_by, license=license, source_licenses=source_licenses,
-            trace_ids=ingested.trace_ids, run=the_run, progress=tracked,
-        )
+        export_options = ExportOptions(**{k: getattr(o, k) for k in ExportOptions.model_fields if k != "stage"})
+        exported = export(store, out_dir, export_options, trace_ids=ingested.trace_ids, run=the_run, progress=tracked)
         return RunSummary(run_id=the_run.run_id, ingest=ingested, segment=segmented, label=labelled, export=exported)
+
+
+__all__ += ["ExportOptions", "RunOptions"]
 
 
 # --------------------------------------------------------------------------- verify (ror verify)

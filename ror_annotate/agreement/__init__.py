@@ -66,7 +66,7 @@ from __future__ import annotations
 from .analysis import AgreementResult, agreement
 from .bootstrap import trace_bootstrap_counts
 from .estimators import REASONS, Estimate
-from .from_store import adjudicated_reference, agreement_summary, ratings_from_store
+from .from_store import AgreementOptions, adjudicated_reference, agreement_summary, ratings_from_store
 from .kinds import agreement_by_kind, agreement_drift
 from .metrics import (
     cohen_kappa, confusion_matrix, disagreement_pairs, fleiss_kappa, gwet_ac1, krippendorff_alpha, majority_labels,
@@ -78,7 +78,7 @@ from .weighted import weighted_estimates
 
 __all__ = [
     "AUTO", "REASONS", "AgreementResult", "Estimate", "Ratings", "adjudicated_reference", "agreement",
-    "agreement_summary", "cohen_kappa", "confusion_matrix", "disagreement_pairs", "fleiss_kappa", "gwet_ac1",
+    "AgreementOptions", "agreement_summary", "cohen_kappa", "confusion_matrix", "disagreement_pairs", "fleiss_kappa", "gwet_ac1",
     "infer_categories", "krippendorff_alpha", "majority_labels", "per_class_scores", "percent_agreement",
     "ratings_from_csv", "ratings_from_store", "resolve_categories", "trace_bootstrap_counts",
     "CalibrationOptions", "agreement_by_kind", "agreement_drift", "calibration_error", "calibration_summary",

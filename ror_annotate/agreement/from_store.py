@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..errors import AgreementError
+from ..options import StageOptions
 from ..records import BEHAVIORS
 from ..reference import ReferenceLabel, reference_labels_from
 from .analysis import agreement
@@ -119,28 +120,34 @@ def adjudicated_reference(store: Any, *, study: str | None = None) -> dict[str, 
     return {f"{trace_id}#{index}": ref for (trace_id, index), ref in refs.items()}
 
 
-def agreement_summary(
-    store: Any,
-    *,
-    annotators: Sequence[str] | None = None,
-    sources: Sequence[str] | None = None,
-    study: str | None = None,
-    with_judge: bool = False,
-    codebook_version: str | None = None,
-    reference: str | None = "majority",
-    n_resamples: int = 1000,
-    confidence_level: float = 0.95,
-    seed: int | None = 0,
-    calibration: bool = True,
-    n_bins: int = 10,
-    by: str | None = None,
-    weighted: bool = False,
-) -> dict[str, Any]:
+class AgreementOptions(StageOptions):
+    """Options of ``ror agree`` (on a store) / :func:`agreement_summary` (each documented there)."""
+
+    stage: str = "the agreement stage"
+    annotators: tuple[str, ...] | None = None
+    sources: tuple[str, ...] | None = None
+    study: str | None = None
+    with_judge: bool = False
+    codebook_version: str | None = None
+    reference: str | None = "majority"
+    n_resamples: int = 1000
+    confidence_level: float = 0.95
+    seed: int | None = 0
+    calibration: bool = True
+    n_bins: int = 10
+    by: str | None = None
+    weighted: bool = False
+
+
+def agreement_summary(store: Any, options: AgreementOptions | None = None, **kwargs: Any) -> dict[str, Any]:
     """Agreement figures over labels in the store, as a JSON-able dict (for ``--json`` and dataset cards).
 
     Parameters
     ----------
     store : ror_annotate.store.Store
+    options : AgreementOptions, optional
+        The settings below as one model; else they are given as keywords (``**kwargs``), validated
+        by :meth:`AgreementOptions.from_options` (an unknown name: ConfigError with the closest one).
     annotators, sources, study, with_judge, codebook_version
         Which labels to compare (see :func:`ratings_from_store`).
     reference : {"majority", "human", "adjudicated"} or annotator name, optional
@@ -172,7 +179,14 @@ def agreement_summary(
     AgreementError
         No matching labels, fewer than two annotators, no human/adjudicated labels for that
         reference; ``weighted`` without ``study`` (E720) or on a study without a design (E720, E721).
+    ConfigError
+        An unknown option or a value of the wrong type.
     """
+    options = AgreementOptions.resolve(options, kwargs)
+    o = options
+    annotators, sources, study, with_judge, codebook_version = o.annotators, o.sources, o.study, o.with_judge, o.codebook_version
+    reference, n_resamples, confidence_level, seed = o.reference, o.n_resamples, o.confidence_level, o.seed
+    calibration, n_bins, by, weighted = o.calibration, o.n_bins, o.by, o.weighted
     if weighted and study is None:
         raise AgreementError("--weighted needs --study NAME (a study with inclusion probabilities)", code="E720")
     from ._cache import LabelsOnce
@@ -188,20 +202,20 @@ def agreement_summary(
         store, annotators=annotators, sources=sources, study=study, with_judge=with_judge,
         codebook_version=codebook_version, exclude_sources=exclude,
     )
-    kwargs: dict[str, Any] = {}
+    ref_args: dict[str, Any] = {}
     if reference == "adjudicated":
         by_item = adjudicated_reference(store, study=study)
         if not any(r.basis == "adjudicated" for r in by_item.values()):
             raise AgreementError(f"--reference adjudicated: no adjudicated labels{' in study ' + repr(study) if study else ''}; adjudicate first (ror review adjudicate)")
-        kwargs = {"reference_labels": [by_item[i].label if i in by_item else None for i in ratings.item_ids], "reference_name": "adjudicated"}
+        ref_args = {"reference_labels": [by_item[i].label if i in by_item else None for i in ratings.item_ids], "reference_name": "adjudicated"}
     elif reference == "human":
         humans = [a for a in ratings.annotators if source_of.get(a) == "human"]
         if not humans:
             raise AgreementError("--reference human: no human labels among the selected annotators; widen --source/--study")
-        kwargs = {"reference": "majority", "reference_pool": humans, "reference_name": "human majority" if len(humans) > 1 else humans[0]}
+        ref_args = {"reference": "majority", "reference_pool": humans, "reference_name": "human majority" if len(humans) > 1 else humans[0]}
     elif reference is not None:
-        kwargs = {"reference": reference}
-    result = agreement(ratings, n_resamples=n_resamples, confidence_level=confidence_level, seed=seed, **kwargs)
+        ref_args = {"reference": reference}
+    result = agreement(ratings, n_resamples=n_resamples, confidence_level=confidence_level, seed=seed, **ref_args)
     out = result.to_dict()
     out["selection"] = {
         "store": str(getattr(store, "path", "")),

@@ -26,7 +26,7 @@ The package follows the export's seams:
 
 from __future__ import annotations
 
-from .build import ExportSummary, export_dataset, percentile_from_counts
+from .build import ExportOptions, ExportSummary, export_dataset, percentile_from_counts
 from .features import (
     BEHAVIOR_ID,
     COLUMN_DOCS,
@@ -54,7 +54,7 @@ from .write import (
 
 __all__ = [
     "BEHAVIOR_ID", "COLUMN_DOCS", "CONFIGS", "CORRUPT_ROW", "LABEL_CHOICES", "MANIFEST", "MAX_SHARD_BYTES",
-    "PUBLISH_PATTERNS", "SPLITS", "STRATIFY_KEYS", "UNKNOWN_LICENSE", "UNLABELED", "ChosenLabel", "ExportSummary",
+    "PUBLISH_PATTERNS", "SPLITS", "STRATIFY_KEYS", "UNKNOWN_LICENSE", "UNLABELED", "ChosenLabel", "ExportOptions", "ExportSummary",
     "adjudicated_reference", "choose_label", "export_dataset", "license_allows_publishing", "load_export",
     "percentile_from_counts", "publish_export", "PublishPlan", "plan_publish", "validate_card", "resolve_export_dir", "segments_features", "split_traces",
     "tokens_features", "traces_features",

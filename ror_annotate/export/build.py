@@ -21,7 +21,10 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from pydantic import ConfigDict
+
 from ..errors import ConfigError, ExportError, ExportWriteError, RorError
+from ..options import StageOptions
 from ..records import BEHAVIORS, SOURCE_KINDS
 from ..store import Store
 from . import read
@@ -297,24 +300,44 @@ def _tokens_table(cols: dict[str, list[Any]]) -> pa.Table:
     return pa.table(data)
 
 
+class ExportOptions(StageOptions):
+    """Options of ``ror export`` / :func:`export_dataset` / :func:`ror_annotate.pipeline.export`.
+
+    Fields are named as the command-line flags (``labels`` is ``--labels``, ``split_seed`` is
+    ``--split-seed``); :func:`export_dataset` documents each one (``labels`` there is
+    ``label_source``, ``split_seed`` is ``seed``). Their checks (label source, fractions,
+    positive batch sizes) run in :func:`export_dataset`, as before.
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    stage: str = "the export stage"
+    labels: str = "auto"
+    tokenizer: Any = None
+    chat_template: bool = False
+    split_seed: int = 0
+    split_fractions: Sequence[float] = (0.8, 0.1, 0.1)
+    stratify_by: str | None = None
+    name: str | None = None
+    license: str | None = None
+    source_licenses: Mapping[str, str] | None = None
+    batch_size: int = 64
+    max_batch_segments: int = 20_000
+
+
+#: export_dataset's earlier keyword names -> the option names (``label_source=`` keeps working).
+_LEGACY_EXPORT_NAMES = {"label_source": "labels", "seed": "split_seed"}
+
+
 def export_dataset(
     store: Store,
     out_dir: Path | str,
+    options: ExportOptions | None = None,
     *,
-    label_source: str = "auto",
-    tokenizer: Any = None,
-    chat_template: bool = False,
-    seed: int = 0,
-    split_fractions: Sequence[float] = (0.8, 0.1, 0.1),
-    stratify_by: str | None = None,
-    name: str | None = None,
-    license: str | None = None,
-    source_licenses: Mapping[str, str] | None = None,
     trace_ids: Sequence[str] | None = None,
     run_record: Mapping[str, Any] | None = None,
-    batch_size: int = 64,
     progress: Callable[[int, int], None] | None = None,
-    max_batch_segments: int = 20_000,
+    **kwargs: Any,
 ) -> ExportSummary:
     """Export every segmented trace of ``store`` as a Hugging Face dataset under ``out_dir``.
 
@@ -327,6 +350,9 @@ def export_dataset(
     store : Store
     out_dir : Path or str
         Export directory; replaced atomically if it holds an earlier export.
+    options : ExportOptions, optional
+        The settings below as one model; else they are given as keywords (``**kwargs``), validated
+        by :meth:`ExportOptions.from_options` (an unknown name: ConfigError with the closest one).
     label_source : {"auto", "adjudicated", "human", "judge", "baseline", "majority", "aggregate", "import"}
         Which labels to export (:mod:`ror_annotate.export.labels`); ``aggregate`` (and ``auto``) read the
         aggregate rater whose newest label is the newest (:meth:`Store.latest_label_times`).
@@ -377,6 +403,11 @@ def export_dataset(
         naming the row); writing failed.
     """
     t0 = time.perf_counter()
+    options = ExportOptions.resolve(options, {_LEGACY_EXPORT_NAMES.get(k, k): v for k, v in kwargs.items()})
+    label_source, tokenizer, chat_template = options.labels, options.tokenizer, options.chat_template
+    seed, split_fractions, stratify_by = options.split_seed, options.split_fractions, options.stratify_by
+    name, license = options.name, options.license
+    batch_size, max_batch_segments = options.batch_size, options.max_batch_segments
     if label_source not in LABEL_CHOICES:
         raise ConfigError(f"unknown label source {label_source!r}; choose one of {', '.join(LABEL_CHOICES)}")
     if batch_size < 1 or max_batch_segments < 1:
@@ -412,8 +443,7 @@ def export_dataset(
     try:
         aggregate = _latest_aggregate(store) if label_source in ("aggregate", "auto") else None
         stats, per_trace, sources = _write_rows(
-            store, writer, keys, split_of, label_source, aligner, tv, dict(source_licenses or {}), batch_size, max_batch_segments,
-            progress, aggregate=aggregate, kinds=store.rater_kinds(),
+            store, writer, keys, split_of, options, aligner, tv, progress, aggregate=aggregate, kinds=store.rater_kinds(),
         )
         data_files, infos, n_rows = writer.close(fingerprint_seed=f"{name}/{seed}/{label_source}")
         from ..analytics import summarize
@@ -606,11 +636,13 @@ def _token_row(
 
 
 def _write_rows(
-    store: Store, writer: ExportWriter, keys: Sequence[read.TraceKey], split_of: Mapping[str, str], label_source: str,
-    aligner: Any, tv: str, source_licenses: Mapping[str, str], batch_size: int, max_batch_segments: int,
-    progress: Callable[[int, int], None] | None = None, aggregate: str | None = None, kinds: Mapping[str, str] | None = None,
+    store: Store, writer: ExportWriter, keys: Sequence[read.TraceKey], split_of: Mapping[str, str], options: ExportOptions,
+    aligner: Any, tv: str, progress: Callable[[int, int], None] | None = None, aggregate: str | None = None,
+    kinds: Mapping[str, str] | None = None,
 ) -> tuple[_Stats, list[Any], list[dict[str, Any]]]:
     """Stream every batch of traces into ``writer``; return the running stats, per-trace analytics and sources."""
+    label_source, source_licenses = options.labels, dict(options.source_licenses or {})
+    batch_size, max_batch_segments = options.batch_size, options.max_batch_segments
     from ..align import IGNORE_INDEX
     from ..analytics import SegmentView, analyze_trace
 

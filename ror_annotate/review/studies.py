@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import ConfigError, InputError, ReviewError
+from ..options import StageOptions
 from ..records import BEHAVIORS, Label, sha256_text, utc_now
 from ..registry import Registry
 from ..store import to_naive_utc
@@ -593,27 +594,39 @@ def resolve_judge_annotator(store: "Store", requested: str | None) -> str | None
     return present[0] if len(present) == 1 else None
 
 
+class StudyOptions(StageOptions):
+    """Options of ``ror review create`` / :func:`create_study` (each documented there).
+
+    ``mode`` is checked when the model is built; the other checks (known strategy and codebook,
+    sample size, overlap) run in :func:`create_study`, with the same errors as before.
+    """
+
+    stage: str = "the review study"
+    strategy: str = "random"
+    n: int | None = None
+    n_traces: int | None = None
+    seed: int = 0
+    overlap: int = 2
+    blind: bool = True
+    mode: StudyMode = "segment"
+    codebook: str = "six-behaviors@v1"
+    judge_annotator: str | None = None
+    compare_annotators: tuple[str, ...] | None = None
+    adjudicator: str | None = None
+    context_chars: int = 1200
+    low_confidence: float = 0.6
+    control_fraction: float = 0.25
+    rater: str | None = None
+
+
 def create_study(  # noqa: C901  (one branch per option check before anything is written)
     store: "Store",
     name: str,
+    options: StudyOptions | None = None,
     *,
     annotators: Sequence[str],
-    strategy: str = "random",
-    n: int | None = None,
-    n_traces: int | None = None,
-    seed: int = 0,
-    overlap: int = 2,
-    blind: bool = True,
-    mode: StudyMode = "segment",
-    codebook: str = "six-behaviors@v1",
-    judge_annotator: str | None = None,
-    compare_annotators: Sequence[str] | None = None,
-    adjudicator: str | None = None,
-    context_chars: int = 1200,
     trace_ids: Sequence[str] | None = None,
-    low_confidence: float = 0.6,
-    control_fraction: float = 0.25,
-    rater: str | None = None,
+    **kwargs: Any,
 ) -> Study:
     """Sample segments, assign them to annotators with the given overlap, and persist the study.
 
@@ -623,6 +636,9 @@ def create_study(  # noqa: C901  (one branch per option check before anything is
         Must hold segmented traces (and judge labels for ``stratified`` / ``disagreement`` / non-blind).
     name : str
         Study name (letters, digits, ``.``, ``_``, ``-``); unique in the store.
+    options : StudyOptions, optional
+        The settings below as one model; else they are given as keywords (``**kwargs``), validated
+        by :meth:`StudyOptions.from_options` (an unknown name: ConfigError with the closest one).
     annotators : sequence of str
         Annotators' Label Studio account e-mails (kept private; labels carry pseudonyms).
     strategy : {"random", "stratified", "disagreement", "trace", "uncertainty"} or a registered name
@@ -671,14 +687,17 @@ def create_study(  # noqa: C901  (one branch per option check before anything is
     """
     from ..codebook import load_codebook
 
+    options = StudyOptions.resolve(options, kwargs)
+    o = options
+    strategy, n, n_traces, seed, overlap, blind, mode = o.strategy, o.n, o.n_traces, o.seed, o.overlap, o.blind, o.mode
+    codebook, judge_annotator, compare_annotators, adjudicator = o.codebook, o.judge_annotator, o.compare_annotators, o.adjudicator
+    context_chars, low_confidence, control_fraction, rater = o.context_chars, o.low_confidence, o.control_fraction, o.rater
     ensure_tables(store)
     if store.execute("SELECT 1 FROM review_studies WHERE name = ?", [name]).fetchone():
         raise ConfigError(f"study {name!r} already exists in {store.path}; pick another name (studies are immutable once sampled)")
     emails = list(dict.fromkeys(a.strip().lower() for a in annotators))
     if len(emails) != len(list(annotators)):
         raise InputError("the same annotator e-mail is given twice; each annotator must be a different Label Studio user")
-    if mode not in ("segment", "span"):
-        raise ConfigError(f"unknown study mode {mode!r}; use 'segment' or 'span'")
     fn = get_strategy(strategy)
     cb = load_codebook(codebook)
     judge = resolve_judge_annotator(store, judge_annotator)

@@ -32,6 +32,7 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 
 from ..errors import CaptureCheckError, SteerError
+from ..options import StageOptions
 from . import require_torch
 from .checks import FORWARD_CHECK_ROWS, check_batch, check_forward, check_layers_found, moe_layers_of
 from .families import RouterSite, find_router_sites
@@ -643,13 +644,30 @@ def _check_vocab(rows: Sequence[dict], vocab_rows: int | None, split: str) -> No
                 "Re-export with --tokenizer set to this model's directory, or capture with the matching model")
 
 
-def capture_router_logits(model: Any, tokens: Any, out_dir: str | Path, *, model_name: str = "",
-                          splits: Sequence[str] | None = None, layers: Sequence[int] | None = None,
-                          batch_size: int = 8, max_batch_tokens: int | None = 16384, padding_side: str = "right",
-                          pad_token_id: int | None = None, logits_dtype: str = "float16", overwrite: bool = False,
-                          limit: int | None = None, progress: Callable[[int], None] | None = None,
-                          background_writer: bool | None = None, checks: bool = True,
-                          residual_layers: "Sequence[int] | str | None" = None) -> CaptureReport:
+class CaptureOptions(StageOptions):
+    """Options of ``ror steer capture`` / :func:`capture_router_logits` (each documented there).
+
+    Their checks (storage dtype, layers, splits) run in :func:`capture_router_logits`, as before.
+    """
+
+    stage: str = "the capture stage"
+    model_name: str = ""
+    splits: Sequence[str] | None = None
+    layers: Sequence[int] | None = None
+    batch_size: int = 8
+    max_batch_tokens: int | None = 16384
+    padding_side: str = "right"
+    pad_token_id: int | None = None
+    logits_dtype: str = "float16"
+    overwrite: bool = False
+    limit: int | None = None
+    background_writer: bool | None = None
+    checks: bool = True
+    residual_layers: Sequence[int] | str | None = None
+
+
+def capture_router_logits(model: Any, tokens: Any, out_dir: str | Path, options: CaptureOptions | None = None, *,
+                          progress: Callable[[int], None] | None = None, **kwargs: Any) -> CaptureReport:
     """Capture router logits of every trace of the ``tokens`` dataset into ``out_dir``.
 
     Parameters
@@ -660,6 +678,9 @@ def capture_router_logits(model: Any, tokens: Any, out_dir: str | Path, *, model
         The exported ``tokens`` configuration (:func:`~ror_annotate.steer.tokens.load_tokens`).
     out_dir : str or Path
         Capture directory; created, or resumed if it already holds a compatible capture.
+    options : CaptureOptions, optional
+        The settings below as one model; else they are given as keywords (``**kwargs``), validated
+        by :meth:`CaptureOptions.from_options` (an unknown name: ConfigError with the closest one).
     model_name : str
         Recorded in ``meta.json``; resuming with another name is refused.
     splits : sequence of str, optional
@@ -707,6 +728,11 @@ def capture_router_logits(model: Any, tokens: Any, out_dir: str | Path, *, model
     """
     import time
 
+    options = CaptureOptions.resolve(options, kwargs)
+    o = options
+    model_name, splits, layers, batch_size, max_batch_tokens = o.model_name, o.splits, o.layers, o.batch_size, o.max_batch_tokens
+    padding_side, pad_token_id, logits_dtype, overwrite, limit = o.padding_side, o.pad_token_id, o.logits_dtype, o.overwrite, o.limit
+    background_writer, checks, residual_layers = o.background_writer, o.checks, o.residual_layers
     torch = require_torch()
     if logits_dtype not in STORE_DTYPES:
         raise SteerError(f"logits_dtype must be one of {sorted(STORE_DTYPES)}, got {logits_dtype!r}")
@@ -751,9 +777,9 @@ def capture_router_logits(model: Any, tokens: Any, out_dir: str | Path, *, model
                         raise SteerError(f"{split}: trace(s) {empty[:3]} have no input_ids; re-export them")
                     _check_vocab(rows, vocab_rows, split)
                     seqs = [r["input_ids"] for r in rows]
-                    kwargs = _padded_batch(seqs, padding_side, pad_token_id, device)
-                    recorder.start(kwargs["input_ids"], device)
-                    model(**kwargs)
+                    inputs = _padded_batch(seqs, padding_side, pad_token_id, device)
+                    recorder.start(inputs["input_ids"], device)
+                    model(**inputs)
                     copy = _HostCopy(recorder.logits, recorder.selected, recorder.residual)
                     slices = _real_slices([len(q) for q in seqs], recorder.shape[1], padding_side)
                     background.submit([{"trace_id": r["trace_id"], "split": split, "dataset": r["dataset"]}

@@ -48,6 +48,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from ..errors import CaptureCheckError, SteerError
+from ..options import StageOptions
 
 #: E913 tolerance floor relative to the row's largest logit: the reference is a transformers forward, so other
 #: kernels (measured up to 4.4e-5 in float32 on the tiny test models; 4 float32 ulps would be 5e-7).
@@ -405,11 +406,25 @@ def build_llm(model: str | Path, *, dtype: str = "auto", enforce_eager: bool = F
 # ---------------------------------------------------------------------------------------------- capture
 
 
-def capture_router_logits_vllm(engine: VllmEngine, tokens: Any, out_dir: str | Path, *, model_name: str = "",
-                               splits: Sequence[str] | None = None, layers: Sequence[int] | None = None,
-                               batch_size: int = 64, logits_dtype: str = "float16", overwrite: bool = False,
-                               limit: int | None = None, progress: Callable[[int], None] | None = None,
-                               checks: bool = True, reference: bool = True) -> Any:
+class VllmCaptureOptions(StageOptions):
+    """Options of :func:`capture_router_logits_vllm` (``ror steer capture --engine vllm``), each
+    documented there; the checks of their values run in the function, as before."""
+
+    stage: str = "the vLLM capture"
+    model_name: str = ""
+    splits: Sequence[str] | None = None
+    layers: Sequence[int] | None = None
+    batch_size: int = 64
+    logits_dtype: str = "float16"
+    overwrite: bool = False
+    limit: int | None = None
+    checks: bool = True
+    reference: bool = True
+
+
+def capture_router_logits_vllm(engine: VllmEngine, tokens: Any, out_dir: str | Path,
+                               options: VllmCaptureOptions | None = None, *,
+                               progress: Callable[[int], None] | None = None, **kwargs: Any) -> Any:
     """Capture router logits of every trace of ``tokens`` with vLLM, in the HF engine's on-disk format.
 
     Each trace is one request (``max_tokens=1``: only its prompt goes through the model) with its
@@ -424,6 +439,9 @@ def capture_router_logits_vllm(engine: VllmEngine, tokens: Any, out_dir: str | P
         The exported ``tokens`` configuration.
     out_dir : str or Path
         Capture directory (resumed when compatible, as with the HF engine).
+    options : VllmCaptureOptions, optional
+        The settings below as one model; else they are given as keywords (``**kwargs``), validated
+        by :meth:`VllmCaptureOptions.from_options` (an unknown name: ConfigError with the closest one).
     model_name, splits, layers, logits_dtype, overwrite, limit, progress
         As :func:`~ror_annotate.steer.capture.capture_router_logits`.
     batch_size : int
@@ -446,6 +464,9 @@ def capture_router_logits_vllm(engine: VllmEngine, tokens: Any, out_dir: str | P
         ``E920`` a request's rows are not exactly positions ``0..T-1``; ``E921`` a hook did not
         fire; ``E910``-``E913`` as on the HF engine. Nothing of the failing batch is written.
     """
+    o = VllmCaptureOptions.resolve(options, kwargs)
+    model_name, splits, layers, batch_size, logits_dtype = o.model_name, o.splits, o.layers, o.batch_size, o.logits_dtype
+    overwrite, limit, checks, reference = o.overwrite, o.limit, o.checks, o.reference
     torch = _torch()
     from vllm import SamplingParams
 
@@ -713,5 +734,5 @@ def run_evaluation_vllm(engine: VllmEngine, problems: Sequence[Any], edit: Any, 
     return rows
 
 
-__all__ = ["ENGINE_ENV", "STATE", "VllmEngine", "VllmSite", "build_llm", "capture_router_logits_vllm", "generate_vllm",
+__all__ = ["ENGINE_ENV", "STATE", "VllmEngine", "VllmSite", "VllmCaptureOptions", "build_llm", "capture_router_logits_vllm", "generate_vllm",
            "install", "require_vllm", "run_evaluation_vllm"]
