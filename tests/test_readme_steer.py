@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -30,9 +31,15 @@ def test_readme_probe_and_steer_sequence_runs_verbatim(tmp_path: Path) -> None:
     commands = _sequence()
     assert commands[0] == "ror run" and any(c.startswith("ror tiny-model") for c in commands)
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    outputs = {}
     for command in commands:
         done = subprocess.run(command, shell=True, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
         assert done.returncode == 0, f"`{command}` exited {done.returncode}:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
+        outputs[command.split()[1]] = done
+    spec = json.loads((tmp_path / "experts" / "steer_suppress_planning.json").read_text())
+    # 8 experts, top-2: a suppress set leaves at least k experts selectable in every layer
+    assert spec["suppress"] and all(len(v) <= 8 - 2 for v in spec["suppress"].values())
+    assert "steered" in outputs["steer"].stdout and "random" in outputs["steer"].stdout
     assert (tmp_path / "cap" / "meta.json").exists()
     assert (tmp_path / "experts" / "steer_suppress_planning.json").exists()
     assert (tmp_path / "tiny-moe" / "tokenizer.json").exists()
