@@ -277,3 +277,20 @@ def test_record_hooks_see_the_raw_logits():
     with torch.no_grad(), RouterHooks(model, lambda site, logits, output: got.append(logits is output[0])):
         model(input_ids=torch.tensor([[5, 6, 7]]))
     assert got == [True, True]
+
+
+def test_a_group_with_one_remaining_expert_is_scored_by_it():
+    """Suppressing three of a group's four experts leaves the group scored by its one remaining expert (not
+    -inf): a strong remaining expert still brings its group into the selection."""
+    model = mf.build("deepseek_v3")
+    site = find_router_sites(model)[0]
+    logits = torch.full((4, site.n_experts), -10.0)
+    logits[:, 0] = 10.0  # sigmoid ~ 1 against ~ 0 elsewhere: group 0 outscores any pair of weak experts
+    logits[1:, 8] = torch.tensor([9.0, 0.0, -9.0])
+    edit = RoutingEdit.from_sets({}, {site.layer: (1, 2, 3)})
+    edit.validate([site])
+    output = site.module.forward(torch.zeros(4, model.config.hidden_size))  # dtypes of the router's output
+    _, weights, indices = edited_routing(LayerEdit.prepare(site, edit, "cpu"), logits, output)
+    ref = reference_route(logits.numpy(), site.bias.detach().numpy(), suppress=(1, 2, 3), **_site_rule(site))
+    assert all(0 in row for row in ref)
+    _assert_same_routing(_as_dicts(weights, indices), ref)
