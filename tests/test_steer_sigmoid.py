@@ -294,3 +294,27 @@ def test_a_group_with_one_remaining_expert_is_scored_by_it():
     ref = reference_route(logits.numpy(), site.bias.detach().numpy(), suppress=(1, 2, 3), **_site_rule(site))
     assert all(0 in row for row in ref)
     _assert_same_routing(_as_dicts(weights, indices), ref)
+
+
+def test_random_control_sets_respect_the_groups():
+    """The random control of equal size is redrawn until a grouped router can honour it (seeded)."""
+    from ror_annotate.steer.steering import random_expert_sets
+
+    sites = find_router_sites(mf.build("deepseek_v3"))
+    edit = RoutingEdit.from_sets({0: [0, 1, 4]}, {0: [5, 6, 8, 9, 10]})
+    draws = [random_expert_sets(edit, sites, seed=seed) for seed in range(40)]
+    assert draws[3] == random_expert_sets(edit, sites, seed=3)
+    for control in draws:
+        assert (len(control.activate[0]), len(control.suppress[0])) == (3, 5)
+        control.validate(sites)
+    # unconstrained draws of these sizes would often be refused: the redraw does real work
+    import random
+
+    rng, refused = random.Random(0), 0
+    for _ in range(200):
+        drawn = rng.sample(range(16), 8)
+        try:
+            RoutingEdit.from_sets({0: drawn[:3]}, {0: drawn[3:]}).validate(sites)
+        except SteerError:
+            refused += 1
+    assert refused > 50

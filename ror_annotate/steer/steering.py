@@ -269,7 +269,13 @@ def random_expert_sets(edit: RoutingEdit, sites: Sequence[RouterSite], *, seed: 
     Returns
     -------
     RoutingEdit
-        Disjoint random activate/suppress sets, same sizes and eps.
+        Disjoint random activate/suppress sets, same sizes and eps. For sigmoid, grouped routers the
+        sets are redrawn (same seeded generator) until the groups can honour them.
+
+    Raises
+    ------
+    SteerError
+        ``E952``-``E954`` when no valid draw was found for a grouped router in 1000 tries.
     """
     rng = random.Random(seed)
     by_layer = {s.layer: s for s in sites}
@@ -277,9 +283,23 @@ def random_expert_sets(edit: RoutingEdit, sites: Sequence[RouterSite], *, seed: 
     suppress: dict[int, list[int]] = {}
     for layer in sorted(set(edit.activate) | set(edit.suppress)):
         n_act, n_sup = len(edit.activate.get(layer, ())), len(edit.suppress.get(layer, ()))
-        drawn = rng.sample(range(by_layer[layer].n_experts), n_act + n_sup)
-        activate[layer], suppress[layer] = drawn[:n_act], drawn[n_act:]
+        site = by_layer[layer]
+        for attempt in range(_GROUPED_DRAWS):
+            drawn = rng.sample(range(site.n_experts), n_act + n_sup)
+            activate[layer], suppress[layer] = drawn[:n_act], drawn[n_act:]
+            if not site.family.grouped:
+                break
+            try:  # a sigmoid, grouped router: redraw sets its groups cannot honour
+                _validate_grouped(site, set(activate[layer]), set(suppress[layer]))
+                break
+            except SteerError:
+                if attempt == _GROUPED_DRAWS - 1:
+                    raise
     return RoutingEdit.from_sets(activate, suppress, eps=edit.eps)
+
+
+#: Draws of a random control set per layer before giving up on a grouped router's constraints.
+_GROUPED_DRAWS = 1000
 
 
 @dataclass
