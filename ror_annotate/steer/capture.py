@@ -843,7 +843,7 @@ def _batch_checker(model: Any, tokens: Any, splits: Sequence[str], done: set, si
                                                 padding_side=padding_side, pad_token_id=pad_token_id)
             reference[row["trace_id"]] = ref.numpy()
             break
-    kw = {"family": meta.family, "layers": meta.layers, "model_dtype": meta.model_dtype, "storage_dtype": meta.logits_dtype}
+    kw: dict[str, Any] = {"family": meta.family, "layers": meta.layers, "model_dtype": meta.model_dtype, "storage_dtype": meta.logits_dtype}
     grouped = GroupedSelection.from_sites(sites)  # sigmoid, grouped families: E912 checks their own rule
 
     def check(infos: list[dict], logits: np.ndarray, selected: np.ndarray, slices: list[slice]) -> None:
