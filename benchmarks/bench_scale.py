@@ -16,18 +16,30 @@ removed afterwards unless ``--keep``; the traces never enter the repository.
 Target (issue 16): ``run`` at about 1,000,000 segments on a 2-core machine under 2 GiB peak RSS,
 and the peak at 250k segments within 10% of it (memory flat in corpus size).
 
+``--against TREE`` runs the same commands from another checkout (an old worktree of main, e.g.
+``git worktree add --detach ../_base <commit>``) on the same corpus in the same session, prints the
+ratio of its time to ours per row (>1: we are faster) and compares the two exports byte for byte:
+every file except ``README.md``, ``ror_export.json`` and the ``state.json`` files, which carry the
+export's name, time and a random fingerprint (``ror_export.json`` is compared without those keys).
+``--short-traces N`` replaces the corpus by N short traces (2-5 sentences each, cut from the real
+traces), the shape of chat datasets where per-trace costs dominate. ``--workers N`` is passed on.
+
 Usage::
 
     python benchmarks/bench_scale.py --segments 250000          # a figure for the issue
     python benchmarks/bench_scale.py --smoke                     # CI: ~3,000 segments, both modes
     python benchmarks/bench_scale.py --segments 1000000 --mode run
+    python benchmarks/bench_scale.py --segments 50000 --against ../_base --workers 1   # ratios vs an old tree
+    python benchmarks/bench_scale.py --short-traces 100000 --mode run --against ../_base
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -67,6 +79,70 @@ def build_corpus(path: Path, target_segments: int, traces: Path = SHARED) -> tup
     return n_traces, n_segments
 
 
+_SENTENCE = re.compile(r"[^.!?\n]+[.!?]")
+
+
+def build_short_corpus(path: Path, n_traces: int, traces: Path = SHARED, seed: int = 0) -> int:
+    """Write ``n_traces`` short traces (2-5 consecutive sentences of the real traces) to ``path``; returns the count."""
+    import random
+
+    rng = random.Random(seed)
+    rows = [json.loads(line) for line in traces.open(encoding="utf-8")]
+    sentences = [[m.group(0).strip() for m in _SENTENCE.finditer(r["trace"]) if len(m.group(0).strip()) > 3] for r in rows]
+    usable = [(r, s) for r, s in zip(rows, sentences) if len(s) >= 5]
+    with path.open("w", encoding="utf-8") as f:
+        for k in range(n_traces):
+            r, sents = usable[k % len(usable)]
+            n = rng.randint(2, 5)
+            start = rng.randrange(0, len(sents) - n + 1)
+            f.write(json.dumps({"trace_id": f"short-{k:07d}", "problem": r.get("problem"), "trace": " ".join(sents[start:start + n])},
+                               ensure_ascii=False) + "\n")
+    return n_traces
+
+
+def stored_segments(db: Path) -> int:
+    """Segments in a finished store (read-only), for corpora not sized in advance."""
+    import duckdb
+
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        return int(con.execute("SELECT count(*) FROM segments").fetchone()[0])
+    finally:
+        con.close()
+
+
+_VOLATILE_FILES = {"README.md", "state.json"}
+_VOLATILE_KEYS = {"out_dir", "name", "created_at"}
+
+
+def _strip(obj: object) -> object:
+    if isinstance(obj, dict):
+        return {k: _strip(v) for k, v in obj.items() if k not in _VOLATILE_KEYS}
+    if isinstance(obj, list):
+        return [_strip(v) for v in obj]
+    return obj
+
+
+def export_digest(out: Path) -> dict[str, str]:
+    """sha256 per export file (relative path), without the files that name the export or its time."""
+    digest = {}
+    for p in sorted(out.rglob("*")):
+        if not p.is_file() or p.name in _VOLATILE_FILES:
+            continue
+        data = p.read_bytes()
+        if p.name == "ror_export.json":
+            data = json.dumps(_strip(json.loads(data)), sort_keys=True).encode()
+        digest[str(p.relative_to(out))] = hashlib.sha256(data).hexdigest()
+    return digest
+
+
+def compare_exports(ours: Path, theirs: Path) -> tuple[bool, list[str]]:
+    """Whether two exports are byte-identical (see :func:`export_digest`), and the files that differ."""
+    a, b = export_digest(ours), export_digest(theirs)
+    differ = sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
+    return not differ and bool(a), differ
+
+
 def run_child(argv: list[str], env: dict[str, str], cwd: Path) -> dict:
     """Run one command; return its wall seconds, peak RSS (MiB, from wait4) and exit status."""
     t0 = time.perf_counter()
@@ -87,33 +163,40 @@ def dir_size(path: Path, pattern: str = "**/*") -> int:
     return sum(p.stat().st_size for p in path.glob(pattern) if p.is_file())
 
 
-def bench(work: Path, corpus: Path, n_segments: int, mode: str, memory_limit: str | None = None) -> list[dict]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
+def bench(work: Path, corpus: Path, n_segments: int | None, mode: str, memory_limit: str | None = None, *,
+          root: Path = ROOT, workers: int | None = None, tag: str = "") -> list[dict]:
+    """Run the stages and/or ``ror run`` with the ``ror`` of ``root``; ``n_segments`` None: counted in the store."""
+    env = {**os.environ, "PYTHONPATH": str(root), "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
            "COLUMNS": "200"}
+    more = ["--workers", str(workers)] if workers else []
     if memory_limit:
         env["ROR_DUCKDB_MEMORY_LIMIT"] = memory_limit
     ror = [sys.executable, "-c", "from ror_annotate.cli import app; app()"]
     results = []
     if mode in ("stages", "both"):
-        db = work / "stages.duckdb"
-        out = work / "export-stages"
+        db = work / f"stages{tag}.duckdb"
+        out = work / f"export-stages{tag}"
         for stage, args in (
             ("ingest", ["ingest", str(corpus)]),
-            ("segment", ["segment"]),
+            ("segment", ["segment", *more]),
             ("label (baseline)", ["label", "--judge", "baseline"]),
             ("export", ["export", "scale", "--out", str(out)]),
         ):
             r = run_child([*ror, *args, "--db", str(db)], env, work)
-            results.append({"what": stage, **r, "segments_per_s": n_segments / r["seconds"]})
+            results.append({"what": stage, **r})
+        n = n_segments if n_segments is not None else stored_segments(db)
+        for r in results:
+            r["segments_per_s"] = n / r["seconds"]
         results.append({"what": "export size", "parquet_mib": dir_size(out, "data/**/*") / 2**20,
-                        "dir_mib": dir_size(out) / 2**20})
+                        "dir_mib": dir_size(out) / 2**20, "out": out})
     if mode in ("run", "both"):
-        db = work / "run.duckdb"
-        out = work / "export-run"
-        r = run_child([*ror, "run", str(corpus), "--judge", "baseline", "--out", str(out), "--db", str(db)], env, work)
-        results.append({"what": "ror run (one process)", **r, "segments_per_s": n_segments / r["seconds"]})
+        db = work / f"run{tag}.duckdb"
+        out = work / f"export-run{tag}"
+        r = run_child([*ror, "run", str(corpus), "--judge", "baseline", "--out", str(out), "--db", str(db), *more], env, work)
+        n = n_segments if n_segments is not None else stored_segments(db)
+        results.append({"what": "ror run (one process)", **r, "segments_per_s": n / r["seconds"]})
         results.append({"what": "export size (run)", "parquet_mib": dir_size(out, "data/**/*") / 2**20,
-                        "dir_mib": dir_size(out) / 2**20})
+                        "dir_mib": dir_size(out) / 2**20, "out": out})
     return results
 
 
@@ -128,32 +211,58 @@ def main() -> None:
     ap.add_argument("--duckdb-memory-limit", default=None, metavar="SIZE",
                     help="run the commands with ROR_DUCKDB_MEMORY_LIMIT=SIZE (e.g. 256MB): bounds DuckDB's block cache")
     ap.add_argument("--traces", type=Path, default=SHARED, help="the real traces the corpus copies (shared/data/traces.jsonl)")
+    ap.add_argument("--short-traces", type=int, default=None, metavar="N", help="a corpus of N short traces (2-5 sentences) instead")
+    ap.add_argument("--against", type=Path, default=None, metavar="TREE",
+                    help="also run the commands of this checkout (an old worktree of main) and print ratios and an export comparison")
+    ap.add_argument("--workers", type=int, default=None, help="--workers for ror segment / ror run (default: every core)")
     args = ap.parse_args()
     if not args.traces.exists():
         raise SystemExit(f"{args.traces}: the shared real traces are needed to build the corpus (give --traces PATH)")
+    if args.against is not None and not (args.against / "ror_annotate").is_dir():
+        raise SystemExit(f"{args.against}: not a checkout of ror_annotate (no ror_annotate/ folder)")
     target = SMOKE_SEGMENTS if args.smoke else args.segments
     work = Path(tempfile.mkdtemp(prefix="ror-scale-", dir=args.workdir))
     try:
         corpus = work / "corpus.jsonl"
         t0 = time.perf_counter()
-        n_traces, n_segments = build_corpus(corpus, target, args.traces)
-        print(f"corpus: {n_traces} traces, {n_segments} segments, {corpus.stat().st_size / 2**20:.1f} MiB JSONL "
-              f"(built in {time.perf_counter() - t0:.1f} s); {os.cpu_count()} CPUs")
+        n_segments: int | None
+        if args.short_traces:
+            n_traces, n_segments = build_short_corpus(corpus, args.short_traces, args.traces), None
+        else:
+            n_traces, n_segments = build_corpus(corpus, target, args.traces)
+        print(f"corpus: {n_traces} traces, {n_segments if n_segments is not None else 'uncounted'} segments, "
+              f"{corpus.stat().st_size / 2**20:.1f} MiB JSONL (built in {time.perf_counter() - t0:.1f} s); {os.cpu_count()} CPUs; "
+              f"workers {args.workers or 'default (all cores)'}")
         limit = args.duckdb_memory_limit or os.environ.get("ROR_DUCKDB_MEMORY_LIMIT")
         print(f"DuckDB memory_limit: {limit or 'DuckDB default (80% of RAM)'}")
-        results = bench(work, corpus, n_segments, args.mode, args.duckdb_memory_limit)
-        print(f"{'stage':<24}{'seconds':>10}{'segments/s':>14}{'peak RSS MiB':>15}")
-        for r in results:
+        results = bench(work, corpus, n_segments, args.mode, args.duckdb_memory_limit, workers=args.workers)
+        theirs = (bench(work, corpus, n_segments, args.mode, args.duckdb_memory_limit, root=args.against.resolve(),
+                        workers=args.workers, tag="-against") if args.against is not None else None)
+        header = f"{'stage':<24}{'seconds':>10}{'segments/s':>14}{'peak RSS MiB':>15}"
+        if theirs is not None:
+            header += f"{'against s':>12}{'against MiB':>13}{'speed-up':>10}"
+        print(header)
+        for k, r in enumerate(results):
             if "seconds" in r:
-                print(f"{r['what']:<24}{r['seconds']:>10.1f}{r['segments_per_s']:>14.0f}{r['peak_rss_mib']:>15.0f}")
+                line = f"{r['what']:<24}{r['seconds']:>10.1f}{r['segments_per_s']:>14.0f}{r['peak_rss_mib']:>15.0f}"
+                if theirs is not None:
+                    t = theirs[k]
+                    line += f"{t['seconds']:>12.1f}{t['peak_rss_mib']:>13.0f}{t['seconds'] / r['seconds']:>9.2f}x"
+                print(line)
             else:
                 print(f"{r['what']:<24} parquet {r['parquet_mib']:.1f} MiB, whole directory {r['dir_mib']:.1f} MiB")
+                if theirs is not None:
+                    same, differ = compare_exports(r["out"], theirs[k]["out"])
+                    print(f"{'':<24} export byte-identical to {args.against}'s: {'yes' if same else 'NO: ' + ', '.join(differ[:5])}")
+                    r["identical_to_against"] = same
         stage_peaks = [r["peak_rss_mib"] for r in results if "peak_rss_mib" in r and not r["what"].startswith("ror run")]
         if stage_peaks:
             print(f"peak RSS over the stages: {max(stage_peaks):.0f} MiB (target: < 2048 MiB at 1M segments)")
         if args.json:
-            args.json.write_text(json.dumps({"n_traces": n_traces, "n_segments": n_segments,
-                                             "results": [{k: v for k, v in r.items() if k != "stdout"} for r in results]}, indent=2))
+            def clean(rows: list[dict]) -> list[dict]:
+                return [{k: (str(v) if isinstance(v, Path) else v) for k, v in r.items() if k != "stdout"} for r in rows]
+            args.json.write_text(json.dumps({"n_traces": n_traces, "n_segments": n_segments, "workers": args.workers,
+                                             "results": clean(results), "against": clean(theirs) if theirs else None}, indent=2))
     finally:
         if args.keep:
             print(f"kept {work}")

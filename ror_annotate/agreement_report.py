@@ -153,7 +153,9 @@ def confusion_figure(d: dict[str, Any]) -> "Figure | None":
 
     cats = d["categories"]
     n = len(pc)
-    fig = _figure(4.2 * n + 0.8, 4.2)
+    # constrained layout keeps each panel's tick labels clear of its neighbour's
+    fig = _figure(4.6 * n + 1.2, 4.8)
+    fig.set_layout_engine("constrained")
     axes = fig.subplots(1, n, squeeze=False)
     images = []
     for ax, (ann, entry) in zip(axes[0], pc.items()):

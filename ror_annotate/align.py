@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from .errors import AlignmentError, ConfigError
-from .records import Segment, Trace
+from .records import BEHAVIORS, Segment, Trace
 
 if TYPE_CHECKING:  # pragma: no cover
     from transformers import PreTrainedTokenizerBase
@@ -365,48 +365,122 @@ class RenderedTrace:
     rendering: str
 
 
+#: Message fields chat templates read the reasoning from: GPT-OSS (Harmony) ``thinking``, Qwen3 /
+#: DeepSeek ``reasoning_content``, vLLM-era templates ``reasoning``.
+REASONING_TEMPLATE_FIELDS: tuple[str, ...] = ("thinking", "reasoning_content", "reasoning")
+#: What a template writes right before the reasoning part (think tags, Harmony's analysis channel ...).
+REASONING_OPENERS: tuple[str, ...] = (
+    "<think>", "<thinking>", "<|channel|>analysis<|message|>", "[THINK]", "<seed:think>", "◁think▷",
+    "<|begin_of_thought|>", "<|START_THINKING|>",
+)
+#: What a template writes right after the reasoning part.
+REASONING_CLOSERS: tuple[str, ...] = (
+    "</think>", "</thinking>", "<|end|>", "[/THINK]", "</seed:think>", "◁/think▷", "<|end_of_thought|>", "<|END_THINKING|>",
+)
+#: Code of a chat-template rendering whose reasoning is not in the template's reasoning part.
+REASONING_MISPLACED = "E816"
+
+
+def template_reasoning_fields(template: str) -> list[str]:
+    """The reasoning fields of :data:`REASONING_TEMPLATE_FIELDS` a chat template reads from a message.
+
+    A field is read when the template source accesses it as an attribute or a key
+    (``message.thinking``, ``m['reasoning_content']``, ``m.get("reasoning")``).
+
+    Parameters
+    ----------
+    template : str
+        The Jinja source of the chat template.
+
+    Returns
+    -------
+    list of str
+        In :data:`REASONING_TEMPLATE_FIELDS` order; empty when the template reads reasoning only
+        inline (``<think>`` tags in the content).
+    """
+    import re
+
+    return [
+        f for f in REASONING_TEMPLATE_FIELDS
+        if re.search(rf"""(\.{f}\b(?!\s*\()|\[\s*['"]{f}['"]\s*\]|get\(\s*['"]{f}['"])""", template)
+    ]
+
+
+def _in_reasoning_part(rendered: str, pos: int, length: int) -> bool:
+    before = rendered[:pos].rstrip()
+    after = rendered[pos + length:].lstrip()
+    return before.endswith(REASONING_OPENERS) and after.startswith(REASONING_CLOSERS)
+
+
 def render_trace(trace: Trace, tok: "PreTrainedTokenizerBase | None", rendering: str = "raw") -> RenderedTrace:
     """Render one trace for tokenization.
 
-    ``"raw"`` is the reasoning text alone. ``"chat_template"`` renders
-    ``[{"role": "user", "content": problem}, {"role": "assistant", "content": "<think>\\n" + reasoning +
-    "\\n</think>\\n\\n" + answer}]`` through the tokenizer's chat template (templates that move the
-    thinking into their own field, such as Qwen3's, read it from the ``<think>`` tags) and locates the
-    reasoning after the problem in the rendered string.
+    ``"raw"`` is the reasoning text alone. ``"chat_template"`` renders a user turn (the problem) and
+    an assistant turn through the tokenizer's chat template, passing the reasoning the way the
+    template reads it: in the field it reads (:func:`template_reasoning_fields`: ``thinking`` for
+    GPT-OSS Harmony, ``reasoning_content`` for Qwen3/DeepSeek, ``reasoning``), with the answer as
+    ``content``; or, for a template that reads no such field, inline as
+    ``"<think>\n" + reasoning + "\n</think>\n\n" + answer`` in ``content``. The reasoning is then
+    located after the problem, and must sit in the template's reasoning part: right after a reasoning
+    opener (:data:`REASONING_OPENERS`: ``<think>``, Harmony's analysis channel ...) and right before
+    its closer. Each field the template reads is tried in turn, then the inline form.
 
     Raises
     ------
     ConfigError
         Unknown rendering, or the tokenizer has no chat template.
     AlignmentError
-        The template changed the reasoning text, so it cannot be found verbatim.
+        The template changed the reasoning text, so it cannot be found verbatim (``E800``); or it
+        renders the reasoning outside a reasoning part, e.g. in the final answer (``E816``).
     """
     if rendering == "raw":
         return RenderedTrace(trace.text, 0, "raw")
     if rendering != "chat_template":
         raise ConfigError(f"unknown rendering {rendering!r}; choose one of {', '.join(RENDERINGS)}")
-    if tok is None or not getattr(tok, "chat_template", None):
+    template = getattr(tok, "chat_template", None) if tok is not None else None
+    if tok is None or not template:
         raise ConfigError(
             f"the tokenizer {getattr(tok, 'name_or_path', None)!r} has no chat template; export without --chat-template "
             "or use the subject model's own tokenizer"
         )
     problem = trace.problem or ""
-    content = f"<think>\n{trace.text}\n</think>\n\n{trace.answer or ''}"
-    messages = [{"role": "user", "content": problem}, {"role": "assistant", "content": content}]
-    try:
-        rendered = tok.apply_chat_template(messages, tokenize=False)
-    except Exception as exc:  # jinja errors come in many types
-        raise AlignmentError(f"trace {trace.trace_id}: the chat template failed to render: {exc}") from exc
-    if not isinstance(rendered, str):
-        raise AlignmentError(f"trace {trace.trace_id}: the chat template returned {type(rendered).__name__}, not a string")
-    start = rendered.find(problem) + len(problem) if problem and problem in rendered else 0
-    pos = rendered.find(trace.text, start)
-    if pos < 0:
+    answer = trace.answer or ""
+    fields = template_reasoning_fields(str(template))
+
+    attempts: list[tuple[str, dict[str, str]]] = [(f, {"content": answer, f: trace.text}) for f in fields]
+    source = template if isinstance(template, str) else str(template)
+    # A template that reads a reasoning field would print inline think tags as literal answer text,
+    # unless it parses them itself (Qwen3's splits the content at </think>).
+    if not fields or "</think>" in source:
+        attempts.append(("inline <think>", {"content": f"<think>\n{trace.text}\n</think>\n\n{answer}"}))
+    misplaced: list[str] = []
+    for how, assistant in attempts:
+        messages = [{"role": "user", "content": problem}, {"role": "assistant", **assistant}]
+        try:
+            rendered = tok.apply_chat_template(messages, tokenize=False)
+        except Exception as exc:  # jinja errors come in many types
+            raise AlignmentError(f"trace {trace.trace_id}: the chat template failed to render: {exc}") from exc
+        if not isinstance(rendered, str):
+            raise AlignmentError(f"trace {trace.trace_id}: the chat template returned {type(rendered).__name__}, not a string")
+        start = rendered.find(problem) + len(problem) if problem and problem in rendered else 0
+        pos = rendered.find(trace.text, start)
+        if pos < 0:
+            continue
+        if _in_reasoning_part(rendered, pos, len(trace.text)):
+            return RenderedTrace(rendered, pos, "chat_template")
+        misplaced.append(how)
+    if misplaced:
         raise AlignmentError(
-            f"trace {trace.trace_id}: the reasoning text does not appear verbatim in the chat-template rendering "
-            "(the template rewrites or strips it); export with the raw rendering instead"
+            f"trace {trace.trace_id}: the chat template of {getattr(tok, 'name_or_path', None)!r} renders the reasoning "
+            f"outside a reasoning part (passed as {', '.join(misplaced)}; not between {REASONING_OPENERS[0]}/"
+            f"{REASONING_CLOSERS[0]}, Harmony's analysis channel or another known reasoning opener and closer): the "
+            "labels would sit on tokens the model reads as its answer; export with the raw rendering instead",
+            code=REASONING_MISPLACED,
         )
-    return RenderedTrace(rendered, pos, "chat_template")
+    raise AlignmentError(
+        f"trace {trace.trace_id}: the reasoning text does not appear verbatim in the chat-template rendering "
+        "(the template rewrites or strips it); export with the raw rendering instead"
+    )
 
 
 @dataclass
@@ -435,6 +509,10 @@ class TraceTokens:
     rendered: RenderedTrace
 
 
+#: Code of a class id outside the codebook given to :meth:`TokenAligner.align`.
+BAD_CLASS_ID = "E814"
+
+
 class TokenAligner:
     """Align the segments of traces to the tokens of one fast tokenizer.
 
@@ -447,16 +525,25 @@ class TokenAligner:
         (BOS...) as a plain forward pass would; ``chat_template`` tokenizes the rendered string as is.
     verify : bool, default True
         Run :func:`verify_alignment` on every trace.
+    n_classes : int, default ``len(BEHAVIORS)`` (6)
+        Number of classes of the codebook; :meth:`align` accepts the class ids ``0 .. n_classes - 1``
+        and :data:`IGNORE_INDEX`, nothing else.
 
     Raises
     ------
     AlignmentError, ConfigError
-        See :func:`load_tokenizer`.
+        See :func:`load_tokenizer`; ``n_classes`` below 1.
     """
 
-    def __init__(self, tokenizer: "str | PreTrainedTokenizerBase", *, rendering: str = "raw", verify: bool = True) -> None:
+    def __init__(
+        self, tokenizer: "str | PreTrainedTokenizerBase", *, rendering: str = "raw", verify: bool = True,
+        n_classes: int = len(BEHAVIORS),
+    ) -> None:
         if rendering not in RENDERINGS:
             raise ConfigError(f"unknown rendering {rendering!r}; choose one of {', '.join(RENDERINGS)}")
+        if isinstance(n_classes, bool) or not isinstance(n_classes, int) or n_classes < 1:
+            raise ConfigError(f"n_classes must be a positive integer, got {n_classes!r}")
+        self.n_classes = n_classes
         self.tokenizer = load_tokenizer(tokenizer)
         self.name = tokenizer_name(self.tokenizer, tokenizer)
         from .tokenizer import tokenizer_vocab_sha256
@@ -509,13 +596,37 @@ class TokenAligner:
         ------
         AlignmentError
             A segment's text is not at its offsets in the trace, or the verification fails.
+        AlignmentError
+            A class id outside ``0 .. n_classes - 1`` (other than :data:`IGNORE_INDEX`), or ``labels`` not
+            parallel to ``segments`` (code ``E814``, naming the trace, the segment and the id).
         """
+        self._check_labels(traces, segments, labels)
         rendered = [render_trace(t, self.tokenizer, self.rendering) for t in traces]
         encoded = self.encode([r.text for r in rendered])
         out = []
         for trace, segs, labs, rend, (ids, offs, smask) in zip(traces, segments, labels, rendered, encoded):
             out.append(self._align_one(trace, segs, labs, rend, ids, offs, smask))
         return out
+
+    def _check_labels(self, traces: Sequence[Trace], segments: Sequence[Sequence[Segment]], labels: Sequence[Sequence[int]]) -> None:
+        if not (len(traces) == len(segments) == len(labels)):
+            raise AlignmentError(
+                f"traces, segments and labels must be parallel: got {len(traces)}, {len(segments)} and {len(labels)}",
+                code=BAD_CLASS_ID,
+            )
+        for trace, segs, labs in zip(traces, segments, labels):
+            if len(segs) != len(labs):
+                raise AlignmentError(
+                    f"trace {trace.trace_id}: {len(labs)} labels for {len(segs)} segments", code=BAD_CLASS_ID
+                )
+            for seg, lab in zip(segs, labs):
+                ok = isinstance(lab, (int, np.integer)) and not isinstance(lab, bool) and (0 <= lab < self.n_classes or lab == IGNORE_INDEX)
+                if not ok:
+                    raise AlignmentError(
+                        f"trace {trace.trace_id} segment {seg.segment_index}: class id {lab!r} is outside the codebook's "
+                        f"{self.n_classes} classes (0..{self.n_classes - 1}, or {IGNORE_INDEX} for no label)",
+                        code=BAD_CLASS_ID,
+                    )
 
     def _align_one(self, trace, segs, labs, rend, ids, offs, smask) -> TraceTokens:
         ids = np.asarray(ids, dtype=np.int64)

@@ -17,6 +17,8 @@ analytics, and known limitations.
 
 from __future__ import annotations
 
+from collections import Counter
+
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -195,6 +197,42 @@ def _columns(config: str) -> list[str]:
     return [f"- `{col}`: {doc}" for col, doc in COLUMN_DOCS[config].items()]
 
 
+def _uncertainty_lines(u: Mapping[str, Any]) -> list[str]:
+    """The card's "Raters and label uncertainty" section (empty for a summary without those figures)."""
+    if not u:
+        return []
+    lines = ["## Raters and label uncertainty", ""]
+    raters = u.get("raters") or []
+    if raters:
+        lines += ["| rater | kind | source | model | crosswalk | labels in store |", "|---|---|---|---|---|---:|"]
+        lines += [
+            f"| {r['annotator']} | {r['kind']} | {r['source']} | {r.get('model') or ''} | {r.get('crosswalk') or ''} | {r['n_labels']} |"
+            for r in raters
+        ]
+        kinds = Counter(r["kind"] for r in raters)
+        lines += ["", f"Raters: {kinds.get('machine', 0)} machine, {kinds.get('human', 0)} human.", ""]
+    agg = u.get("aggregate")
+    lines.append(
+        f"- aggregation: `{agg}` (method {u.get('aggregation_method')}); its `label_confidence` is the posterior of the chosen class"
+        if agg else "- aggregation: none read by this export (no aggregate rater, or a label source that does not use one)"
+    )
+    n = u.get("n_labelled") or 0
+    share = u.get("human_verified_share")
+    lines.append(
+        f"- human-verified labels: {u.get('n_human_verified', 0)} of {n} labelled segments"
+        + (f" ({100 * share:.1f}%)" if share is not None else "")
+        + ": a human reference (latest adjudication, else the humans' unanimous or single label) equals the exported label"
+    )
+    mean = u.get("mean_label_confidence")
+    lines.append(
+        f"- label confidence: given for {u.get('n_with_confidence', 0)} of {n} labelled segments"
+        + (f", mean {mean:.3f}" if mean is not None else "")
+        + " (`label_confidence`, `label_distribution`; every rater's label is in `raters`)"
+    )
+    lines.append("")
+    return lines
+
+
 def _body(s: "ExportSummary", data_files: Mapping[str, Mapping[str, list[str]]], agreement: str, reports: Mapping[str, str]) -> str:  # noqa: C901  (one branch per optional card section)
     p = s.parameters
     prov = s.provenance
@@ -352,6 +390,7 @@ def _body(s: "ExportSummary", data_files: Mapping[str, Mapping[str, list[str]]],
         lines += [f"| {a[0]} | {a[1]} | {a[2]} |" for a in annotators]
         lines.append("")
 
+    lines += _uncertainty_lines(s.uncertainty)
     lines += ["## Agreement", "", agreement, ""]
     if reports:
         for name, rel in reports.items():

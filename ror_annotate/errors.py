@@ -54,6 +54,24 @@ class InputError(RorError, ValueError):
     code = "E100"
 
 
+class ImportLabelError(InputError):
+    """A label the crosswalk does not declare (neither mapped nor listed as unmapped)."""
+
+    code = "E130"
+
+
+class ImportSpanError(InputError):
+    """A span or text that does not match the stored trace or segment."""
+
+    code = "E131"
+
+
+class ImportRecordError(InputError):
+    """A malformed or unknown record: missing field, bad value, unknown trace or segment, conflicting labels."""
+
+    code = "E132"
+
+
 class ConfigError(RorError, ValueError):
     """An unknown registry name, an invalid combination of options, a missing setting."""
 
@@ -106,8 +124,9 @@ class RetriesExhaustedError(JudgeError):
     """A request kept failing with retryable errors (429, 5xx, timeouts) for ``max_attempts`` calls.
 
     ``status`` is the last HTTP status (``None`` without one); ``cause`` is ``"status"``,
-    ``"timeout"`` (the client gave up waiting) or ``"connection"`` (nothing answered); ``waits`` are
-    the seconds waited between the calls.
+    ``"body"`` (HTTP 200 bodies that are no completion, :class:`ResponseBodyError`), ``"timeout"``
+    (the client gave up waiting) or ``"connection"`` (nothing answered: refused or reset);
+    ``waits`` are the seconds waited between the calls.
     """
 
     code = "E501"
@@ -147,6 +166,23 @@ class RefusalError(JudgeError):
     """The model refused to answer (``message.refusal`` set, or ``finish_reason == "content_filter"``)."""
 
     code = "E505"
+
+
+class ResponseBodyError(JudgeError):
+    """An HTTP 200 whose body is not a chat completion: not JSON, an HTML page (proxies, captive
+    portals), or an error object without ``choices`` (gateways relay an upstream 502/429 that way).
+
+    ``status`` is the HTTP status the body stands for (the error object's own code, e.g. 429 or 502;
+    502 for a body that is not JSON or holds no usable code), ``api_code`` the provider's code if it
+    gave a string one. :class:`~ror_annotate.judge.client.ChatClient` retries it like that status.
+    """
+
+    code = "E507"
+
+    def __init__(self, message: str, *, status: int = 502, api_code: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.api_code = api_code
 
 
 class JudgeOutcomeError(JudgeError):
@@ -207,6 +243,11 @@ class ViewError(RorError, RuntimeError):
     """Building or serving the static viewer site failed (no traces, a bad output folder, an unreadable export)."""
 
     code = "E850"
+class ExportWriteError(ExportError, OSError):
+    """The export's files could not be written (disk full, read-only folder, I/O error); nothing is left
+    behind. Also an ``OSError``, so callers that catch the builtin keep working."""
+
+    code = "E818"
 
 
 class SteerError(RorError, RuntimeError):
@@ -223,7 +264,10 @@ class CaptureCheckError(SteerError):
     with experts, or its hook never fired); E912 the selected experts are not k distinct in-range
     ids equal to the family's top-k of the captured logits; E913 the first rows differ from a plain
     unbatched forward of the same tokens. The message names the family, the layer and the check.
-    Nothing of the failing batch is written.
+    Nothing of the failing batch is written. The vLLM engine adds E920 (a request's captured rows
+    are not exactly positions 0..T-1) and E921 (a MoE layer's hook did not fire in a forward step);
+    its other errors are :class:`SteerError` with E922 (vLLM missing, tensor parallel asked), E923 (no
+    MoE layer routed through vLLM's router) and E924 (an option only the HF engine has).
     """
 
     code = "E910"

@@ -617,6 +617,27 @@ def _extract_ollama(record: dict[str, Any], where: str, text_format: str) -> lis
     ]
 
 
+def _detect_message(record: Any) -> Any:
+    """A single saved assistant message (``{"role": "assistant", "content": ..., "reasoning_content": ...}``)."""
+    if (
+        isinstance(record, dict) and record.get("role") == "assistant" and "choices" not in record and "message" not in record
+        and ("content" in record or any(k in record for k in REASONING_FIELDS))
+    ):
+        return record
+    return None
+
+
+def _extract_message(record: dict[str, Any], where: str, text_format: str) -> list[Extraction]:
+    got = _from_message(record, where, text_format)
+    return [
+        Extraction(
+            reasoning=got.reasoning, answer=got.answer, format="assistant-message" + (f"/{got.format}" if got.format else ""),
+            model=record.get("model") if isinstance(record.get("model"), str) else None,
+            gaps=got.gaps, side=got.side, meta=got.meta, notes=got.notes,
+        )
+    ]
+
+
 def _transcript_of(record: Any) -> list[Any] | None:
     if isinstance(record, list) and record and all(isinstance(m, dict) and ("role" in m or "from" in m) for m in record):
         return record
@@ -709,6 +730,11 @@ register_format(StructuredFormat(
     "ollama-chat", "Ollama /api/chat response: message.thinking -> reasoning, message.content -> answer",
     '{"model": "qwen3", "message": {"role": "assistant", "thinking": "R", "content": "A"}, "done": true}',
     _detect_ollama, _extract_ollama,
+))
+register_format(StructuredFormat(
+    "assistant-message", "one saved assistant message: reasoning_content/reasoning/thinking -> reasoning, content -> answer",
+    '{"role": "assistant", "reasoning_content": "R", "content": "A"}',
+    _detect_message, _extract_message,
 ))
 register_format(StructuredFormat(
     "chat", "chat transcript (messages or ShareGPT conversations): problem from the last user turn, reasoning and "
@@ -881,7 +907,7 @@ def _parsed_json(text: str) -> Any:
         return text
     try:
         value = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested past the recursion limit: it stays text
         return text
     return value if detect_structured(value) is not None else text
 

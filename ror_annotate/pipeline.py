@@ -36,13 +36,15 @@ from .segment import MAX_SEGMENT_TOKENS
 
 if TYPE_CHECKING:  # pragma: no cover
     from .export import ExportSummary
+    from .aggregate import AggregateOptions, AggregateSummary
     from .judge import Judge, MaxFailed
+    from .labels_import import ImportOptions, ImportSummary
     from .store import Store
     from .traces import ColumnMap
 
 __all__ = [
     "IngestSummary", "SegmentSummary", "LabelSummary", "RunSummary",
-    "check_source", "default_dataset_name", "ingest", "segment", "label", "export", "run",
+    "check_source", "default_dataset_name", "ingest", "segment", "label", "export", "run", "aggregate",
 ]
 
 
@@ -95,6 +97,9 @@ class LabelSummary(_Summary):
     failed: int = 0
     skipped: int = 0
     counts_: dict[str, Any] = Field(default_factory=dict, alias="counts", description="Every counter of the judge's report.")
+    judges: list["LabelSummary"] = Field(
+        default_factory=list, description="With several judges: each judge's own summary (the fields above are their totals)."
+    )
 
     def counts(self) -> dict[str, Any]:
         return dict(self.counts_)
@@ -121,6 +126,8 @@ class _TrackedProgress:
 
     def add_task(self, description: str, total: float | None = None, **fields: Any) -> int:
         task_id = self._display.add_task(description, total=total, **fields) if self._display is not None else len(self._tasks)
+        # The stage is named once, by the description the task starts with: a bar whose text changes
+        # (the judge's running cost) stays one stage, its newer text going to the info column.
         self._tasks[task_id] = {"description": description, "total": total, "completed": 0, "info": str(fields.get("info", ""))}
         self._report(task_id)
         return task_id
@@ -137,10 +144,10 @@ class _TrackedProgress:
             task["completed"] = completed
         if advance is not None:
             task["completed"] += advance
-        if description is not None:
-            task["description"] = description
         if "info" in fields:
             task["info"] = str(fields["info"])
+        elif description is not None and description != task["description"]:
+            task["info"] = description
         self._report(task_id)
 
     def advance(self, task_id: int, advance: float = 1) -> None:
@@ -229,7 +236,7 @@ def _column_map(preset: str | None, columns: "dict[str, str] | ColumnMap | None"
         return columns
     if not columns:
         return None
-    base = PRESETS[preset].columns.model_dump() if preset in PRESETS else {}
+    base = PRESETS[preset].columns.model_dump() if preset is not None and preset in PRESETS else {}
     base.update(columns)
     return ColumnMap(**base)
 
@@ -368,6 +375,11 @@ def ingest(
         return summary
 
 
+#: A segment batch is written (one transaction) at this many traces or this many segments, whichever comes first.
+SEGMENT_WRITE_TRACES = 2_000
+SEGMENT_WRITE_SEGMENTS = 20_000
+
+
 def segment(
     store: "Store",
     trace_ids: Sequence[str] | None = None,
@@ -379,7 +391,12 @@ def segment(
     run: Run | None = None,
     progress: Any = None,
 ) -> SegmentSummary:
-    """Segment traces into clause-level segments and store them (idempotent; one commit per trace).
+    """Segment traces into clause-level segments and store them (idempotent; one commit per batch of traces).
+
+    Segmented traces are written in batches of :data:`SEGMENT_WRITE_TRACES` traces or
+    :data:`SEGMENT_WRITE_SEGMENTS` segments, one transaction each (:meth:`Store.replace_segments_many`):
+    an interrupt keeps every batch committed before it, and a trace the store refuses rolls back
+    its own batch only, with an error that names it.
 
     A trace already segmented by the same versioned rule set, cap and token counter is skipped
     without running the segmenter, so a re-run costs no segmentation; ``force`` re-segments
@@ -432,12 +449,26 @@ def segment(
                     queued.append(trace.trace_id)
                     yield trace.trace_id, trace.text
 
+        batch: list[tuple[str, list[Any]]] = []
+        batch_segments = 0
+
+        def write() -> None:
+            # one transaction per batch of traces (Store.replace_segments_many), not per trace
+            nonlocal batch, batch_segments
+            if not batch:
+                return
+            statuses = store.replace_segments_many(batch, segmenter=segmenter_id, token_counter=counter_name, run_id=the_run.run_id, force=force)
+            outcome.update(statuses)
+            outcome["segments"] += batch_segments
+            tracked.update(task, advance=len(batch), info=f"{outcome['segments']} segments")
+            batch, batch_segments = [], 0
+
         for segments in segment_many(to_segment(), segmenter=segmenter, workers=workers):
-            trace_id = queued.popleft()
-            status = store.replace_segments(trace_id, segments, segmenter=segmenter_id, token_counter=counter_name, run_id=the_run.run_id, force=force)
-            outcome[status] += 1
-            outcome["segments"] += len(segments)
-            tracked.update(task, advance=1, info=f"{outcome['segments']} segments")
+            batch.append((queued.popleft(), segments))
+            batch_segments += len(segments)
+            if len(batch) >= SEGMENT_WRITE_TRACES or batch_segments >= SEGMENT_WRITE_SEGMENTS:
+                write()
+        write()
         summary = SegmentSummary(traces=len(ids), segmenter=segmenter_id, token_counter=counter_name, **outcome)
         if run is None:
             the_run.counts.update(summary.counts())
@@ -461,12 +492,77 @@ def make_judge(judge: "str | Judge" = "baseline", options: dict[str, Any] | None
     return _make(judge, **(options or {}))
 
 
+def make_judges(
+    judge: "str | Judge | Sequence[str | Judge]" = "baseline",
+    options: "dict[str, Any] | Sequence[dict[str, Any]] | None" = None,
+) -> "list[Judge]":
+    """Several judges from specs, each its own rater, built (and checked) before any work.
+
+    Parameters
+    ----------
+    judge : str, Judge, or sequence of them
+        One spec (``"openai:MODEL"``), a judge object, or several.
+    options : dict or sequence of dict, optional
+        One dict: the options of every LLM judge (with several judges, ``baseline`` gets none of them;
+        alone it refuses them, as :func:`make_judge`). A sequence: one dict per judge, paired by position.
+
+    Raises
+    ------
+    ConfigError
+        E133: a sequence of options whose length is not the number of judges; E134: two judges
+        would write as the same rater, or ``batch_id`` (one batch of one judge) with several judges;
+        any error of :func:`make_judge`.
+    """
+    from .errors import ConfigError
+
+    specs = [judge] if isinstance(judge, str) or not isinstance(judge, Sequence) else list(judge)
+    if not specs:
+        raise ConfigError("no judge given: pass a judge spec such as 'baseline' or 'openai:MODEL'")
+    if options is None or isinstance(options, dict):
+        shared = dict(options or {})
+        several = len(specs) > 1
+        per = [{} if several and isinstance(s, str) and s.partition(":")[0] == "baseline" else shared for s in specs]
+    else:
+        per = [dict(o or {}) for o in options]
+        if len(per) != len(specs):
+            raise ConfigError(f"{len(per)} option sets for {len(specs)} judges: give one per judge, paired by position", code="E133")
+    if len(specs) > 1 and any(o.get("batch_id") for o in per):
+        raise ConfigError("--batch-id resumes one batch of one judge: give a single --judge with it", code="E134")
+    judges = [make_judge(s, o) for s, o in zip(specs, per)]
+    seen: dict[str, int] = {}
+    for i, j in enumerate(judges):
+        for a in _rater_ids(j):
+            if a in seen:
+                raise ConfigError(
+                    f"judges {seen[a] + 1} and {i + 1} would both write labels as rater {a!r}; give each --judge once "
+                    "(several samples of one judge: --samples K)", code="E134",
+                )
+            seen[a] = i
+    return judges
+
+
+def _rater_ids(judge: "Judge") -> list[str]:
+    from .judge import judge_annotators
+
+    return [a.annotator for a in judge_annotators(judge)]
+
+
+def _sum_counts(counts: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for c in counts:
+        for k, v in c.items():
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                continue
+            out[k] = out.get(k, 0) + v
+    return out
+
+
 def label(
     store: "Store",
     trace_ids: Sequence[str] | None = None,
     *,
-    judge: "str | Judge" = "baseline",
-    judge_options: dict[str, Any] | None = None,
+    judge: "str | Judge | Sequence[str | Judge]" = "baseline",
+    judge_options: "dict[str, Any] | Sequence[dict[str, Any]] | None" = None,
     max_failed: "str | float | int | MaxFailed | None" = "10%",
     run: Run | None = None,
     progress: Any = None,
@@ -477,10 +573,12 @@ def label(
     ----------
     trace_ids : sequence of str, optional
         Traces to label; default every segmented trace.
-    judge : str or Judge
-        ``"baseline"``, ``"openai:MODEL"``, any registered judge, or a judge object.
-    judge_options : dict, optional
-        Options of the judge factory (``chunk_size``, ``concurrency``, ``base_url`` ...).
+    judge : str, Judge, or sequence of them
+        ``"baseline"``, ``"openai:MODEL"``, any registered judge, or a judge object; several judges
+        label one after another, each stored (and declared in the ``annotators`` table) as its own rater.
+    judge_options : dict or sequence of dict, optional
+        Options of the judge factory (``chunk_size``, ``concurrency``, ``base_url`` ...): one dict for
+        every judge, or one per judge (see :func:`make_judges`).
     max_failed : str, float, int or None
         How many judge-failed segments the pass may leave: a fraction (``0.1``, ``"10%"``, the
         default) or a count (``25``); ``None`` never fails (see
@@ -499,7 +597,7 @@ def label(
     from .judge import MaxFailed, check_label_outcome
 
     failed_limit = None if max_failed is None else MaxFailed.parse(max_failed)  # a bad value fails before any work
-    the_judge = make_judge(judge, judge_options)
+    judges = make_judges(judge, judge_options)
     if trace_ids is None:
         segmented = store.segmentations()
         ids = [t for t in store.trace_ids() if t in segmented]
@@ -510,20 +608,50 @@ def label(
             raise InputError(f"no trace {', '.join(map(repr, unknown[:5]))}{' ...' if len(unknown) > 5 else ''} in {store.path}; see `ror status`")
     if not ids:
         raise InputError(f"no segmented traces in {store.path}; run `ror ingest FILE` and `ror segment` first")
-    params = {"judge": judge if isinstance(judge, str) else the_judge.annotator, **(judge_options or {}),
+    from .judge import judge_annotators
+
+    names = [j.annotator for j in judges]
+    params = {"judge": _spec_names(judge, judges), **_options_param(judge_options),
               "max_failed": None if failed_limit is None else str(failed_limit)}
     with _stage(store, run, "label", params, progress) as (the_run, tracked):
-        report = the_judge.label(store, ids, run=the_run, progress=cast(Any, tracked))  # rich Progress duck type
-        counts = report.as_counts()
-        summary = LabelSummary(
-            annotator=the_judge.annotator, source=the_judge.source, traces=len(ids),
-            labeled=report.labeled, failed=report.failed, skipped=report.skipped, counts=counts,
-        )
+        store.upsert_annotators([a for j in judges for a in judge_annotators(j)])
+        summaries = []
+        for the_judge in judges:
+            report = the_judge.label(store, ids, run=the_run, progress=cast(Any, tracked))  # rich Progress duck type
+            summaries.append(LabelSummary(
+                annotator=the_judge.annotator, source=the_judge.source, traces=len(ids),
+                labeled=report.labeled, failed=report.failed, skipped=report.skipped, counts=report.as_counts(),
+            ))
+        if len(summaries) == 1:
+            summary = summaries[0]
+        else:
+            totals = _sum_counts([s.counts() for s in summaries])
+            totals["judges"] = {s.annotator: s.counts() for s in summaries}
+            summary = LabelSummary(
+                annotator=",".join(names), source=",".join(dict.fromkeys(s.source for s in summaries)), traces=len(ids),
+                labeled=sum(s.labeled for s in summaries), failed=sum(s.failed for s in summaries),
+                skipped=sum(s.skipped for s in summaries), counts=totals, judges=summaries,
+            )
         if run is None:
-            the_run.counts.update(counts)
+            the_run.counts.update(summary.counts())
         if failed_limit is not None:
-            check_label_outcome(counts, max_failed=failed_limit)
+            for one in summaries:  # every judge ran; the first one that labelled too little decides the outcome
+                check_label_outcome(one.counts(), max_failed=failed_limit)
         return summary
+
+
+def _spec_names(judge: Any, judges: "list[Judge]") -> "str | list[str]":
+    """The judge spec(s) as a run records them: a spec string as given, a judge object by its annotator id."""
+    specs = [judge] if isinstance(judge, str) or not isinstance(judge, Sequence) else list(judge)
+    names = [s if isinstance(s, str) else j.annotator for s, j in zip(specs, judges)]
+    return names[0] if len(names) == 1 else names
+
+
+def _options_param(options: "dict[str, Any] | Sequence[dict[str, Any]] | None") -> dict[str, Any]:
+    """Judge options as a run records them: one dict flat (as before), several under ``judge_options``."""
+    if options is None or isinstance(options, dict):
+        return dict(options or {})
+    return {"judge_options": [dict(o or {}) for o in options]}
 
 
 def export(
@@ -537,7 +665,7 @@ def export(
     split_fractions: Sequence[float] = (0.8, 0.1, 0.1),
     stratify_by: str | None = None,
     name: str | None = None,
-    license: str = "other",
+    license: str | None = None,
     source_licenses: dict[str, str] | None = None,
     trace_ids: Sequence[str] | None = None,
     run: Run | None = None,
@@ -560,6 +688,20 @@ def export(
     params = {"name": name, "out": str(out_dir), "labels": labels, "tokenizer": tokenizer if tokenizer is None or isinstance(tokenizer, str) else "object",
               "chat_template": chat_template, "split_seed": split_seed, "split_fractions": list(split_fractions),
               "stratify_by": stratify_by, "license": license, "source_licenses": dict(source_licenses or {})}
+    if store.read_only and run is None:
+        # Nothing can be written to a read-only store: the export's manifest records the run instead.
+        detached = store.detached_run("export", params)
+        tracked = progress if isinstance(progress, _TrackedProgress) else _TrackedProgress(store, progress)
+        task = tracked.add_task("export", total=None)
+        record = {**detached.model_dump(mode="json"), "status": "ok", "recorded_in": "manifest (the store was read-only)"}
+        summary = export_dataset(
+            store, out_dir, label_source=labels, tokenizer=tokenizer, chat_template=chat_template, seed=split_seed,
+            split_fractions=split_fractions, stratify_by=stratify_by, name=name, license=license,
+            source_licenses=source_licenses, trace_ids=trace_ids, run_record=record,
+            progress=lambda done, total: tracked.update(task, completed=done, total=total),
+        )
+        tracked.update(task, total=summary.n_traces, completed=summary.n_traces)
+        return summary
     with _stage(store, run, "export", params, progress) as (the_run, tracked):
         task = tracked.add_task("export", total=None)
         summary = export_dataset(
@@ -592,8 +734,8 @@ def run(
     tokenizer: Any = None,
     max_segment_tokens: int = MAX_SEGMENT_TOKENS,
     workers: int | None = None,
-    judge: "str | Judge" = "baseline",
-    judge_options: dict[str, Any] | None = None,
+    judge: "str | Judge | Sequence[str | Judge]" = "baseline",
+    judge_options: "dict[str, Any] | Sequence[dict[str, Any]] | None" = None,
     max_failed: "str | float | int | MaxFailed | None" = "10%",
     out: str | Path | None = None,
     labels: str = "auto",
@@ -601,7 +743,7 @@ def run(
     split_fractions: Sequence[float] = (0.8, 0.1, 0.1),
     stratify_by: str | None = None,
     chat_template: bool = False,
-    license: str = "other",
+    license: str | None = None,
     source_licenses: dict[str, str] | None = None,
     progress: Any = None,
 ) -> RunSummary:
@@ -623,7 +765,7 @@ def run(
     from .judge import MaxFailed
 
     text = check_source(source, preset)
-    the_judge = make_judge(judge, judge_options)  # fail on a bad judge before reading anything
+    judges = make_judges(judge, judge_options)  # fail on a bad judge before reading anything
     failed_limit = None if max_failed is None else MaxFailed.parse(max_failed)
     out_dir = Path(out) if out is not None else Path("exports") / default_dataset_name(text, preset)
     mapping = _column_map(preset, columns)
@@ -631,7 +773,7 @@ def run(
         "source": text, "preset": preset, "split": split, "format": format, "allow_markers": allow_markers,
         **({} if mapping is None else mapping.model_dump(exclude_none=True)),
         "tokenizer": tokenizer if tokenizer is None or isinstance(tokenizer, str) else "object",
-        "judge": judge if isinstance(judge, str) else the_judge.annotator, **(judge_options or {}),
+        "judge": _spec_names(judge, judges), **_options_param(judge_options),
         "max_failed": None if failed_limit is None else str(failed_limit), "out": str(out_dir), "labels": labels,
     }
     with store.run("run", params) as the_run:
@@ -644,7 +786,7 @@ def run(
         segmented = segment(store, ingested.trace_ids, tokenizer=tokenizer, max_tokens=max_segment_tokens, workers=workers, run=the_run, progress=tracked)
         the_run.counts["segment"] = segmented.counts()
         try:
-            labelled = label(store, ingested.trace_ids, judge=the_judge, max_failed=failed_limit, run=the_run, progress=tracked)
+            labelled = label(store, ingested.trace_ids, judge=judges, max_failed=failed_limit, run=the_run, progress=tracked)
         except JudgeOutcomeError as exc:
             the_run.counts["label"] = exc.counts  # the run is recorded failed, with what the judge did
             raise
@@ -697,3 +839,54 @@ def view(source: "Store | str | Path", out: str | Path = "view", options: Any = 
 
 
 __all__ += ["view"]
+
+
+# ------------------------------------------------------------------------------------ trust (calibration, weighted review)
+from .agreement.kinds import agreement_by_kind, agreement_drift  # noqa: E402
+from .agreement.reliability import calibration_summary  # noqa: E402
+from .agreement.weighted import weighted_estimates  # noqa: E402
+
+__all__ += ["agreement_by_kind", "agreement_drift", "calibration_summary", "weighted_estimates"]
+# --------------------------------------------------------------------------- aggregate (issue 24)
+def aggregate(
+    store: "Store", options: "AggregateOptions | dict[str, Any] | None" = None, *, run: Run | None = None, progress: Any = None,
+) -> "AggregateSummary":
+    """Combine several raters into one label per segment with a posterior, stored as rater ``aggregate:<method>``.
+
+    See :func:`ror_annotate.aggregate.aggregate`; ``options`` is an
+    :class:`~ror_annotate.aggregate.AggregateOptions` or a dict of its fields (validated, with
+    did-you-mean errors). Recorded as an ``aggregate`` run unless ``run`` is given.
+
+    Raises
+    ------
+    ConfigError, InputError
+        Bad options (E110), unknown method (E710), rater problems (E711-E715); nothing is stored.
+    """
+    from .aggregate import AggregateOptions
+    from .aggregate import aggregate as _aggregate
+
+    opts = options if isinstance(options, AggregateOptions) else AggregateOptions.from_options(dict(options or {}))
+    with _stage(store, run, "aggregate", opts.recorded(), progress) as (the_run, _tracked):
+        summary = _aggregate(store, opts, run=the_run)
+        if run is None:
+            the_run.counts.update(summary.counts())
+        return summary
+
+
+# --------------------------------------------------------------------------- labels import (issue 24)
+def import_labels(
+    store: "Store", path: str | Path, options: "ImportOptions | dict[str, Any]", *, run: Run | None = None,
+) -> "ImportSummary":
+    """Import another project's labels through a crosswalk (:func:`ror_annotate.labels_import.import_labels`).
+
+    Raises
+    ------
+    ConfigError, ImportLabelError (E130), ImportSpanError (E131), ImportRecordError (E132)
+        See :func:`ror_annotate.labels_import.import_labels`; nothing is stored on error.
+    """
+    from .labels_import import import_labels as _import
+
+    return _import(store, path, options, run=run)
+
+
+__all__ += ["import_labels"]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 from datetime import datetime, timezone
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -164,6 +165,24 @@ class Label(_Record):
         )
         return sha256_text(key)[:32]
 
+
+
+def label_ids(
+    trace_id: str, segment_indexes: Iterable[int], *, source: str, annotator: str, codebook_version: str, study: str | None = None
+) -> list[str]:
+    """:attr:`Label.label_id` of the labels of one trace's segments by one rater, without a Label each.
+
+    The same sha256 over the same JSON key (``json.dumps`` with ``ensure_ascii=False``: ``", "``
+    separators, an int index); the constant parts of the key are encoded once per call.
+
+    Returns
+    -------
+    list of str
+        One 32-hex-digit id per index, in ``segment_indexes`` order.
+    """
+    head = json.dumps([trace_id], ensure_ascii=False)[:-1] + ", "
+    tail = ", " + json.dumps([source, annotator, codebook_version, study], ensure_ascii=False)[1:]
+    return [hashlib.sha256(f"{head}{int(i)}{tail}".encode()).hexdigest()[:32] for i in segment_indexes]
 
 class Annotator(_Record):
     """A declared rater: who or what produced a set of labels, and how.

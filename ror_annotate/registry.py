@@ -178,7 +178,10 @@ def registry(kind: str) -> Registry[Any]:
 
 
 #: Modules that define a registry; importing them creates it (kept here so ``registry(kind)`` finds all).
-REGISTRY_MODULES: tuple[str, ...] = ("ror_annotate.judge", "ror_annotate.steer.families", "ror_annotate.traces", "ror_annotate.formats")
+REGISTRY_MODULES: tuple[str, ...] = (
+    "ror_annotate.judge", "ror_annotate.steer.families", "ror_annotate.traces", "ror_annotate.formats", "ror_annotate.review.studies",
+    "ror_annotate.crosswalks", "ror_annotate.aggregate", "ror_annotate.steer.engines",
+)
 
 
 def _import_builtin_registries() -> None:

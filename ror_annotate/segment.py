@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import json
 import os
 import re
 import statistics
@@ -84,7 +85,7 @@ __all__ = [
 
 #: Versioned id of the rule set below; change it whenever a rule changes the output (the store
 #: compares it to skip re-segmenting traces already segmented by the same rules).
-SEGMENTER_NAME = "ror-clause-v2"
+SEGMENTER_NAME = "ror-clause-v3"
 #: The method's hard cap on a segment's length, in tokens of the subject model's tokenizer.
 MAX_SEGMENT_TOKENS = 125
 #: Segment length profile of the method's corpus (tokens; Wang, Fayyaz, Peng, arXiv:2611.05919):
@@ -468,16 +469,77 @@ ABBREVIATIONS_BEFORE_NUMBER = frozenset(
 )
 
 
+#: Initials: one capital letter, or a chain written without spaces ("A.N"), before the final period.
+_INITIALS = re.compile(r"[A-Z](?:\.[A-Z])*")
+#: Words that open a sentence after a one-letter sentence end ("... the vertex is B. Now ..."), on top
+#: of spaCy's English stop words: the openers of reasoning steps. Any other capitalized word after an
+#: initial is taken as the rest of a name ("A. N. Kolmogorov"), which is not a sentence end.
+SENTENCE_STARTERS = frozenset(
+    """
+    let wait hmm hmmm okay ok alright alternatively hence thus similarly therefore finally first second third
+    next now then so but also maybe perhaps actually note notice recall consider suppose assume given since
+    because check compute calculate verify compare substituting substitute plugging using yes no right good
+    great oh ah well another option answer step case looking adding multiplying dividing subtracting solving
+    simplifying expanding factoring take set try indeed clearly obviously otherwise instead anyway again still
+    correct wrong hold oops sorry find count start let's i'm i'll we're that's it's there's
+    """.split()
+)
+
+
+#: Words after which a single capital letter with a period is a name's initial ("proved by A. Kolmogorov").
+_NAME_CUES = frozenset("by and with mathematician physicist professor prof. dr. mr. mrs. ms. sir".split())
+
+
+@lru_cache(maxsize=1)
+def _sentence_starters() -> frozenset[str]:
+    from spacy.lang.en.stop_words import STOP_WORDS
+
+    return frozenset(STOP_WORDS) | SENTENCE_STARTERS
+
+
 @lru_cache(maxsize=1)
 def _spacy_abbreviations() -> frozenset[str]:
-    """Multi-letter abbreviations from spaCy's English tokenizer exceptions ("Inc.", "Ph.D.")."""
+    """Multi-letter abbreviations from spaCy's English tokenizer exceptions ("Inc.", "Ph.D.").
+
+    Importing spaCy costs seconds (it imports thinc and torch), in every process that segments,
+    for a list that only changes with spaCy's version. So the list is cached in a JSON file per
+    installed spaCy version (:func:`_abbreviation_cache`); without a usable cache it is read from
+    spaCy as before.
+    """
+    cache = _abbreviation_cache()
+    if cache is not None:
+        try:
+            return frozenset(json.loads(cache.read_text(encoding="utf-8")))
+        except (OSError, ValueError):
+            pass
     from spacy.lang.en import English
 
     out = set()
     for key in English.Defaults.tokenizer_exceptions:
         if key.endswith(".") and len(key) > 2 and key[:-1].replace(".", "").isalpha():
             out.add(key[:-1].lower())
+    if cache is not None:
+        try:
+            cache.parent.mkdir(parents=True, exist_ok=True)
+            tmp = cache.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(sorted(out)), encoding="utf-8")
+            os.replace(tmp, cache)
+        except OSError:
+            pass  # a read-only home: read spaCy again next time
     return frozenset(out)
+
+
+def _abbreviation_cache() -> Path | None:
+    """``$ROR_CACHE_DIR`` (else ``$XDG_CACHE_HOME/ror_annotate``, else ``~/.cache/ror_annotate``)
+    ``/spacy-abbreviations-<spaCy version>.json``; None when spaCy's version cannot be read."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        spacy_version = version("spacy")
+    except PackageNotFoundError:
+        return None
+    root = os.environ.get("ROR_CACHE_DIR") or os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "ror_annotate")
+    return Path(root) / f"spacy-abbreviations-{spacy_version}.json"
 
 
 # Clause boundaries: the cut is at the end of each match (the next clause's first character).
@@ -544,6 +606,7 @@ class Segmenter:
         self._exact_is_approx = type(self.token_counter) is ApproxTokenCounter
         self._abbrev_any = ABBREVIATIONS_NEVER_FINAL
         self._abbrev_num = ABBREVIATIONS_BEFORE_NUMBER | _spacy_abbreviations()
+        self._starters = _sentence_starters()
         # Built here, not at import: spaCy's data costs seconds to import. The patterns and sets
         # travel with the object when segment_many pickles it to worker processes.
         self._enders = _spacy_sentence_enders()
@@ -645,7 +708,7 @@ class Segmenter:
                     accepted.append(cut)
             yield s, e, accepted
 
-    def _sentence_cut(self, text: str, pos: int, line_start: int, line_end: int) -> int | None:
+    def _sentence_cut(self, text: str, pos: int, line_start: int, line_end: int) -> int | None:  # noqa: C901  (one branch per sentence-end exception: abbreviations, initials, decimals, ellipses)
         """Where a sentence starting near ``pos`` really starts, or None to reject the cut."""
         if pos <= line_start or pos >= line_end:
             return None
@@ -673,6 +736,23 @@ class Segmenter:
                 return None
             if word in self._abbrev_num and (nxt[0].isdigit() or nxt[0] in "(#$\\"):
                 return None
+            if _INITIALS.fullmatch(initials := prev[:-1].lstrip(_OPENERS)) and nxt[0].isupper():
+                # Personal initials: "A. N. Kolmogorov", "A.N. Kolmogorov", "G. H. Hardy". Another initial,
+                # or a capitalized word that does not open sentences, continues the name; "... is B. Now"
+                # stays a sentence end.
+                # A single capital letter is far more often a variable ending a sentence ("the curl of B.
+                # Divergence ...", measured on ../shared/data): it is an initial only after a name cue
+                # ("by", "and", a title) or inside a chain.
+                following = re.match(r"[A-Za-z']+\.?", nxt)
+                token = following.group(0) if following else ""
+                if _INITIALS.fullmatch(token.rstrip(".")) and token.endswith(".") and len(token) <= 4:
+                    return None  # the chain goes on: "A. N. ..."
+                before = text[max(line_start, word_start - 40):word_start].split()
+                in_chain = "." in initials or bool(before and _INITIALS.fullmatch(before[-1].rstrip(".")) and before[-1].endswith("."))
+                cue = bool(before) and before[-1].lower().rstrip(",") in _NAME_CUES
+                word = token.rstrip(".")
+                if (in_chain or cue) and len(word) > 1 and word.lower() not in self._starters:
+                    return None
         if not (nxt[0].isalnum() or nxt[0] in _OPENERS or nxt[0] in "\\$¿¡"):
             return None  # "8! / 2", "x? = y": an operator cannot open a sentence
         if nxt[0].isalpha() and nxt[0].islower() and (prev[-1] not in _QUESTION_MARKS or len(prev) < len(raw_prev)):

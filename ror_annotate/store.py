@@ -16,6 +16,7 @@ JSON-valued fields are stored as text (no DuckDB extension needed).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import random
@@ -25,14 +26,16 @@ import time
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 
+from .provenance import scrub_secrets, scrub_text, scrub_url, scrub_value  # noqa: F401  (scrub_url/scrub_secrets: kept importable from here)
 from .errors import ConfigError, SchemaVersionError, StoreError, StoreLockedError, StoreReadOnlyError
 from .records import SOURCE_KINDS, Annotator, Label, Run, Segment, Trace, utc_now
 
@@ -155,6 +158,14 @@ DependentPolicy = Literal["cascade", "refuse"]
 
 #: Filter on a list of trace ids as a hash semi-join (``list_contains`` costs rows x ids).
 _IDS_FILTER = "trace_id IN (SELECT unnest(?::VARCHAR[]))"
+
+#: The ``labels`` table's columns, in table order, as Arrow types (:meth:`Store.upsert_label_table`).
+LABEL_TABLE_SCHEMA = pa.schema([
+    ("label_id", pa.string()), ("trace_id", pa.string()), ("segment_index", pa.int32()), ("label", pa.string()),
+    ("source", pa.string()), ("annotator", pa.string()), ("codebook_version", pa.string()), ("run_id", pa.string()),
+    ("study", pa.string()), ("confidence", pa.float64()), ("rationale", pa.string()), ("created_at", pa.timestamp("us")),
+    ("extra", pa.string()), ("distribution", pa.list_(pa.float64())),
+])
 #: Rows per unit of the row-id ranges of :meth:`Store.trace_filter` (DuckDB's vector, the finest unit its scan skips).
 ROWID_BUCKET = 2048
 #: Most row-id ranges one :meth:`Store.trace_filter` condition names; the closest are merged beyond it.
@@ -180,8 +191,20 @@ def rowid_ranges(buckets: Sequence[int], max_ranges: int = MAX_ROWID_RANGES) -> 
         del runs[i + 1]
     return [(lo, hi) for lo, hi in runs]
 
-_SECRET_KEY = re.compile(r"(api[_-]?key|token|secret|password|authorization)", re.IGNORECASE)
-_URL_PASSWORD = re.compile(r"(//[^/?#@:]*):[^/?#@]*@")
+
+#: Code of a store used from a thread other than the one that opened it.
+WRONG_THREAD = "E205"
+
+
+def _wrong_thread(path: str, shared: "_Shared") -> StoreError:
+    return StoreError(
+        f"the store {path} is open in thread {shared.owner_name!r} of this process and was used from thread "
+        f"{threading.current_thread().name!r}: a store's connection belongs to the thread that opened it (DuckDB "
+        "transactions of two threads on one connection would mix). Use the store from that thread, close every "
+        "handle there first, or use it from another process",
+        code=WRONG_THREAD,
+    )
+
 
 class _Shared:
     """One DuckDB connection per resolved path inside this process, shared by every :class:`Store`
@@ -192,6 +215,9 @@ class _Shared:
     def __init__(self, con: duckdb.DuckDBPyConnection, read_only: bool) -> None:
         self.con = con
         self.read_only = read_only
+        #: The thread that opened the connection: the only one that may use it (see :class:`Store`).
+        self.owner = threading.get_ident()
+        self.owner_name = threading.current_thread().name
         self.refs = 0
         self.tx_depth = 0
         self.lock = threading.RLock()
@@ -217,51 +243,6 @@ def _to_aware(value: datetime | None) -> datetime | None:
     if value is None:
         return None
     return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value
-
-
-def scrub_url(url: str) -> str:
-    """``url`` with a password in it (``http://user:KEY@host``) and secret-looking query parameters
-    (``?api-key=KEY``, ``?token=...``) replaced by ``***``; any other string is returned unchanged.
-
-    Proxies and gateways are often given their key inside ``--base-url``; the URL itself is worth
-    keeping as provenance, the key is not.
-    """
-    if "://" not in url:
-        return url
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return _URL_PASSWORD.sub(r"\1:***@", url)
-    netloc = _URL_PASSWORD.sub(r"\1:***@", "//" + parts.netloc)[2:]
-    query = parts.query
-    if query:
-        pairs = parse_qsl(query, keep_blank_values=True)
-        secret = [_SECRET_KEY.search(k) is not None or k.lower() in ("key", "sig", "signature") for k, _ in pairs]
-        if any(secret):
-            query = urlencode([(k, "***" if hide else v) for (k, v), hide in zip(pairs, secret)], safe="*")
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
-
-
-def scrub_secrets(parameters: dict[str, Any]) -> dict[str, Any]:
-    """Return ``parameters`` with the value of every key that looks like a secret replaced by ``"***"``,
-    and secrets inside URL values removed (:func:`scrub_url`).
-
-    Used before anything is written to ``runs.parameters`` or a log: API keys and tokens come from the
-    environment and must never reach the store.
-    """
-    clean: dict[str, Any] = {}
-    for key, value in parameters.items():
-        if _SECRET_KEY.search(str(key)) and value not in (None, "", False):
-            clean[key] = "***"
-        elif isinstance(value, dict):
-            clean[key] = scrub_secrets(value)
-        elif isinstance(value, str):
-            clean[key] = scrub_url(value)
-        elif isinstance(value, (list, tuple)):
-            clean[key] = [scrub_url(v) if isinstance(v, str) else v for v in value]
-        else:
-            clean[key] = value
-    return clean
 
 
 def _is_lock_error(exc: BaseException) -> bool:
@@ -348,6 +329,47 @@ def _duckdb_config(memory_limit: str | None) -> dict[str, Any]:
     return {"memory_limit": limit} if limit else {}
 
 
+#: Code of a store whose write-ahead log (``<db>.wal``) cannot be replayed (``ror recover`` helps).
+DAMAGED_WAL = "E206"
+#: Code of a store file DuckDB cannot open (not a DuckDB file, damaged, another version's format).
+UNREADABLE_STORE = "E207"
+
+
+def _open_error(path: str, exc: Exception) -> StoreError:
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    if "WAL" in str(exc):
+        return StoreError(
+            f"the store {path} cannot be opened: its write-ahead log {Path(path).name}.wal is damaged (a process killed "
+            f"while writing, a disk fault: {text}). Run `ror recover --db {path}`: it moves the log aside (never deletes "
+            "it), keeps every commit the log still holds intact, opens the last checkpointed state and reports what was lost",
+            code=DAMAGED_WAL,
+        )
+    return StoreError(f"cannot open the store {path}: {text}", code=UNREADABLE_STORE)
+
+
+def _process_command(db_path: str, pid: int) -> str:
+    """What process ``pid`` runs: the ror command in the store's progress file when that process wrote
+    it, else its command line (Linux ``/proc``) up to its first ``--option`` (so no option value, such
+    as a key, is ever shown), else ``"command unknown"``."""
+    state = ProgressFile.read(db_path) if db_path != ":memory:" else None
+    if isinstance(state, dict) and state.get("pid") == pid and state.get("status") == "running" and state.get("command"):
+        return str(state["command"])
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return "command unknown"
+    parts = [part.decode("utf-8", "replace") for part in raw.split(b"\0") if part]
+    # The program and its leading words only: options (where an --api-key would be) are left out.
+    shown = []
+    for n, part in enumerate(parts):
+        if n and (part.startswith("--") or "=" in part or "://" in part):
+            shown.append("...")
+            break
+        shown.append(Path(part).name if n == 0 else part[:40])
+    text = " ".join(shown)
+    return (text[:117] + "...") if len(text) > 120 else (text or "command unknown")
+
+
 def _connect_with_retry(path: str, lock_timeout: float, read_only: bool = False, memory_limit: str | None = None) -> duckdb.DuckDBPyConnection:
     deadline = time.monotonic() + max(lock_timeout, 0.0)
     delay = 0.05
@@ -364,17 +386,26 @@ def _connect_with_retry(path: str, lock_timeout: float, read_only: bool = False,
             ) from exc
         except duckdb.IOException as exc:
             if not _is_lock_error(exc):
-                raise StoreError(f"cannot open the store {path}: {exc}") from exc
+                raise _open_error(path, exc) from exc
             if time.monotonic() >= deadline:
                 holder = re.search(r"PID (\d+)", str(exc))
-                who = f" (held by process {holder.group(1)})" if holder else ""
+                who = f" (process {holder.group(1)}: {_process_command(path, int(holder.group(1)))})" if holder else ""
+                if read_only:
+                    raise StoreLockedError(
+                        f"the store {path} is locked by another process{who}, which is writing it; DuckDB lets no other "
+                        "process open the file while one writes, not even to read. Wait for it to finish (`ror status` shows its "
+                        f"progress), or work on a copy made after it ends. (waited {lock_timeout:g} s; raise --lock-timeout "
+                        "to wait longer)"
+                    ) from exc
                 raise StoreLockedError(
                     f"the store {path} is locked by another process{who}: DuckDB allows one writer per file. "
-                    f"Wait for that ror command to finish, or pass --db with another path. "
+                    f"Wait for that command to finish (`ror status` shows its progress), or pass --db with another path. "
                     f"(waited {lock_timeout:g} s; raise --lock-timeout to wait longer)"
                 ) from exc
             time.sleep(min(delay, max(deadline - time.monotonic(), 0.0)) * (0.5 + random.random() / 2))
             delay = min(delay * 2, 1.0)
+        except duckdb.Error as exc:  # a damaged write-ahead log or database file
+            raise _open_error(path, exc) from exc
 
 
 class SegmentLength(NamedTuple):
@@ -391,7 +422,8 @@ class ProgressFile:
     ``shared/pitfalls/DB-01``), so ``ror status`` reads this file to show a running job. It is written
     atomically (temporary file + rename), at most once per ``min_interval`` seconds for progress
     updates, and always at a run's start and end. It holds counts and stage names only: never
-    parameters, so no secret can reach it.
+    parameters; every string in it passes :func:`~ror_annotate.provenance.scrub_text` before it is
+    written (a judge's failure text may repeat an endpoint's echo of the API key).
     """
 
     def __init__(self, path: Path, min_interval: float | None = None) -> None:
@@ -441,7 +473,7 @@ class ProgressFile:
         self._state["updated_at"] = utc_now().isoformat()
         tmp = self.path.with_name(self.path.name + f".{uuid.uuid4().hex[:6]}.tmp")
         try:
-            tmp.write_text(json.dumps(self._state, default=str), encoding="utf-8")
+            tmp.write_text(json.dumps(scrub_value(self._state), default=str), encoding="utf-8")
             tmp.replace(self.path)
         except OSError:
             tmp.unlink(missing_ok=True)  # read-only media or a full disk must not fail the job itself
@@ -454,6 +486,96 @@ class ProgressFile:
             return json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             return None
+
+
+@dataclass
+class RaterLabels:
+    """One rater's labels as columns, for :meth:`Store.replace_rater_labels` at a million segments.
+
+    Attributes
+    ----------
+    trace_id : list of str, length n
+    segment_index : ndarray of int, shape (n,)
+    label : ndarray of int, shape (n,)
+        Index into :data:`~ror_annotate.records.BEHAVIORS`.
+    codebook_version : str
+    confidence : ndarray of float, shape (n,), optional
+    distribution : ndarray of float, shape (n, 6), optional
+        Rows in BEHAVIORS order, each summing to 1 (within 1e-6).
+    extra : list of dict, length n, optional
+    run_id, study : str, optional
+    """
+
+    trace_id: list[str]
+    segment_index: Any
+    label: Any
+    codebook_version: str
+    confidence: Any = None
+    distribution: Any = None
+    extra: list[dict[str, Any]] | None = None
+    run_id: str | None = None
+    study: str | None = None
+
+    def to_table(self, source: str, annotator: str) -> pa.Table:
+        """The rows in the labels table's layout, with :attr:`Label.label_id` (same key, same hash).
+
+        Raises
+        ------
+        StoreError
+            A label index, confidence or distribution out of range, or columns of different lengths.
+        """
+        import numpy as np
+
+        from .records import BEHAVIORS, LABEL_SOURCES
+
+        n = len(self.trace_id)
+        index = np.asarray(self.segment_index, dtype=np.int64)
+        label = np.asarray(self.label, dtype=np.int64)
+        bad = [name for name, col in (("segment_index", index), ("label", label)) if len(col) != n]
+        if bad or (self.extra is not None and len(self.extra) != n):
+            raise StoreError(f"RaterLabels columns of different lengths ({', '.join(bad) or 'extra'} vs {n} trace ids)")
+        if source not in LABEL_SOURCES or not annotator:
+            raise StoreError(f"RaterLabels: unknown label source {source!r} or empty annotator")
+        if n and (label.min() < 0 or label.max() >= len(BEHAVIORS) or index.min() < 0):
+            raise StoreError("RaterLabels: a label index outside BEHAVIORS or a negative segment index")
+        conf = None if self.confidence is None else np.asarray(self.confidence, dtype=np.float64)
+        if conf is not None and (len(conf) != n or (n and not ((conf >= 0) & (conf <= 1)).all())):
+            raise StoreError("RaterLabels: confidence must be n values in [0, 1]")
+        dist = None if self.distribution is None else np.asarray(self.distribution, dtype=np.float64)
+        if dist is not None and (dist.shape != (n, len(BEHAVIORS)) or (n and (
+                (dist < 0).any() or (dist > 1).any() or np.abs(dist.sum(axis=1) - 1).max() > 1e-6))):
+            raise StoreError(f"RaterLabels: distribution must be n rows of {len(BEHAVIORS)} probabilities summing to 1")
+        # Label.label_id: sha256 of json.dumps([trace_id, segment_index, source, annotator, codebook_version, study])
+        tail = json.dumps([source, annotator, self.codebook_version, self.study], ensure_ascii=False)[1:]
+        heads: dict[str, str] = {}
+        ids = []
+        for t, i in zip(self.trace_id, index.tolist()):
+            head = heads.get(t)
+            if head is None:
+                head = heads[t] = json.dumps([t], ensure_ascii=False)[:-1]
+            ids.append(hashlib.sha256(f"{head}, {i}, {tail}".encode("utf-8")).hexdigest()[:32])
+        dumped: dict[int, str] = {}  # by object: rows sharing one dict are serialised once
+        extras = ["{}"] * n if self.extra is None else [
+            dumped.get(id(e)) or dumped.setdefault(id(e), json.dumps(e, ensure_ascii=False, default=str)) for e in self.extra
+        ]
+        dist_col = (pa.nulls(n, type=pa.list_(pa.float64())) if dist is None
+                    else pa.ListArray.from_arrays(pa.array(np.arange(n + 1, dtype=np.int32) * len(BEHAVIORS)), pa.array(dist.reshape(-1))))
+        return pa.table({
+            "label_id": pa.array(ids, type=pa.string()),
+            "trace_id": pa.array(self.trace_id, type=pa.string()),
+            "segment_index": pa.array(index.astype(np.int32)),
+            "label": pa.array(np.asarray(BEHAVIORS, dtype=object)[label], type=pa.string()),
+            "source": pa.array([source] * n, type=pa.string()),
+            "annotator": pa.array([annotator] * n, type=pa.string()),
+            "codebook_version": pa.array([self.codebook_version] * n, type=pa.string()),
+            "run_id": pa.array([self.run_id] * n, type=pa.string()),
+            "study": pa.array([self.study] * n, type=pa.string()),
+            "confidence": pa.nulls(n, type=pa.float64()) if conf is None else pa.array(conf),
+            "rationale": pa.nulls(n, type=pa.string()),
+            "created_at": pa.array([to_naive_utc(utc_now())] * n, type=pa.timestamp("us")),
+            "extra": pa.array(extras, type=pa.string()),
+            "distribution": dist_col,
+        })
 
 
 class Store:
@@ -477,6 +599,15 @@ class Store:
         limit, so on a large corpus the cache grows with the store; a limit bounds it (blocks are
         re-read from the file, operators spill to ``<db>.tmp``). Ignored when the file is already
         open in this process.
+
+    Notes
+    -----
+    Threads: every handle on one file in a process shares one DuckDB connection, and that connection
+    belongs to the thread that opened it. Opening or using a store from another thread while it is
+    open is refused with a :class:`StoreError` (code ``E205``) instead of mixing the two threads'
+    transactions (a run recorded by one thread would be rolled back with the other's, uncommitted rows
+    would be read). Use a store from one thread; other threads (or processes) open it after every
+    handle of the first is closed. Stores on different files work from different threads.
 
     Raises
     ------
@@ -508,6 +639,8 @@ class Store:
                 raise StoreError(
                     f"the store {self.path} is already open read-only in this process; close that handle before writing"
                 )
+            if entry is not None and entry.owner != threading.get_ident():
+                raise _wrong_thread(self.path, entry)
             if entry is None:
                 entry = _Shared(_connect_with_retry(self.path, lock_timeout, self.read_only, memory_limit), self.read_only)
                 entry.memory_limit = _duckdb_config(memory_limit).get("memory_limit")
@@ -515,7 +648,6 @@ class Store:
                     _OPEN[self.path] = entry
             entry.refs += 1
             self._shared = entry
-        self.con: duckdb.DuckDBPyConnection = entry.con
         try:
             if entry.read_only:
                 self._check_readable()
@@ -526,14 +658,28 @@ class Store:
             self.close()
             raise
 
+    @property
+    def con(self) -> duckdb.DuckDBPyConnection:
+        """The DuckDB connection of this file in this process; only the thread that opened it may use it.
+
+        Raises
+        ------
+        StoreError
+            ``E205``: called from another thread.
+        """
+        shared = self._shared
+        if shared.owner != threading.get_ident():
+            raise _wrong_thread(self.path, shared)
+        return shared.con
+
     def _check_readable(self) -> None:
         found = self._count("SELECT count(*) FROM information_schema.tables WHERE table_name = 'schema_versions'")
         version = self.schema_version("core") if found else 0
         if version != len(CORE_MIGRATIONS):
             raise SchemaVersionError(
                 f"the store {self.path} has core schema v{version} and this ror_annotate expects v{len(CORE_MIGRATIONS)}; "
-                "it cannot be opened read-only until a writing command (e.g. `ror status --write`, `ror ingest`) "
-                "has migrated it" if version < len(CORE_MIGRATIONS) else
+                f"it cannot be opened read-only until it is migrated: run `ror migrate --db {self.path}` (or any "
+                "writing command, such as `ror ingest`)" if version < len(CORE_MIGRATIONS) else
                 f"the store {self.path} has core schema v{version}, newer than this ror_annotate knows "
                 f"(v{len(CORE_MIGRATIONS)}): upgrade ror_annotate"
             )
@@ -547,7 +693,7 @@ class Store:
         with _OPEN_LOCK:
             self._shared.refs -= 1
             if self._shared.refs <= 0:
-                self.con.close()
+                self._shared.con.close()
                 if _OPEN.get(self.path) is self._shared:
                     _OPEN.pop(self.path, None)
 
@@ -724,7 +870,7 @@ class Store:
                 return 0
             raise SchemaVersionError(
                 f"the store {self.path} has {component} schema v{current} and this ror_annotate expects "
-                f"v{len(migrations)}; open it once with a writing command to migrate it"
+                f"v{len(migrations)}; run `ror migrate --db {self.path}` (or any writing command) to migrate it"
             )
         if current > len(migrations):
             raise SchemaVersionError(
@@ -979,6 +1125,93 @@ class Store:
             )
         return "replaced" if old else "inserted"
 
+    def replace_segments_many(
+        self,
+        items: Sequence[tuple[str, Sequence[Segment]]],
+        *,
+        segmenter: str,
+        token_counter: str,
+        run_id: str | None = None,
+        force: bool = False,
+    ) -> list[str]:
+        """Store the segmentations of a batch of traces in one transaction; :meth:`replace_segments` for many.
+
+        Traces with no stored segments (the usual case: a first ``ror segment``) are written with
+        one Arrow insert into ``segments`` and one into ``segmentations`` for the whole batch, after
+        one query that finds which of them have segments already; those go through
+        :meth:`replace_segments` one by one (its checks and statuses) inside the same transaction.
+        Per-trace costs (a transaction, a full-table lookup of the trace's old spans) become
+        per-batch ones: a million short traces no longer do a million scans.
+
+        Parameters
+        ----------
+        items : sequence of (str, sequence of Segment)
+            ``(trace_id, segments)`` per trace; each trace's segments in index order.
+        segmenter, token_counter, run_id, force
+            As in :meth:`replace_segments`, for every trace of the batch.
+
+        Returns
+        -------
+        list of str
+            Per item, ``"inserted"``, ``"unchanged"`` or ``"replaced"`` as :meth:`replace_segments` returns.
+
+        Raises
+        ------
+        StoreError
+            From the first trace :meth:`replace_segments` refuses (the message names it), or a write
+            that fails (named by the batch's first trace): the whole batch is rolled back, batches
+            committed before it stay.
+        """
+        self._require_writable("store segments")
+        if not items:
+            return []
+        ids = [trace_id for trace_id, _ in items]
+        first = ids[0]
+        statuses: list[str] = ["inserted"] * len(items)
+        with duckdb_errors(self.path, f"segments of the batch from {first!r} ({len(items)} traces)"), self.transaction():
+            found = self.trace_filter("segments", ids)
+            stored: set[str] = set()
+            if found is not None:
+                condition, values = found
+                stored = {r[0] for r in self.con.execute(f"SELECT DISTINCT trace_id FROM segments WHERE {condition}", values).fetchall()}
+            seen: set[str] = set()
+            fresh: list[int] = []
+            later: list[int] = []
+            for k, trace_id in enumerate(ids):
+                (later if trace_id in stored or trace_id in seen else fresh).append(k)
+                seen.add(trace_id)
+            if fresh:
+                segs = [seg for k in fresh for seg in items[k][1]]
+                table = pa.table(
+                    {
+                        "trace_id": pa.array([ids[k] for k in fresh for _ in items[k][1]], pa.string()),
+                        "segment_index": pa.array([seg.segment_index for seg in segs], type=pa.int32()),
+                        "char_start": pa.array([seg.char_start for seg in segs], type=pa.int32()),
+                        "char_end": pa.array([seg.char_end for seg in segs], type=pa.int32()),
+                        "text": pa.array([seg.text for seg in segs], pa.string()),
+                        "n_tokens": pa.array([seg.n_tokens for seg in segs], type=pa.int32()),
+                    }
+                )
+                n = len(fresh)
+                marks = pa.table(
+                    {
+                        "trace_id": pa.array([ids[k] for k in fresh], pa.string()),
+                        "segmenter": pa.repeat(pa.scalar(segmenter, pa.string()), n),
+                        "token_counter": pa.repeat(pa.scalar(token_counter, pa.string()), n),
+                        "n_segments": pa.array([len(items[k][1]) for k in fresh], pa.int32()),
+                        "created_at": pa.repeat(pa.scalar(to_naive_utc(utc_now()), pa.timestamp("us")), n),
+                        "run_id": pa.repeat(pa.scalar(run_id, pa.string()), n),
+                    }
+                )
+                if table.num_rows:
+                    self.insert_arrow("segments", table)
+                self.insert_arrow("segmentations", marks, on_conflict="ON CONFLICT DO UPDATE SET segmenter = excluded.segmenter, "
+                                  "token_counter = excluded.token_counter, n_segments = excluded.n_segments, "
+                                  "created_at = excluded.created_at, run_id = excluded.run_id")
+            for k in later:
+                statuses[k] = self.replace_segments(ids[k], items[k][1], segmenter=segmenter, token_counter=token_counter, run_id=run_id, force=force)
+        return statuses
+
     def _clear_dependents(self, trace_id: str, force: bool) -> None:
         """Refuse, or delete what refers to the old segments of ``trace_id`` (see :meth:`replace_segments`)."""
         n_labels = self._count("SELECT count(*) FROM labels WHERE trace_id = ?", [trace_id])
@@ -1107,6 +1340,29 @@ class Store:
             sql += f" ORDER BY {order_by}" if order_by else ""
             return self.con.execute(sql, [*values, *params]).fetchall()
 
+    def arrow_of_traces(
+        self, table: str, columns: str, trace_ids: Sequence[str], *, where: str = "", params: Sequence[Any] = (), order_by: str = ""
+    ) -> pa.Table:
+        """:meth:`rows_of_traces` as one Arrow table: for batch stages that work on columns, not rows.
+
+        The same query (reading only the parts of ``table`` that hold ``trace_ids``, in one
+        snapshot), returned by DuckDB as Arrow without a Python object per value. No matching row
+        (or no ``trace_ids``) gives a table with the columns and no rows.
+
+        Returns
+        -------
+        pyarrow.Table
+            ``[n_rows]`` with the ``columns`` named in the query, in ``order_by`` order.
+        """
+        with self.transaction():
+            found = self.trace_filter(table, trace_ids)
+            condition, values = found if found is not None else ("false", [])
+            sql = f'SELECT {columns} FROM "{table}" WHERE {condition}' + (f" AND ({where})" if where else "")
+            sql += f" ORDER BY {order_by}" if order_by else ""
+            # a relation (con.sql) gives Arrow without the extra copy a DB-API result makes (DuckDB 2)
+            relation = self.con.sql(sql, params=[*values, *params])
+            return _arrow_of(relation)
+
     # ------------------------------------------------------------------ labels
     def upsert_labels(self, labels: Iterable[Label]) -> int:
         """Insert or replace labels by :attr:`Label.label_id`, in one transaction. Returns the count
@@ -1138,6 +1394,77 @@ class Store:
             }
         )
         trace_ids = list(dict.fromkeys(lab.trace_id for lab in labels))
+        self._write_label_table(table, trace_ids)
+        return len(labels)
+
+    def upsert_label_table(self, table: pa.Table) -> int:
+        """Insert or replace labels given as one Arrow table (the bulk form of :meth:`upsert_labels`).
+
+        For stages that make labels by the thousand (the baseline judge): no :class:`Label` object
+        per row. The table is checked as a whole at this edge, with Arrow compute and SQL, for what
+        :class:`Label` checks one by one: its columns, non-empty ids, a known label and source, a
+        ``segment_index >= 0``, ``confidence`` in [0, 1] and unique ``label_id``; then it is written
+        in one transaction exactly as :meth:`upsert_labels` writes (labels of segments that are not
+        stored are refused, stored labels with the same id are replaced).
+
+        Parameters
+        ----------
+        table : pyarrow.Table
+            ``[n_labels]`` with the columns of :data:`LABEL_TABLE_SCHEMA` (any order; extra columns
+            are refused). ``label_id`` must be :func:`ror_annotate.records.label_ids` of the row.
+
+        Returns
+        -------
+        int
+            Rows written (``table.num_rows``).
+
+        Raises
+        ------
+        StoreError
+            A column is missing, unknown or of the wrong type; a row breaks a check above (the
+            message names the first such row's segment); a label names a segment that is not stored.
+        """
+        import pyarrow.compute as pc
+
+        from .records import BEHAVIORS
+
+        self._require_writable("store labels")
+        names = set(table.column_names)
+        expected = set(LABEL_TABLE_SCHEMA.names)
+        if names != expected:
+            raise StoreError(
+                f"label table columns differ from the labels table: missing {sorted(expected - names)}, unknown {sorted(names - expected)}",
+                code="E960",
+            )
+        if table.num_rows == 0:
+            return 0
+        try:
+            table = table.select(LABEL_TABLE_SCHEMA.names).cast(LABEL_TABLE_SCHEMA)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+            raise StoreError(f"label table columns have the wrong types: {exc}", code="E960") from exc
+        bad = pc.invert(pc.fill_null(pc.and_(
+            pc.and_(pc.is_in(table["label"], pa.array(BEHAVIORS)), pc.is_in(table["source"], pa.array(list(SOURCE_KINDS)))),
+            pc.and_(pc.greater_equal(table["segment_index"], 0), pc.and_(
+                pc.and_(pc.greater(pc.utf8_length(table["trace_id"]), 0), pc.greater(pc.utf8_length(table["annotator"]), 0)),
+                pc.and_(pc.greater(pc.utf8_length(table["codebook_version"]), 0), pc.greater(pc.utf8_length(table["label_id"]), 0)),
+            )),
+        ), False))
+        bad = pc.or_(bad, pc.fill_null(pc.or_(pc.less(table["confidence"], 0.0), pc.greater(table["confidence"], 1.0)), False))
+        if pc.any(bad).as_py():
+            row = table.filter(bad).slice(0, 1).to_pylist()[0]
+            raise StoreError(
+                f"label for segment {row['trace_id']}#{row['segment_index']} is not a valid label "
+                f"(label {row['label']!r}, source {row['source']!r}, annotator {row['annotator']!r}, confidence {row['confidence']!r})",
+                code="E961",
+            )
+        if pc.count_distinct(table["label_id"]).as_py() != table.num_rows:
+            raise StoreError("label table repeats a label_id: give each segment's label once", code="E962")
+        self._write_label_table(table, pc.unique(table["trace_id"]).to_pylist())
+        return table.num_rows
+
+    def _write_label_table(self, table: pa.Table, trace_ids: list[str]) -> int:
+        """Write checked label rows (``LABEL_TABLE_SCHEMA`` order) in one transaction; see :meth:`upsert_labels`.
+        Returns the number of rows written."""
         view = f"_ror_labels_{uuid.uuid4().hex[:8]}"
         self._register(view, table)
         try:
@@ -1164,7 +1491,7 @@ class Store:
                 self.con.execute(f"INSERT INTO labels SELECT * FROM {view}")
         finally:
             self._unregister(view)
-        return len(labels)
+        return len(table)
 
     def delete_labels(self, label_ids: Iterable[str]) -> int:
         """Delete the labels with these :attr:`Label.label_id` values, in one transaction.
@@ -1325,21 +1652,95 @@ class Store:
         declared = {a: d.kind for a, d in self.declared_annotators().items()}
         return {annotator: declared.get(annotator, SOURCE_KINDS.get(source, "machine")) for source, annotator, _ in self.annotators()}
 
+    def latest_rater_labels(self, annotators: Sequence[str]) -> pa.Table:
+        """Each rater's latest label of every segment it labelled, as one long table.
+
+        One rule picks the label when a rater has several for a segment (other codebook versions,
+        other studies): the latest ``created_at``, ties broken by the greatest ``label_id``.
+
+        Parameters
+        ----------
+        annotators : sequence of str
+            Annotator ids (``Label.annotator``).
+
+        Returns
+        -------
+        pyarrow.Table
+            Columns ``trace_id``, ``segment_index``, ``annotator``, ``label``; one row per
+            (annotator, segment), ordered by trace id, segment index, annotator.
+        """
+        sql = ("SELECT trace_id, segment_index, annotator, label FROM labels WHERE list_contains(?, annotator) "
+               "QUALIFY row_number() OVER (PARTITION BY annotator, trace_id, segment_index ORDER BY created_at DESC, label_id DESC) = 1 "
+               "ORDER BY trace_id, segment_index, annotator")
+        with duckdb_errors(self.path, "read labels"):
+            _drop_pending_result(self.con)
+            relation = self.con.sql(sql, params=[list(annotators)])  # a relation hands Arrow over without a copy
+            fetch = next(getattr(relation, n) for n in ("to_arrow_table", "fetch_arrow_table", "arrow") if hasattr(relation, n))
+            table = fetch()
+        return table if isinstance(table, pa.Table) else table.read_all()
+
+    def rater_codebook_versions(self, annotators: Sequence[str]) -> list[str]:
+        """The distinct ``codebook_version`` values on these raters' labels, sorted."""
+        with duckdb_errors(self.path, "read labels"):
+            rows = self.con.execute(
+                "SELECT DISTINCT codebook_version FROM labels WHERE list_contains(?, annotator) ORDER BY 1", [list(annotators)]
+            ).fetchall()
+        return [r[0] for r in rows]
+
+    def replace_rater_labels(self, source: str, annotator: str, labels: "Iterable[Label] | RaterLabels", *, batch: int = 100_000) -> int:
+        """Replace every stored label of one rater (``source``, ``annotator``) by ``labels``, in one transaction.
+
+        For raters that are recomputed as a whole (an aggregate): segments no longer in ``labels``
+        lose their old label, and a re-run with the same inputs writes the same label ids.
+        ``labels`` may be a generator of :class:`Label` (written ``batch`` at a time, bounded memory)
+        or a columnar :class:`RaterLabels` (a million labels without a million Python objects; the
+        same checks as :class:`Label`, and the same ``label_id``).
+
+        Returns
+        -------
+        int
+            Labels written.
+
+        Raises
+        ------
+        StoreError
+            A label of another source or annotator, or naming a segment that is not stored; nothing
+            is changed.
+        """
+        self._require_writable("store labels")
+        written = 0
+        table = labels.to_table(source, annotator) if isinstance(labels, RaterLabels) else None  # checked before any write
+        with self.transaction():
+            with duckdb_errors(self.path, "replace labels"):
+                self.con.execute("DELETE FROM labels WHERE source = ? AND annotator = ?", [source, annotator])
+            if table is not None:
+                for start in range(0, len(table), batch):
+                    part = table.slice(start, batch)
+                    written += self._write_label_table(part, pc.unique(part.column("trace_id")).to_pylist())
+                return written
+            assert not isinstance(labels, RaterLabels)
+            chunk: list[Label] = []
+            for lab in labels:
+                if lab.source != source or lab.annotator != annotator:
+                    raise StoreError(
+                        f"replace_rater_labels({source!r}, {annotator!r}) got a label of {lab.source!r}/{lab.annotator!r} "
+                        f"for {lab.trace_id}#{lab.segment_index}; nothing was changed"
+                    )
+                chunk.append(lab)
+                if len(chunk) >= batch:
+                    written += self.upsert_labels(chunk)
+                    chunk = []
+            written += self.upsert_labels(chunk)
+        return written
+
     # ------------------------------------------------------------------ runs
     def start_run(self, command: str, parameters: dict[str, Any] | None = None) -> Run:
         """Record the start of a command; secrets in ``parameters`` are scrubbed before writing.
 
         Prefer :meth:`run`, which also records how the command ended.
         """
-        from .provenance import package_versions
-
         self._require_writable("record a run")
-        run = Run(
-            run_id=f"run-{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}",
-            command=command,
-            parameters=scrub_secrets(parameters or {}),
-            package_versions=package_versions(),
-        )
+        run = self.detached_run(command, parameters)
         with duckdb_errors(self.path, "record a run"):
             self.con.execute(
                 "INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
@@ -1350,24 +1751,40 @@ class Store:
             )
         return run
 
+    def detached_run(self, command: str, parameters: dict[str, Any] | None = None) -> Run:
+        """A new :class:`Run` (id, scrubbed parameters, package versions) that is not written to the store.
+
+        :meth:`start_run` records it; a command reading a read-only store keeps it elsewhere (``ror
+        export`` writes it into the export's manifest).
+        """
+        from .provenance import package_versions
+
+        return Run(
+            run_id=f"run-{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}",
+            command=command,
+            parameters=scrub_secrets(parameters or {}),
+            package_versions=package_versions(),
+        )
+
     def finish_run(self, run_id: str, *, status: str = "ok", counts: dict[str, Any] | None = None) -> None:
-        """Record the end of a run with its final status and counts (merged into any stored counts)."""
+        """Record the end of a run with its final status and counts (merged into any stored counts;
+        every string scrubbed of secrets, :func:`~ror_annotate.provenance.scrub_value`)."""
         with duckdb_errors(self.path, "record a run"):
             row = self.con.execute("SELECT counts FROM runs WHERE run_id = ?", [run_id]).fetchone()
             merged = json.loads(row[0]) if row and row[0] else {}
             merged.update(counts or {})
             self.con.execute(
                 "UPDATE runs SET ended_at = ?, status = ?, counts = ? WHERE run_id = ?",
-                [to_naive_utc(utc_now()), status, json.dumps(merged, default=str), run_id],
+                [to_naive_utc(utc_now()), status, json.dumps(scrub_value(merged), default=str), run_id],
             )
 
     def update_run_counts(self, run_id: str, counts: dict[str, Any]) -> None:
-        """Merge ``counts`` into a running run's counts (e.g. live usage accounting)."""
+        """Merge ``counts`` into a running run's counts (e.g. live usage accounting; secrets scrubbed)."""
         with duckdb_errors(self.path, "record a run"):
             row = self.con.execute("SELECT counts FROM runs WHERE run_id = ?", [run_id]).fetchone()
             merged = json.loads(row[0]) if row and row[0] else {}
             merged.update(counts)
-            self.con.execute("UPDATE runs SET counts = ? WHERE run_id = ?", [json.dumps(merged, default=str), run_id])
+            self.con.execute("UPDATE runs SET counts = ? WHERE run_id = ?", [json.dumps(scrub_value(merged), default=str), run_id])
 
     @contextmanager
     def run(self, command: str, parameters: dict[str, Any] | None = None) -> Iterator[Run]:
@@ -1400,7 +1817,7 @@ class Store:
             if is_interrupt(exc):  # Ctrl-C while DuckDB ran or fetched a query
                 status = "interrupted"
                 raise KeyboardInterrupt() from exc
-            run.counts["error"] = scrub_url(f"{type(exc).__name__}: {' '.join(str(exc).split())}")[:500]
+            run.counts["error"] = scrub_text(f"{type(exc).__name__}: {' '.join(str(exc).split())}")[:500]
             raise
         finally:
             self._progress = outer
@@ -1438,6 +1855,16 @@ class Store:
             t: self._count(f"SELECT count(*) FROM {t}")
             for t in ("traces", "segments", "labels", "runs")
         }
+
+
+def _arrow_of(result: Any) -> pa.Table:
+    """A DuckDB result as one ``pyarrow.Table`` (``to_arrow_table`` in DuckDB 2, ``fetch_arrow_table`` before)."""
+    for name in ("to_arrow_table", "fetch_arrow_table"):
+        method = getattr(result, name, None)
+        if method is not None:
+            got = method()
+            return got if isinstance(got, pa.Table) else got.read_all()
+    return result.arrow()
 
 
 def _drop_pending_result(con: duckdb.DuckDBPyConnection) -> None:

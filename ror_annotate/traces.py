@@ -15,6 +15,7 @@ ingestion into the store happens only after the whole input has been read and va
 from __future__ import annotations
 
 import json
+import sys
 import math
 import re
 from collections import Counter
@@ -207,6 +208,18 @@ def _lines(fh: Any) -> Iterator[bytes]:
         yield from chunk.split(b"\r") if b"\r" in chunk else (chunk,)
 
 
+#: Code of a record nested too deeply for the JSON reader (a recursion limit, not a crash).
+NESTED_JSON = "E111"
+
+
+def _too_nested(where: str) -> InputError:
+    return InputError(
+        f"{where}: the JSON is nested too deeply to read (more levels than Python's recursion limit of "
+        f"{sys.getrecursionlimit()}); flatten the record, or pass --skip-invalid to leave it out",
+        code=NESTED_JSON,
+    )
+
+
 def _iter_jsonl(path: Path) -> Iterator[tuple[str, dict[str, Any] | Exception]]:
     with path.open("rb") as fh:
         for lineno, raw in enumerate(_lines(fh), start=1):
@@ -224,6 +237,9 @@ def _iter_jsonl(path: Path) -> Iterator[tuple[str, dict[str, Any] | Exception]]:
             except json.JSONDecodeError as exc:
                 yield where, InputError(f"{where}: malformed JSON at column {exc.colno}: {exc.msg}")
                 continue
+            except RecursionError:
+                yield where, _too_nested(where)
+                continue
             if not isinstance(obj, dict):
                 yield where, InputError(f"{where}: expected a JSON object per line, got {type(obj).__name__}")
                 continue
@@ -237,6 +253,8 @@ def _iter_json_array(path: Path) -> Iterator[tuple[str, dict[str, Any] | Excepti
         raise InputError(f"{path}: byte {exc.start} is not valid UTF-8; re-encode the file as UTF-8") from None
     except json.JSONDecodeError as exc:
         raise InputError(f"{path}:{exc.lineno}: malformed JSON at column {exc.colno}: {exc.msg}") from None
+    except RecursionError:
+        raise _too_nested(str(path)) from None
     if isinstance(data, dict):
         lists = [v for v in data.values() if isinstance(v, list)]
         if len(lists) != 1:
@@ -342,6 +360,15 @@ def _pick(record: dict[str, Any], field_name: str, mapping: ColumnMap) -> Any:
     for cand in _CANDIDATES[field_name]:
         if cand not in taken and record.get(cand) is not None:
             return record[cand]
+    return None
+
+
+def _user_trace_id(record: dict[str, Any], mapping: ColumnMap) -> str | None:
+    """The record's own trace id candidates other than ``id`` (which a response object uses for itself)."""
+    taken = _mapped_columns(mapping)
+    for cand in _CANDIDATES["trace_id"]:
+        if cand != "id" and cand not in taken and record.get(cand) is not None:
+            return _as_str(record[cand])
     return None
 
 
@@ -470,8 +497,12 @@ def records_to_traces(
         suffix = f"/g{i}" if len(extractions) > 1 else ""
         # The structure's own id (a response id, a Batch line's custom_id) names the trace when the
         # structure is the whole record; nested in a column, the row's id column comes first.
+        # A user-given id (a mapped column, or the record's own trace_id/uuid/idx) always wins over the
+        # structure's: a response's ``id`` names the provider's response, not the user's trace (it is kept
+        # in meta["response_id"]).
         whole = values[0] is record
-        base_id = given_id or (got.trace_id if whole else None) or _as_str(_pick(record, "trace_id", mapping)) or got.trace_id
+        user_id = given_id or (_user_trace_id(record, mapping) if whole else None)
+        base_id = user_id or (got.trace_id if whole else None) or _as_str(_pick(record, "trace_id", mapping)) or got.trace_id
         trace_id = (base_id + suffix) if base_id else content_trace_id(problem, got.reasoning)
         try:
             traces.append(
@@ -562,6 +593,11 @@ def load_traces(  # noqa: C901  (one branch per input kind (file, folder, hub, p
     # A file's name, not its path: local directories must not leak into exports and cards.
     source_name = Path(source).name if Path(source).is_file() else str(source)
     seen: dict[str, str] = {}
+    # A source's known licence (the embedded sample's MIT) travels with its stored traces, so an
+    # export of the store knows it without being told again.
+    from .sample import source_licenses
+
+    known_licenses = source_licenses(str(source))
 
     def flush(force: bool) -> None:
         if on_batch is not None and result.traces and (force or len(result.traces) >= batch_size):
@@ -575,7 +611,10 @@ def load_traces(  # noqa: C901  (one branch per input kind (file, folder, hub, p
             if isinstance(rec, Exception):
                 raise rec
             notes: Counter[str] = Counter()
-            traces = records_to_traces(rec, where, mapping, source_name=source_name, format=format, allow_markers=allow_markers, notes=notes)
+            try:
+                traces = records_to_traces(rec, where, mapping, source_name=source_name, format=format, allow_markers=allow_markers, notes=notes)
+            except RecursionError:  # a deeply nested value read from parquet or the hub
+                raise _too_nested(where) from None
             for t in traces:
                 if t.trace_id in seen:
                     raise InputError(f"{where}: duplicate trace id {t.trace_id!r} (first seen at {seen[t.trace_id]})")
@@ -586,6 +625,8 @@ def load_traces(  # noqa: C901  (one branch per input kind (file, folder, hub, p
             continue
         result.notes.update(notes)
         for t in traces[: None if limit is None else limit - len(result.trace_ids)]:
+            if t.source in known_licenses and not (t.meta.get("license") or t.meta.get("licence")):
+                t.meta["license"] = known_licenses[t.source]
             seen[t.trace_id] = where
             result.traces.append(t)
             result.trace_ids.append(t.trace_id)

@@ -53,7 +53,12 @@ case "$torch_mode" in
       : # pip's configured sources (local wheels, a mirror) serve the CPU build: no other index needed
     else
       echo "torch: CPU build from $TORCH_CPU_INDEX"
-      pip_install "torch==$TORCH_VERSION+cpu" --extra-index-url "$TORCH_CPU_INDEX"
+      if ! pip_install "torch==$TORCH_VERSION+cpu" --extra-index-url "$TORCH_CPU_INDEX"; then
+        echo "error: the PyTorch CPU build (torch==$TORCH_VERSION+cpu) could not be installed from $TORCH_CPU_INDEX" \
+          "(unreachable, or no wheel for this Python). Run again with ROR_TORCH=skip (no torch: everything but" \
+          "probe/steer), ROR_TORCH=cuda (the default PyPI build), or ROR_TORCH_CPU_INDEX=<a reachable mirror>" >&2
+        exit 1
+      fi
     fi ;;
   cuda) pip_install "torch==$TORCH_VERSION" ;;
 esac

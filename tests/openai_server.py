@@ -13,7 +13,16 @@ Faults are scripted per chat request, in arrival order: ``server.push(fault, ...
 dict, one of
 
 * ``{"status": 429, "headers": {...}, "body": {...}}``: reply exactly that (pitfall replays);
-  with ``status`` 200 the body is sent as is.
+  with ``status`` 200 the body is sent as is. ``"raw": "text"`` (with ``"content_type"``) sends
+  that text as the body instead (an HTML page, a cut JSON); ``"echo_auth": True`` appends the
+  request's ``Authorization`` header to ``body["error"]["message"]`` (proxies that echo it).
+* ``{"kind": "reset"}``: the connection is reset (TCP RST) without an answer (a flaky proxy).
+* Answer shapes of other providers: ``{"kind": "parts"}`` (``content`` as typed parts, a
+  ``thinking`` part then a ``text`` part, Mistral/Magistral-style), ``{"kind": "tool_call"}`` (the
+  JSON as ``tool_calls[0].function.arguments`` with ``content: null``).
+* ``{"usage": {...}}`` replaces the answer's ``usage`` object (``None`` removes it), e.g. DeepSeek's
+  ``prompt_cache_hit_tokens`` or a negative count; ``{"rationale": "..."}`` gives every item that
+  rationale. Both combine with the other faults.
 * ``{"kind": "truncate"}``: the right answer cut in half, ``finish_reason="length"``.
 * ``{"kind": "drop", "n": 1}`` / ``{"kind": "dup"}`` / ``{"kind": "bad_label"}``: omit the last n ids,
   repeat the first id, give the first id the label ``"compute"`` (not in the codebook).
@@ -48,6 +57,8 @@ import email.policy
 import itertools
 import json
 import re
+import socket
+import struct
 import threading
 import time
 from collections import deque
@@ -175,7 +186,11 @@ class FakeOpenAI:
     def answer(self, body: dict[str, Any], fault: dict[str, Any]) -> tuple[int, dict[str, str], dict[str, Any]]:
         """Status, headers and JSON body for one chat completion request."""
         if "status" in fault:
-            return fault["status"], dict(fault.get("headers", {})), fault.get("body", {})
+            body = fault.get("body", {})
+            if fault.get("echo_auth") and isinstance(body, dict) and isinstance(body.get("error"), dict):
+                body = {**body, "error": {**body["error"], "message": f"{body['error'].get('message', '')} "
+                                          f"(request header Authorization: {fault['_auth']})"}}
+            return fault["status"], dict(fault.get("headers", {})), body
         kind = fault.get("kind")
         if kind == "slow":
             time.sleep(fault.get("seconds", 1.0))
@@ -193,7 +208,8 @@ class FakeOpenAI:
             if kind == "prose_unless_told":
                 kind = None if RETRY_MARK in messages[-1]["content"] else "prose"
         segs, ids = parse_prompt(messages)
-        items = [{"segment_id": i, "label": cue_label(segs.get(i, "")), "confidence": 0.9, "rationale": "cue word"} for i in ids]
+        rationale = fault.get("rationale", "cue word")
+        items = [{"segment_id": i, "label": cue_label(segs.get(i, "")), "confidence": 0.9, "rationale": rationale} for i in ids]
         if kind == "drop":
             items = items[: max(len(items) - fault.get("n", 1), 0)]
         elif kind == "dup" and items:
@@ -218,6 +234,13 @@ class FakeOpenAI:
             content = f"Sure! Here are the labels:\n{content}\nLet me know if you need more."
         completion_tokens = approx_tokens((content or refusal or "") + (reasoning or ""))
         message: dict[str, Any] = {"role": "assistant", "content": content, "refusal": refusal}
+        if kind == "parts":
+            message["content"] = [{"type": "thinking", "thinking": [{"type": "text", "text": THINK}]},
+                                  {"type": "text", "text": content}]
+        elif kind == "tool_call":
+            message["content"] = None
+            message["tool_calls"] = [{"id": "call_1", "type": "function",
+                                      "function": {"name": "LabelBatch", "arguments": content}}]
         if reasoning is not None:
             message["reasoning_content"] = reasoning
         reply = {
@@ -228,6 +251,11 @@ class FakeOpenAI:
                       "total_tokens": prompt_tokens + completion_tokens,
                       "prompt_tokens_details": {"cached_tokens": self._cached_tokens(prompt)}},
         }
+        if "usage" in fault:
+            if fault["usage"] is None:
+                del reply["usage"]
+            else:
+                reply["usage"] = fault["usage"]
         return 200, {}, reply
 
     def _context_error(self, prompt_tokens: int, wanted: int) -> dict[str, Any]:
@@ -297,7 +325,10 @@ class _Handler(BaseHTTPRequestHandler):
         for k, v in (headers or {}).items():
             self.send_header(k, v)
         self.end_headers()
-        self.wfile.write(data)
+        try:
+            self.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):  # the client gave up (a timeout, an interrupt)
+            self.close_connection = True
 
     def _record(self, body: Any) -> None:
         auth = self.headers.get("Authorization", "")
@@ -336,7 +367,21 @@ class _Handler(BaseHTTPRequestHandler):
                 fault = fake.script.popleft() if fake.script else {}
             if fake.latency:
                 time.sleep(fake.latency)
+            if fault.get("kind") == "reset":
+                # SO_LINGER 0: closing sends a TCP RST instead of an orderly end of the connection.
+                self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                self.close_connection = True
+                return None
+            fault = {**fault, "_auth": self.headers.get("Authorization", "")}
             status, headers, reply = fake.answer(body, fault)
+            if "raw" in fault:
+                data = fault["raw"].encode("utf-8")
+                self.send_response(status)
+                self.send_header("Content-Type", fault.get("content_type", "text/html; charset=utf-8"))
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+                return None
             return self._send(status, reply, headers)
         if self.path == "/v1/batches":
             bid = fake._next_id("batch")

@@ -73,3 +73,23 @@ def test_figures_are_plain_figure_objects():
     no_ref = _result().to_dict()
     no_ref["per_class"] = None
     assert confusion_figure(no_ref) is None and per_class_figure(no_ref) is None
+
+
+def test_confusion_panels_do_not_overlap_with_the_six_behaviors():
+    """Issue 27: each panel's tick labels (the long behavior names) stay clear of the next panel."""
+    from ror_annotate.agreement_report import confusion_figure
+    from ror_annotate.records import BEHAVIORS
+
+    rng = np.random.default_rng(0)
+    m = np.array([[BEHAVIORS[i] for i in rng.integers(0, 6, size=4)] for _ in range(60)], dtype=object)
+    d = agreement(Ratings.from_matrix(m, annotators=["annotator-one", "annotator-two", "judge", "human"], categories=list(BEHAVIORS)),
+                  reference="majority", n_resamples=5).to_dict()
+    fig = confusion_figure(d)
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    panels = [ax for ax in fig.axes if ax.get_images()]
+    boxes = [ax.get_tightbbox(renderer) for ax in panels]
+    for left, right in zip(boxes, boxes[1:]):
+        assert left.x1 <= right.x0, (left, right)
+    width, height = fig.get_size_inches() * fig.dpi
+    assert all(b.x0 >= 0 and b.x1 <= width and b.y0 >= 0 and b.y1 <= height for b in boxes)

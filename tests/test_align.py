@@ -218,3 +218,19 @@ def test_segment_not_matching_the_trace_is_reported():
     seg = Segment(trace_id="t", segment_index=0, char_start=0, char_end=3, text="abc", n_tokens=1)
     with pytest.raises(AlignmentError, match="t#0"):
         TokenAligner(tok).align([Trace(trace_id="t", text="xyz def")], [[seg]], [[0]])
+
+
+@pytest.mark.parametrize("bad", [6, 7, -1, -101, 2.0, True])
+def test_class_ids_outside_the_codebook_are_refused(bad):
+    tok = F.ALL["byte_level_bpe"]()
+    text = "abc def"
+    segs = [Segment(trace_id="t", segment_index=0, char_start=0, char_end=7, text=text, n_tokens=2)]
+    with pytest.raises(AlignmentError, match=rf"class id {bad!r} is outside the codebook's 6 classes") as err:
+        TokenAligner(tok).align([Trace(trace_id="t", text=text)], [segs], [[bad]])
+    assert err.value.code == "E814"
+    # a codebook of 8 classes accepts 7; -100 (no label) is always accepted
+    assert TokenAligner(tok, n_classes=8).align([Trace(trace_id="t", text=text)], [segs], [[7]])[0].labels.max() == 7
+    assert TokenAligner(tok).align([Trace(trace_id="t", text=text)], [segs], [[-100]])[0].labels.max() == -100
+    with pytest.raises(AlignmentError, match="1 labels for 2 segments"):
+        two = [segs[0], Segment(trace_id="t", segment_index=1, char_start=0, char_end=3, text="abc", n_tokens=1)]
+        TokenAligner(tok).align([Trace(trace_id="t", text=text)], [two], [[0]])

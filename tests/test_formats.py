@@ -134,6 +134,11 @@ ADAPTER_CASES: list[tuple[str, dict, str, str | None, str, dict]] = [
         "o1.\no2.", "O.", "ollama-chat", {"done_reason": "stop"},
     ),
     (
+        "assistant-message",
+        {"role": "assistant", "reasoning_content": "m1.\nm2.", "content": "M."},
+        "m1.\nm2.", "M.", "assistant-message", {},
+    ),
+    (
         "chat",
         {"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Q?\nReally?"},
                       {"role": "assistant", "content": "<think>\nc1.\nc2.\n</think>\nC."}]},

@@ -145,7 +145,7 @@ def test_resegmenting_refuses_while_review_rows_refer_to_the_trace(db_path: Path
             from ror_annotate.review.studies import ensure_tables
 
             ensure_tables(store)
-            store.execute("INSERT INTO review_items VALUES ('pilot', 't1', 1, 0)")
+            store.execute("INSERT INTO review_items (study, trace_id, segment_index, item_order) VALUES ('pilot', 't1', 1, 0)")
             table = "review_items"
         else:  # a stage table nobody declared: refused too (the safe default)
             store.execute("CREATE TABLE my_notes (trace_id VARCHAR, segment_index INTEGER, note VARCHAR)")

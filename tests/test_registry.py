@@ -77,8 +77,20 @@ BUILTINS = {
     "judges": {"baseline", "openai"},
     "formats": {"plain", "think", "harmony", "openai-response", "chat", "mistral", "seed", "kimi", "thought"},
     "presets": {"openr1-math", "s1k-1.1", "s1k", "openthoughts"},
+    "engines": {"hf", "vllm"},
     "families": {"qwen3_moe", "qwen2_moe", "mixtral", "olmoe", "gpt_oss", "qwen3_5_moe", "qwen3_next", "gemma4"},
+    "strategies": {"random", "stratified", "disagreement", "trace", "uncertainty"},
+    "aggregators": {"majority-vote", "dawid-skene", "one-coin-dawid-skene", "glad", "mace"},
+    "crosswalks": {"six-behaviors@v1", "thought-anchors@v1", "reasoningflow@v1", "venhoff@v1"},
+    "engines": {"hf", "vllm"},
 }
+
+
+def test_every_kind_of_plug_in_has_one_registry() -> None:
+    from ror_annotate.registry import REGISTRY_MODULES, _import_builtin_registries
+
+    _import_builtin_registries()
+    assert set(BUILTINS) <= set(REGISTRIES), f"registries missing: {set(BUILTINS) - set(REGISTRIES)} ({REGISTRY_MODULES})"
 
 
 @pytest.mark.parametrize("kind", sorted(BUILTINS))

@@ -23,7 +23,7 @@ RECORDER = """#!/bin/sh
 # sources when the case says they do not serve it
 echo "$*" >> "$(dirname "$0")/../../pip.log"
 case "$*" in
-  *+cpu*--extra-index-url*) exit 0 ;;
+  *+cpu*--extra-index-url*) [ -n "$NO_CPU_INDEX" ] && exit 1; exit 0 ;;
   *+cpu*) [ -n "$NO_LOCAL_CPU_WHEEL" ] && exit 1 ;;
 esac
 exit 0
@@ -102,3 +102,11 @@ def test_old_python_gets_a_clear_message(tmp_path: Path) -> None:
     assert commands == []
     missing, _ = _setup(tmp_path / "m", gpu=None, python="python-nowhere")
     assert missing.returncode == 1 and "python-nowhere not found" in missing.stderr
+
+
+def test_unreachable_cpu_wheel_index_gives_a_hint(tmp_path: Path) -> None:
+    done, commands = _setup(tmp_path, gpu=None, env={"NO_LOCAL_CPU_WHEEL": "1", "NO_CPU_INDEX": "1"})
+    assert done.returncode == 1
+    assert f"could not be installed from {CPU_INDEX}" in done.stderr
+    assert "ROR_TORCH=skip" in done.stderr and "ROR_TORCH=cuda" in done.stderr
+    assert commands == [UPGRADE, f"{PIP} torch==2.13.0+cpu", f"{PIP} torch==2.13.0+cpu --extra-index-url {CPU_INDEX}"]

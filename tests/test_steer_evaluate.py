@@ -43,6 +43,20 @@ def test_summarize_hand_numbers():
     assert by["steered"]["accuracy"] == 1.0 and by["unmodified"]["accuracy"] == 0.5
     # paired changes: -50% and -10% -> median -30%
     assert by["steered"]["median_token_change"] == pytest.approx(-0.30)
+    assert by["steered"]["steered_rows"] is None  # rows without steered_tokens: nothing to report
+
+
+def test_summarize_counts_the_rows_and_tokens_actually_steered():
+    rows = [
+        {"condition": "unmodified", "problem_id": "a", "generated_tokens": 10, "steered_tokens": None, "correct": True},
+        {"condition": "steered", "problem_id": "a", "generated_tokens": 10, "steered_tokens": 4, "correct": True},
+        {"condition": "steered", "problem_id": "b", "generated_tokens": 8, "steered_tokens": 0, "correct": True},
+        {"condition": "random", "problem_id": "a", "generated_tokens": 9, "steered_tokens": 0, "correct": True},
+    ]
+    by = {s["condition"]: s for s in summarize(rows)}
+    assert (by["steered"]["steered_rows"], by["steered"]["steered_tokens"]) == (1, 4)
+    assert (by["random"]["steered_rows"], by["random"]["steered_tokens"]) == (0, 0)
+    assert (by["unmodified"]["steered_rows"], by["unmodified"]["steered_tokens"]) == (None, None)
 
 
 def test_load_problems_errors(tmp_path):
@@ -83,6 +97,14 @@ def test_ror_steer_end_to_end(tmp_path):
         (c, p) for c in ("unmodified", "steered", "random", "concise_prompt") for p in ("1", "2")]
     assert all(1 <= r["generated_tokens"] <= 6 for r in rows)
     assert "steering evaluation" in res.output
+    assert [r["steered_tokens"] for r in rows] == [None, None] + [r["generated_tokens"] for r in rows[2:6]] + [None, None]
+    # a schedule that never switches on within 6 tokens (a random model writes no answer): said so
+    never = CliRunner().invoke(app, ["steer", str(tmp_path / "problems.jsonl"), "--model", str(tmp_path / "model"),
+                                     "--spec", str(tmp_path / "spec.json"), "--max-new-tokens", "6", "--schedule", "after_first_answer",
+                                     "--conditions", "unmodified,steered", "--out", str(tmp_path / "never.jsonl")])
+    assert never.exit_code == 0, never.output
+    assert [json.loads(line)["steered_tokens"] for line in (tmp_path / "never.jsonl").read_text().splitlines()] == [None, None, 0, 0]
+    assert "0/2" in never.output and "steered no token" in never.output and "--max-new-tokens 6" in never.output
     bad = CliRunner().invoke(app, ["steer", str(tmp_path / "problems.jsonl"), "--model", str(tmp_path / "model"),
                                    "--spec", str(tmp_path / "spec.json"), "--schedule", "sometimes"])
     assert bad.exit_code == 2 and "unknown schedule" in bad.output

@@ -326,3 +326,36 @@ def test_experts_default_writes_the_spec_the_readme_steers_with_and_warns_on_lar
     assert resolve_steer_size(None, set_size=10, n_experts=8, router_top_k=2) == 6
     with pytest.raises(InputError, match="leaves fewer than top-2"):
         resolve_steer_size(7, set_size=3, n_experts=8, router_top_k=2)
+
+
+def test_profile_correlation_heatmap_names_its_dataset_behavior_axes(tmp_path, monkeypatch):
+    """Issue 27: the heatmap's rows and columns are named dataset:behavior, not bare integers."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from ror_annotate.records import BEHAVIORS
+    from ror_annotate.steer import experts as ex
+
+    rng = np.random.default_rng(0)
+    rd = rng.normal(size=(2, 6, 2, 8))
+    corr, summary = ex.profile_correlation(rd)
+    report = ex.ExpertReport({"rd": rd}, ex.top_experts(rd, 2), corr, summary, {}, [], ["gsm8k", "aime"], [0, 1])
+    seen = {}
+    real_savefig = plt.Figure.savefig
+
+    def keep(fig, path, *args, **kwargs):
+        if str(path).endswith("profile_correlation.png"):
+            ax = [a for a in fig.axes if a.get_images()][0]
+            seen["y"] = [t.get_text() for t in ax.get_yticklabels()]
+            seen["x"] = [t.get_text() for t in ax.get_xticklabels()]
+            seen["xlabel"] = ax.get_xlabel()
+        return real_savefig(fig, path, *args, **kwargs)
+
+    monkeypatch.setattr(plt.Figure, "savefig", keep)
+    ex._plots(report, tmp_path)
+    expected = [f"{d}:{b}" for d in ("gsm8k", "aime") for b in BEHAVIORS]
+    assert seen["y"] == expected and seen["x"] == expected
+    assert "dataset" in seen["xlabel"] and "behavior" in seen["xlabel"]
+    assert (tmp_path / "profile_correlation.png").stat().st_size > 0

@@ -318,3 +318,14 @@ def test_random_control_sets_respect_the_groups():
         except SteerError:
             refused += 1
     assert refused > 50
+
+
+def test_the_vllm_engine_refuses_grouped_families():
+    """The vLLM engine's edit and capture check are the softmax ones: it refuses these families (E955)."""
+    from ror_annotate.steer.vllm_engine import _family_name
+
+    for model_type in ("deepseek_v3", "glm4_moe"):
+        with pytest.raises(SteerError) as info:
+            _family_name(model_type)
+        assert info.value.code == "E955" and "--engine hf" in str(info.value)
+    assert _family_name("qwen3_moe") == "qwen3_moe"

@@ -54,7 +54,10 @@ Modules
 :mod:`.ratings` (input model, CSV) -> :mod:`.estimators` (sufficient statistics, batched
 estimators, the undefined-result policy) -> :mod:`.metrics` (one statistic per call) ->
 :mod:`.bootstrap` (trace resampling, percentile intervals) -> :mod:`.analysis` (everything at
-once) -> :mod:`.from_store` (labels in the store, ``ror agree``). Every public name is importable
+once) -> :mod:`.from_store` (labels in the store, ``ror agree``); :mod:`.reliability` (calibration
+of machine raters against humans: ECE, Brier, reliability diagram), :mod:`.kinds` (agreement by
+rater kind, drift by codebook / time window), :mod:`.weighted` (Horvitz-Thompson / Hajek estimates
+on a designed review study). Every public name is importable
 from ``ror_annotate.agreement``.
 """
 
@@ -64,15 +67,20 @@ from .analysis import AgreementResult, agreement
 from .bootstrap import trace_bootstrap_counts
 from .estimators import REASONS, Estimate
 from .from_store import adjudicated_reference, agreement_summary, ratings_from_store
+from .kinds import agreement_by_kind, agreement_drift
 from .metrics import (
     cohen_kappa, confusion_matrix, disagreement_pairs, fleiss_kappa, gwet_ac1, krippendorff_alpha, majority_labels,
     per_class_scores, percent_agreement,
 )
 from .ratings import AUTO, Ratings, infer_categories, ratings_from_csv, resolve_categories
+from .reliability import CalibrationOptions, calibration_error, calibration_summary, reliability_figure, write_reliability_png
+from .weighted import weighted_estimates
 
 __all__ = [
     "AUTO", "REASONS", "AgreementResult", "Estimate", "Ratings", "adjudicated_reference", "agreement",
     "agreement_summary", "cohen_kappa", "confusion_matrix", "disagreement_pairs", "fleiss_kappa", "gwet_ac1",
     "infer_categories", "krippendorff_alpha", "majority_labels", "per_class_scores", "percent_agreement",
     "ratings_from_csv", "ratings_from_store", "resolve_categories", "trace_bootstrap_counts",
+    "CalibrationOptions", "agreement_by_kind", "agreement_drift", "calibration_error", "calibration_summary",
+    "reliability_figure", "weighted_estimates", "write_reliability_png",
 ]

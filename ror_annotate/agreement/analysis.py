@@ -11,7 +11,7 @@ import numpy as np
 from ..errors import AgreementError
 from .bootstrap import _boot_estimate, _percentile_ci, trace_bootstrap_counts
 from .estimators import (
-    REASONS, Estimate, _alpha_from, _fleiss_ac1_from, _kappa_from, _multi_rater_stats, _num, _pair_confusion,
+    REASONS, Estimate, _alpha_from, _fleiss_ac1_from, _kappa_from, _multi_rater_stats, _num, _pair_cells, _pair_confusion_of,
     _per_class_from, _percent_from,
 )
 from .metrics import _per_class_dict, disagreement_pairs, majority_labels
@@ -86,6 +86,59 @@ def _reference_codes(r: Ratings, annotator: str, reference: str | None, pool: Se
     return majority_labels(r, annotators=members) if members else None
 
 
+class _Resampler:
+    """``boot @ per_group`` (the statistics of every bootstrap resample), in float32 where that is exact.
+
+    Counts (segment weighting) are integers: when every entry of the product is an integer below
+    2**24 (bounded by ``max(boot) * column sum``), every partial sum is one too and float32 holds
+    it exactly, whatever order BLAS adds in, so the result is the float64 one bit for bit at twice
+    the speed. Anything else (token weights, larger sums) is multiplied in float64.
+    """
+
+    def __init__(self, boot: np.ndarray) -> None:
+        self.boot = boot
+        self.boot32 = boot.astype(np.float32)
+        self.top = float(boot.max()) if boot.size else 0.0
+
+    def __call__(self, per_group: np.ndarray) -> np.ndarray:
+        if per_group.size and self.boot.size and per_group.min() >= 0 and np.array_equal(per_group, np.floor(per_group)) \
+                and self.top * float(per_group.sum(0).max()) < 2**24:
+            return (self.boot32 @ per_group.astype(np.float32)).astype(np.float64)
+        return self.boot @ per_group
+
+
+def _references(
+    r: Ratings, scored: Sequence[str], reference: str | None, pool: Sequence[str] | None, reference_labels: np.ndarray | None
+) -> dict[str, np.ndarray | None]:
+    """:func:`_reference_codes` of every scored annotator, the majority of the others from one count table.
+
+    ``majority_labels(r, annotators=pool - {a})`` counts the pool's labels per item once per
+    annotator; here the pool is counted once and each annotator's own label taken off its item
+    (integer counts: the same votes, ties and -1s exactly).
+    """
+    if reference != "majority" or reference_labels is not None:
+        return {a: _reference_codes(r, a, reference, pool, reference_labels) for a in scored}
+    members = list(pool if pool is not None else r.annotators)
+    pool_counts = r.subset_annotators(members).counts() if members else None
+    rows = np.arange(r.n_items)
+    out: dict[str, np.ndarray | None] = {}
+    for a in scored:
+        others = [m for m in members if m != a]
+        if not others or pool_counts is None:
+            out[a] = None
+            continue
+        counts = pool_counts
+        if a in members:
+            own = r.column(a)
+            labelled = own >= 0
+            counts = pool_counts.copy()
+            counts[rows[labelled], own[labelled]] -= members.count(a)
+        top = counts.max(1)
+        tie = (counts == top[:, None]).sum(1) > 1
+        out[a] = np.where((top > 0) & ~tie, counts.argmax(1), -1)
+    return out
+
+
 def agreement(  # noqa: C901  (one branch per statistic family and per reference choice, each a line)
     ratings: Ratings,
     *,
@@ -158,6 +211,7 @@ def agreement(  # noqa: C901  (one branch per statistic family and per reference
         weightings["token"] = np.asarray(ratings.weights, dtype=np.float64)
     G = len(ratings.group_ids)
     boot = trace_bootstrap_counts(G, n_resamples=n_resamples, seed=seed).astype(np.float64) if n_resamples else np.zeros((0, G))
+    resample = _Resampler(boot)
     pairs = [(i, j) for i in range(ratings.n_annotators) for j in range(i + 1, ratings.n_annotators)]
     if ref_labels is not None or reference == "majority":
         scored = list(ratings.annotators)
@@ -167,13 +221,18 @@ def agreement(  # noqa: C901  (one branch per statistic family and per reference
         scored = []
 
     counts = ratings.counts()
+    # each scored annotator's reference (a majority vote is a pass over all items): once, for every weighting
+    references = _references(ratings, scored, reference, reference_pool, ref_labels)
+    # the confusion cells of each pair, shared by both weightings
+    cells: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+    ref_cells: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     statistics: dict[str, dict[str, Any]] = {}
     per_class: dict[str, Any] | None = None
     resamples: dict[str, np.ndarray] = {}
     for name, w in weightings.items():
         stats_g = _multi_rater_stats(counts, w, ratings.groups, G)  # [G, K]
         full = stats_g.sum(0)
-        reps = boot @ stats_g  # [B, K]
+        reps = resample(stats_g)  # [B, K]
         both = np.concatenate([full[None], reps], 0)
         pa, pa_why = _percent_from(both)
         fk, fk_why, ac1, ac1_why = _fleiss_ac1_from(both, q)
@@ -190,8 +249,10 @@ def agreement(  # noqa: C901  (one branch per statistic family and per reference
             resamples[f"{name}/{key}"] = vals[1:]
         kappas = []
         for i, j in pairs:
-            conf_g = _pair_confusion(ratings.codes[:, i], ratings.codes[:, j], q, w, ratings.groups, G)
-            allc = np.concatenate([conf_g.sum(0)[None], boot @ conf_g], 0).reshape(-1, q, q)
+            if (i, j) not in cells:
+                cells[(i, j)] = _pair_cells(ratings.codes[:, i], ratings.codes[:, j], q, ratings.groups)
+            conf_g = _pair_confusion_of(cells[(i, j)], w, q, G)
+            allc = np.concatenate([conf_g.sum(0)[None], resample(conf_g)], 0).reshape(-1, q, q)
             kv, kw = _kappa_from(allc)
             a, b = ratings.annotators[i], ratings.annotators[j]
             est = _boot_estimate(kv, kw, allc[0].sum(), confidence_level)
@@ -202,11 +263,13 @@ def agreement(  # noqa: C901  (one branch per statistic family and per reference
         if scored:
             pc_block: dict[str, Any] = {}
             for a in scored:
-                ref = _reference_codes(ratings, a, reference, reference_pool, ref_labels)
+                ref = references[a]
                 if ref is None:
                     continue
-                conf_g = _pair_confusion(ref, ratings.column(a), q, w, ratings.groups, G)
-                allc = np.concatenate([conf_g.sum(0)[None], boot @ conf_g], 0).reshape(-1, q, q)
+                if a not in ref_cells:
+                    ref_cells[a] = _pair_cells(ref, ratings.column(a), q, ratings.groups)
+                conf_g = _pair_confusion_of(ref_cells[a], w, q, G)
+                allc = np.concatenate([conf_g.sum(0)[None], resample(conf_g)], 0).reshape(-1, q, q)
                 scores = _per_class_from(allc)
                 point = {m: (v[0], why[0]) for m, (v, why) in scores.items()}
                 cis, n_res = {}, {}

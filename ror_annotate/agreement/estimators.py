@@ -25,6 +25,7 @@ REASONS: dict[str, str] = {
     "class_absent_in_reference": "the reference never uses this class on the compared items (recall is 0/0)",
     "no_reference_items": "no item has both a reference label and a label from this annotator",
     "zero_weight": "the items that could be compared all have weight 0",
+    "fewer_than_two_raters": "the group has fewer than two raters with labels, so nothing can be compared",
 }
 
 #: Relative tolerance under which a chance-disagreement denominator counts as zero.
@@ -111,8 +112,41 @@ def _group_sum(values: np.ndarray, groups: np.ndarray, n_groups: int) -> np.ndar
     return np.bincount(index, weights=values.ravel(), minlength=n_groups * k).reshape(n_groups, k)
 
 
+#: Largest ``n_groups * n_patterns`` table :func:`_multi_rater_stats` builds (float64: 256 MiB).
+_MAX_PATTERN_CELLS = 2**25
+
+
 def _multi_rater_stats(counts: np.ndarray, w: np.ndarray, groups: np.ndarray, n_groups: int) -> np.ndarray:
     """Per-group sufficient statistics of the multi-rater coefficients: ``[n_groups, 2 + 2q + q*q]``.
+
+    The columns of :func:`_multi_rater_stats_items`, computed per distinct count vector instead
+    of per item: every column is ``w_i * f(counts_i)``, so a group's sums are
+    ``sum_p W[g, p] * f(pattern_p)`` with ``W[g, p]`` the summed weight of the group's items whose
+    count vector is pattern ``p``. With r raters and q categories there are at most
+    C(r + q, q) patterns (462 for 5 raters, 6 categories) however many items there are, so the
+    ``[n_items, q, q]`` coincidence array is never built. Same values as the per-item sums up to
+    floating-point summation order (about 1e-15 relative). Falls back to the per-item path for
+    non-integer counts or when ``n_groups * n_patterns`` exceeds :data:`_MAX_PATTERN_CELLS`.
+    """
+    n, q = counts.shape
+    if n == 0:
+        return _multi_rater_stats_items(counts, w, groups, n_groups)
+    top = float(counts.max())
+    base = int(top) + 1
+    if counts.min() < 0 or base ** q >= 2**62 or not np.array_equal(counts, np.floor(counts)):
+        return _multi_rater_stats_items(counts, w, groups, n_groups)
+    code = counts.astype(np.int64) @ (base ** np.arange(q, dtype=np.int64))
+    uniq, first, inverse = np.unique(code, return_index=True, return_inverse=True)
+    n_patterns = len(uniq)
+    if n_groups * n_patterns > _MAX_PATTERN_CELLS:
+        return _multi_rater_stats_items(counts, w, groups, n_groups)
+    weight = np.bincount(groups * n_patterns + inverse.ravel(), weights=w, minlength=n_groups * n_patterns)
+    per_pattern = _multi_rater_stats_items(counts[first], np.ones(n_patterns), np.arange(n_patterns, dtype=np.int64), n_patterns)
+    return weight.reshape(n_groups, n_patterns) @ per_pattern
+
+
+def _multi_rater_stats_items(counts: np.ndarray, w: np.ndarray, groups: np.ndarray, n_groups: int) -> np.ndarray:
+    """Per-group sufficient statistics of the multi-rater coefficients, item by item: ``[n_groups, 2 + 2q + q*q]``.
 
     Columns: [0] sum of w*P_i and [1] sum of w over pairable items (percent agreement, Fleiss,
     AC1); [2:2+q] sum of w*r_ik/r_i and [2+q] sum of w over rated items (Gwet's pi_k);
@@ -144,9 +178,22 @@ def _multi_rater_stats(counts: np.ndarray, w: np.ndarray, groups: np.ndarray, n_
 
 def _pair_confusion(a: np.ndarray, b: np.ndarray, q: int, w: np.ndarray, groups: np.ndarray, n_groups: int) -> np.ndarray:
     """Confusion counts ``[n_groups, q*q]`` (rows: ``a``'s code, cols: ``b``'s) over items both labeled."""
+    return _pair_confusion_of(_pair_cells(a, b, q, groups), w, q, n_groups)
+
+
+def _pair_cells(a: np.ndarray, b: np.ndarray, q: int, groups: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(both, cell)``: the items both labeled and their ``group * q*q + a * q + b`` cell (reused per weighting)."""
     both = (a >= 0) & (b >= 0)
-    index = groups[both] * (q * q) + a[both] * q + b[both]
-    return np.bincount(index, weights=w[both], minlength=n_groups * q * q).reshape(n_groups, q * q)
+    return both, groups[both] * (q * q) + a[both] * q + b[both]
+
+
+def _pair_confusion_of(cells: tuple[np.ndarray, np.ndarray], w: np.ndarray, q: int, n_groups: int) -> np.ndarray:
+    """:func:`_pair_confusion` from :func:`_pair_cells`; unit weights are counted as integers (exact, faster)."""
+    both, index = cells
+    ww = w[both]
+    if ww.size and ww[0] == 1.0 and np.all(ww == 1.0):
+        return np.bincount(index, minlength=n_groups * q * q).astype(np.float64).reshape(n_groups, q * q)
+    return np.bincount(index, weights=ww, minlength=n_groups * q * q).reshape(n_groups, q * q)
 
 
 # ----------------------------------------------------------------------------- estimators (batched over leading axes)

@@ -32,7 +32,8 @@ def ratings_from_store(
     sources : sequence of str, optional
         Keep only labels from these sources (judge, baseline, human, adjudicated).
     study : str, optional
-        Labels of this review study; with ``with_judge`` also the judge (and baseline) labels on the same segments.
+        Labels of this review study; with ``with_judge`` also the machine labels (judge, baseline, aggregate,
+        verify, import) on the same segments.
     codebook_version : str, optional
         Keep only labels under this codebook version.
     exclude_sources : sequence of str
@@ -53,7 +54,8 @@ def ratings_from_store(
     if study is not None and with_judge:
         segs = {(lab.trace_id, lab.segment_index) for lab in labels}
         # The study's judge may be the LLM judge or the offline baseline (a review run before any LLM labels).
-        labels += [lab for lab in store.labels(source=["judge", "baseline"]) if (lab.trace_id, lab.segment_index) in segs and lab.study != study]
+        labels += [lab for lab in store.labels(source=["judge", "baseline", "aggregate", "verify", "import"])
+                   if (lab.trace_id, lab.segment_index) in segs and lab.study != study]
     keep = []
     for lab in labels:
         if sources is not None and lab.source not in sources:
@@ -129,6 +131,10 @@ def agreement_summary(
     n_resamples: int = 1000,
     confidence_level: float = 0.95,
     seed: int | None = 0,
+    calibration: bool = True,
+    n_bins: int = 10,
+    by: str | None = None,
+    weighted: bool = False,
 ) -> dict[str, Any]:
     """Agreement figures over labels in the store, as a JSON-able dict (for ``--json`` and dataset cards).
 
@@ -144,18 +150,39 @@ def agreement_summary(
         unanimous label; adjudicators are then not compared as annotators); or one annotator.
     n_resamples, confidence_level, seed
         Trace-level bootstrap settings.
+    calibration : bool
+        Add ``"calibration"``: every machine rater with a confidence against the human reference
+        (:func:`.reliability.calibration_summary`, ``n_bins`` equal-width bins).
+    by : {"codebook", "week", "month"}, optional
+        Add ``"drift"``: agreement by rater kind per codebook version or time window
+        (:func:`.kinds.agreement_drift`).
+    weighted : bool
+        With ``study``: add ``"weighted"``, the inverse-probability-weighted estimates of
+        :func:`.weighted.weighted_estimates`.
 
     Returns
     -------
     dict
-        :meth:`AgreementResult.to_dict` plus ``"selection"`` (what was compared) and, for each
-        disagreement pair, ``"example_texts"``.
+        :meth:`AgreementResult.to_dict` plus ``"selection"`` (what was compared), ``"by_kind"``
+        (:func:`.kinds.agreement_by_kind`), the optional blocks above and, for each disagreement
+        pair, ``"example_texts"``.
 
     Raises
     ------
     AgreementError
-        No matching labels, fewer than two annotators, no human/adjudicated labels for that reference.
+        No matching labels, fewer than two annotators, no human/adjudicated labels for that
+        reference; ``weighted`` without ``study`` (E720) or on a study without a design (E720, E721).
     """
+    if weighted and study is None:
+        raise AgreementError("--weighted needs --study NAME (a study with inclusion probabilities)", code="E720")
+    from ._cache import LabelsOnce
+
+    store = LabelsOnce(store)  # the figures below read the labels several times: read them once
+    boot: dict[str, Any] = {"n_resamples": n_resamples, "confidence_level": confidence_level, "seed": seed}
+    if weighted:  # first: a study without a design is refused before anything else is computed
+        from .weighted import weighted_estimates
+
+        weighted_block = weighted_estimates(store, study, **boot)  # type: ignore[arg-type]
     exclude = ("adjudicated",) if reference == "adjudicated" else ()
     ratings, source_of, texts = ratings_from_store(
         store, annotators=annotators, sources=sources, study=study, with_judge=with_judge,
@@ -185,4 +212,18 @@ def agreement_summary(
     }
     for pair in out["disagreements"]:
         pair["example_texts"] = [texts.get(i, "") for i in pair["examples"]]
+    from .kinds import agreement_by_kind, agreement_drift
+    from .reliability import calibration_summary
+
+    kinds = store.rater_kinds()
+    out["selection"]["rater_kinds"] = {a: kinds.get(a, "machine") for a in ratings.annotators}
+    # adjudications settle disagreements only: a reference, not an independent rater
+    raters = [a for a in ratings.annotators if source_of.get(a) != "adjudicated"]
+    out["by_kind"] = agreement_by_kind(ratings.subset_annotators(raters), kinds, **boot)
+    if calibration:
+        out["calibration"] = calibration_summary(store, study=study, n_bins=n_bins, **boot)
+    if by is not None:
+        out["drift"] = agreement_drift(store, by, study=study, **boot)
+    if weighted:
+        out["weighted"] = weighted_block
     return out

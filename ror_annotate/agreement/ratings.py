@@ -417,7 +417,7 @@ def _check_per_item(values, item_of_row, first_row, item_order, names, source, w
         )
 
 
-def ratings_from_csv(path: str | Path, *, categories: Sequence[str] | str = AUTO) -> Ratings:  # noqa: C901  (one branch per CSV layout check, each naming the line it refuses)
+def ratings_from_csv(path: str | Path, *, categories: Sequence[str] | str = AUTO) -> Ratings:
     """Read a long-format CSV: columns ``item_id, annotator, label``; optional ``trace_id`` (or ``group``) and ``weight``.
 
     Parameters
@@ -447,30 +447,45 @@ def ratings_from_csv(path: str | Path, *, categories: Sequence[str] | str = AUTO
     # Exports that carry segment or trace text exceed csv's default field limit of 131,072
     # characters; the limit is process-wide, so it is raised only while this file is read.
     with _csv_field_limit(len(text) + 1), io.StringIO(text, newline="") as handle:
-        reader = csv.DictReader(handle)
-        header = [h.strip() for h in (reader.fieldnames or [])]
-        reader.fieldnames = header
-        missing = [c for c in ("item_id", "annotator", "label") if c not in header]
-        if missing:
-            raise InputError(f"{path}: line 1: missing column(s) {missing}; the header must include item_id, annotator, label (found {header})")
-        group_col = "trace_id" if "trace_id" in header else ("group" if "group" in header else None)
-        rows: list[tuple[int, str, str, str, str | None, float | None]] = []
-        for row in reader:
-            line = reader.line_num
-            item, ann, lab = (row.get("item_id") or "").strip(), (row.get("annotator") or "").strip(), (row.get("label") or "").strip()
-            if not item or not ann:
-                raise InputError(f"{path}: line {line}: empty item_id or annotator")
-            weight = None
-            if "weight" in header:
-                raw = (row.get("weight") or "").strip()
-                try:
-                    weight = float(raw)
-                except ValueError:
-                    raise InputError(f"{path}: line {line}: weight {raw!r} is not a number") from None
-                if not math.isfinite(weight) or weight < 0:
-                    raise InputError(f"{path}: line {line}: weight {raw!r} must be finite and >= 0")
-            group = (row.get(group_col) or "").strip() if group_col else None
-            rows.append((line, item, ann, lab, group, weight))
+        # strict: an unterminated quote is an error, not a field that swallows the rest of the file
+        reader = csv.DictReader(handle, strict=True)
+        try:
+            return _ratings_from_reader(reader, path, categories)
+        except csv.Error as exc:
+            raise InputError(
+                f"{path}: line {reader.line_num}: malformed CSV ({exc}); a field that opens a quote must close it",
+                code=MALFORMED_CSV,
+            ) from None
+
+
+#: Code of a CSV that the ``csv`` module cannot parse strictly (an unterminated quote ...).
+MALFORMED_CSV = "E940"
+
+
+def _ratings_from_reader(reader: "csv.DictReader[str]", path: Path, categories: Sequence[str] | str) -> Ratings:  # noqa: C901  (one branch per CSV layout check, each naming the line it refuses)
+    header = [h.strip() for h in (reader.fieldnames or [])]
+    reader.fieldnames = header
+    missing = [c for c in ("item_id", "annotator", "label") if c not in header]
+    if missing:
+        raise InputError(f"{path}: line 1: missing column(s) {missing}; the header must include item_id, annotator, label (found {header})")
+    group_col = "trace_id" if "trace_id" in header else ("group" if "group" in header else None)
+    rows: list[tuple[int, str, str, str, str | None, float | None]] = []
+    for row in reader:
+        line = reader.line_num
+        item, ann, lab = (row.get("item_id") or "").strip(), (row.get("annotator") or "").strip(), (row.get("label") or "").strip()
+        if not item or not ann:
+            raise InputError(f"{path}: line {line}: empty item_id or annotator")
+        weight = None
+        if "weight" in header:
+            raw = (row.get("weight") or "").strip()
+            try:
+                weight = float(raw)
+            except ValueError:
+                raise InputError(f"{path}: line {line}: weight {raw!r} is not a number") from None
+            if not math.isfinite(weight) or weight < 0:
+                raise InputError(f"{path}: line {line}: weight {raw!r} must be finite and >= 0")
+        group = (row.get(group_col) or "").strip() if group_col else None
+        rows.append((line, item, ann, lab, group, weight))
     if not rows:
         raise InputError(f"{path}: no label rows after the header")
     if isinstance(categories, str):

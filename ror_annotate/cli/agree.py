@@ -75,6 +75,74 @@ def _print_per_class(pc: dict[str, Any], categories: list[str], reasons: dict[st
         console.print(f"  n/a ({reason}): {reasons.get(reason, '')}", highlight=False)
 
 
+def _print_trust(d: dict[str, Any]) -> None:
+    """Agreement by rater kind, calibration, drift and weighted estimates (when present)."""
+    if d.get("by_kind"):
+        _print_by_kind(d["by_kind"])
+    if d.get("calibration") is not None:
+        _print_calibration(d["calibration"])
+    if d.get("drift"):
+        _print_drift(d["drift"])
+    if d.get("weighted"):
+        _print_weighted(d["weighted"])
+
+
+def _print_by_kind(kinds: dict[str, Any]) -> None:
+    t = Table(title="Agreement by rater kind (Krippendorff's alpha; Cohen's kappa per machine-human pair)")
+    for col in ("group", "raters", "value", "CI"):
+        t.add_column(col, overflow="fold")
+    for g in ("human-human", "machine-machine", "pooled"):
+        t.add_row(g, str(len(kinds[g]["annotators"])), *_fmt_estimate(kinds[g]["krippendorff_alpha"]))
+    for k in kinds["machine-human"]:
+        t.add_row("machine-human", f"{k['annotator_a']} | {k['annotator_b']}", *_fmt_estimate(k))
+    console.print(t)
+
+
+def _print_calibration(cal: dict[str, Any]) -> None:
+    if not cal["raters"]:
+        console.print(f"calibration: {cal.get('note', 'no raters')}", highlight=False)
+        return
+    t = Table(title=f"Calibration vs human reference ({cal['n_reference_items']} reviewed segments; {cal['raters'][0]['n_bins']} bins)")
+    for col in ("rater", "confidence", "items", "accuracy", "mean conf.", "ECE", "CI", "Brier", "CI", "Brier kind"):
+        t.add_column(col, overflow="fold")
+    for r in cal["raters"]:
+        t.add_row(r["name"], r["confidence_kind"], str(r["n_items"]), f"{r['accuracy']:.3f}", f"{r['mean_confidence']:.3f}",
+                  *_fmt_estimate(r["ece"]), *_fmt_estimate(r["brier"]), r["brier_kind"])
+    console.print(t)
+
+
+def _print_drift(drift: dict[str, Any]) -> None:
+    t = Table(title=f"Drift by {drift['by']} (Krippendorff's alpha)")
+    for col in ("window", "items", "pooled", "human-human", "machine-machine", "machine-human kappa (mean)"):
+        t.add_column(col, overflow="fold")
+    for w in drift["windows"]:
+        mh = [k["value"] for k in w["machine-human"] if k["value"] is not None]
+        cells = [" ".join(_fmt_estimate(w[g]["krippendorff_alpha"])) for g in ("pooled", "human-human", "machine-machine")]
+        t.add_row(w["window"][:16], str(w["n_items"]), *cells, f"{sum(mh) / len(mh):.3f} ({len(mh)} pairs)" if mh else "n/a")
+    console.print(t)
+
+
+def _print_weighted(wt: dict[str, Any]) -> None:
+    strata = ", ".join(f"{s} {n} (pi {', '.join(f'{p:.3g}' for p in wt['inclusion_probabilities'][s])})" for s, n in wt["strata"].items())
+    t = Table(title=f"Weighted estimates, study {wt['study']}: {wt['n_reviewed']} reviewed of N = {wt['population']}; {strata}")
+    for col in ("rater", "items", "accuracy (Hajek)", "CI", "kappa (Hajek)", "CI", "macro-F1", "CI", "accuracy (HT)", "unweighted accuracy"):
+        t.add_column(col, overflow="fold")
+    scored = [r for r in wt["raters"] if r.get("n_items")]
+    for r in scored:
+        w_, ht, uw = r["weighted"], r["horvitz_thompson"], r["unweighted"]
+        t.add_row(r["rater"], str(r["n_items"]), *_fmt_estimate(w_["accuracy"]), *_fmt_estimate(w_["cohen_kappa"]),
+                  *_fmt_estimate(w_["macro_f1"]), _fmt_estimate(ht["accuracy"])[0], " ".join(_fmt_estimate(uw["accuracy"])))
+    console.print(t)
+    e = Table(title="Errors found per 100 reviewed segments, by stratum (control = what random sampling finds)")
+    e.add_column("rater", overflow="fold")
+    for s in wt["strata"]:
+        e.add_column(s)
+    for r in scored:
+        e.add_row(r["rater"], *(f"{x['per_100']['value']:.1f} ({x['errors']}/{x['n']})" if x["per_100"]["value"] is not None else "n/a"
+                                for x in r["errors_per_100"].values()))
+    console.print(e)
+
+
 @app.command("agree")
 def agree(
     db: DbOption = DEFAULT_DB_PATH,
@@ -82,7 +150,7 @@ def agree(
     annotator: Annotated[list[str] | None, typer.Option("--annotator", "-a", help="Compare these annotators (repeatable). Default: all selected.", rich_help_panel=_SEL)] = None,
     source: Annotated[list[str] | None, typer.Option("--source", help="Only labels from these sources: judge, baseline, human, adjudicated (repeatable).", rich_help_panel=_SEL)] = None,
     study: Annotated[str | None, typer.Option("--study", help="Labels of this review study.", rich_help_panel=_SEL)] = None,
-    with_judge: Annotated[bool, typer.Option("--with-judge", help="With --study: also the judge labels on the study's segments.", rich_help_panel=_SEL)] = False,
+    with_judge: Annotated[bool, typer.Option("--with-judge", help="With --study: also the machine labels (judges, baseline, aggregates, ...) on the study's segments.", rich_help_panel=_SEL)] = False,
     codebook_version: Annotated[str | None, typer.Option("--codebook-version", help="Only labels under this codebook version (hash).", rich_help_panel=_SEL)] = None,
     reference: Annotated[str | None, typer.Option("--reference", help="Reference for per-class figures and confusion matrices: human, adjudicated, majority, none, or an annotator name.")] = "majority",
     from_csv: Annotated[Path | None, typer.Option("--from-csv", help="Long-format CSV (item_id, annotator, label; optional trace_id/group, weight) instead of the store.")] = None,
@@ -90,6 +158,9 @@ def agree(
     resamples: Annotated[int, typer.Option("--resamples", min=0, help="Trace-level bootstrap resamples (0: no intervals).")] = 1000,
     confidence: Annotated[float, typer.Option("--confidence", min=0.5, max=0.999, help="Confidence level of the intervals.")] = 0.95,
     seed: Annotated[int, typer.Option("--seed", help="Bootstrap seed.")] = 0,
+    n_bins: Annotated[int, typer.Option("--n-bins", min=1, help="Equal-width confidence bins of the calibration error (ECE).")] = 10,
+    by: Annotated[str | None, typer.Option("--by", help="Drift: agreement by rater kind per codebook version (codebook) or per week / month of the human labels.")] = None,
+    weighted: Annotated[bool, typer.Option("--weighted", help="With --study: inverse-probability-weighted (Horvitz-Thompson / Hajek) estimates of each machine rater vs the humans; needs a study with inclusion probabilities and a control stratum.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the figures as JSON (NaN as null with a reason).", rich_help_panel=_OUT)] = False,
     report: Annotated[Path | None, typer.Option("--report", help="Write agreement.md, agreement.json and PNG figures into this folder.", rich_help_panel=_OUT)] = None,
 ) -> None:
@@ -100,8 +171,8 @@ def agree(
 
     ref = None if reference in (None, "", "none") else reference
     if from_csv is not None:
-        if study or with_judge or source or codebook_version:
-            raise InputError("--from-csv reads labels from the file: --study, --with-judge, --source and --codebook-version apply to the store only")
+        if study or with_judge or source or codebook_version or by or weighted:
+            raise InputError("--from-csv reads labels from the file: --study, --with-judge, --source, --codebook-version, --by and --weighted apply to the store only")
         cats: Any = BEHAVIORS if categories is None else ("auto" if categories.strip() == "auto" else [c.strip() for c in categories.split(",") if c.strip()])
         ratings = ratings_from_csv(from_csv, categories=cats)
         if annotator:
@@ -120,14 +191,21 @@ def agree(
             result = agreement_summary(
                 store, annotators=annotator or None, sources=source or None, study=study, with_judge=with_judge,
                 codebook_version=codebook_version, reference=ref, n_resamples=resamples, confidence_level=confidence, seed=seed,
+                n_bins=n_bins, by=by, weighted=weighted,
             )
     if report is not None:
         from ..agreement_report import write_report
 
         path = write_report(result, report)
+        png = None
+        if result.get("calibration"):
+            from ..agreement.reliability import write_reliability_png
+
+            png = write_reliability_png(result["calibration"], report)
         if not as_json:
-            console.print(f"report: {path}")
+            console.print(f"report: {path}" + (f", reliability diagram: {png}" if png else ""))
     if as_json:
         typer.echo(json.dumps(result, indent=2, allow_nan=False, ensure_ascii=False))
     else:
         _print_tables(result)
+        _print_trust(result)

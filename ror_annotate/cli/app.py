@@ -9,6 +9,8 @@ judge labelled nothing or too little (E506); a traceback means a bug in ror_anno
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
@@ -21,7 +23,17 @@ from typer.core import TyperGroup
 
 from ..errors import ConfigError, RorError, UsageError
 
-console = Console()
+class _StdoutConsole(Console):
+    """Rich's console for stdout, ending quietly with status 0 when the reader closes the pipe
+    (``ror agree | head -1``); rich's own handler exits with status 1."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        _silence_stdout()
+        raise SystemExit(0)
+
+
+console = _StdoutConsole()
 err_console = Console(stderr=True)
 
 # typer 0.2x vendors click (typer._click); older typer uses click itself. Catch whichever parses.
@@ -50,8 +62,11 @@ if _display_type_rich is not None:
 
 
 def print_error(exc: RorError) -> None:
-    """Print ``error [CODE]: message`` on stderr, on one line whatever the message holds."""
-    message = " ".join(exc.message.split())  # library errors quoted inside often span several lines
+    """Print ``error [CODE]: message`` on stderr, on one line whatever the message holds, every known
+    secret scrubbed (:func:`~ror_annotate.provenance.scrub_text`: API keys, URL passwords, tokens)."""
+    from ..provenance import scrub_text
+
+    message = scrub_text(" ".join(exc.message.split()))  # library errors quoted inside often span several lines
     err_console.print(f"[bold red]error[/] [{exc.code}]: {escape(message)}", highlight=False, soft_wrap=True)
 
 
@@ -83,6 +98,16 @@ def _is_interrupt(exc: BaseException) -> bool:
     return is_interrupt(exc)
 
 
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so that nothing more is written to a closed pipe (Python's documented
+    recipe for SIGPIPE: https://docs.python.org/3/library/signal.html#note-on-sigpipe)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # stdout without a file descriptor (captured in tests)
+        pass
+
+
 class RorGroup(TyperGroup):
     """Top-level command group: a :class:`RorError` or a usage error becomes one clear line and exit code 2."""
 
@@ -99,7 +124,13 @@ class RorGroup(TyperGroup):
     def invoke(self, ctx: Any) -> Any:
         _sigterm_as_interrupt()
         try:
-            return super().invoke(ctx)
+            result = super().invoke(ctx)
+            sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's last flush
+            return result
+        except BrokenPipeError:
+            # `ror agree ... | head -1`: the reader has all it wants; like other Unix tools, stop quietly.
+            _silence_stdout()
+            raise typer.Exit(0) from None
         except _NO_ARGS_IS_HELP:
             raise  # `ror review` alone prints the group's help
         except _CLICK_USAGE_ERRORS as exc:
@@ -174,7 +205,32 @@ def open_store(db: Path, lock_timeout: float = 10.0, *, must_exist: bool = False
 
     if must_exist and str(db) != ":memory:" and not Path(db).expanduser().is_file():
         raise StoreError(f"no store at {Path(db).expanduser().resolve()}; check --db (or ROR_DB), or create one with `ror ingest FILE`")
-    return Store(db, lock_timeout=lock_timeout, read_only=read_only)
+    new = str(db) != ":memory:" and not read_only and not Path(db).expanduser().exists()
+    store = Store(db, lock_timeout=lock_timeout, read_only=read_only)
+    return _removed_if_left_empty(store) if new else store
+
+
+@contextmanager
+def _removed_if_left_empty(store: Any) -> Any:
+    """A store this command created: removed again (file, WAL, progress file) when the command fails
+    before storing any trace with a coded error (a hub that cannot be reached, a bad input), so no empty
+    store is left. An interrupted command keeps the store: its run is recorded there as interrupted."""
+    try:
+        yield store
+    except RorError as exc:  # not an interrupt: an interrupted run stays recorded in the store
+        if _is_interrupt(exc):
+            raise
+        try:
+            empty = store.counts().get("traces", 0) == 0
+        except Exception:  # noqa: BLE001 - a store in a bad state is left for the user to look at
+            empty = False
+        store.close()
+        if empty:
+            for suffix in ("", ".wal", ".progress.json"):
+                Path(store.path + suffix).unlink(missing_ok=True)
+        raise
+    finally:
+        store.close()
 
 
 def deprecated_alias(old_value: Any, old_flag: str, value: Any, flag: str) -> Any:
@@ -200,8 +256,19 @@ def progress_display() -> Any:
         TimeElapsedColumn,
     )
 
-    return Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                    TimeElapsedColumn(), console=err_console, transient=True, disable=not err_console.is_terminal)
+    from rich.table import Column
+
+    # The description (the judge's carries its running cost) gives way first: done/total and the
+    # elapsed time are never cut, whatever the terminal's width.
+    return Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}", markup=False, table_column=Column(
+            no_wrap=True, overflow="ellipsis", max_width=max(10, err_console.width - 45))),
+        BarColumn(),
+        MofNCompleteColumn(table_column=Column(no_wrap=True, min_width=3)),
+        TimeElapsedColumn(table_column=Column(no_wrap=True, min_width=7)),
+        console=err_console, transient=True, disable=not err_console.is_terminal,
+    )
 
 
 def parse_fractions(text: str, flag: str = "--split-fractions") -> tuple[float, float, float]:

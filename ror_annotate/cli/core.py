@@ -19,11 +19,11 @@ from ..segment import MAX_SEGMENT_TOKENS
 from ..sample import card_license, resolve_source, source_licenses
 from .app import DEFAULT_DB_PATH, DbOption, LockTimeoutOption, app, console, err_console, open_store, parse_fractions
 from .judge_options import (
-    JudgeBaseUrlOption,
     JudgeBatchIdOption,
     JudgeBatchOption,
     JudgeBatchPollOption,
     JudgeBatchRequeueOption,
+    JudgeTimeoutOption,
     JudgeChunkSizeOption,
     JudgeCodebookOption,
     JudgeConcurrencyOption,
@@ -85,6 +85,21 @@ TokenizerOption = Annotated[
 MaxTokensSegOption = Annotated[int, typer.Option("--max-segment-tokens", min=8, help="Hard cap on segment length in tokens.")]
 WorkersOption = Annotated[int | None, typer.Option("--workers", min=1, help="Processes segmenting in parallel (default: all cores; the segments are the same for any number).")]
 JudgeSpecOption = Annotated[str, typer.Option("--judge", help="baseline (offline cue-phrase rules) or openai:MODEL.")]
+JudgeSpecsOption = Annotated[
+    list[str] | None,
+    typer.Option("--judge", help="baseline (offline cue-phrase rules) or openai:MODEL; repeat for several judges, each stored "
+                 "as its own rater (default baseline)."),
+]
+JudgeBaseUrlsOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--base-url", envvar="OPENAI_BASE_URL",
+        help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1 for vLLM or Ollama (env OPENAI_BASE_URL): once for every "
+        "--judge, or once per --judge, paired by position. The key is read from OPENAI_API_KEY only; a local URL without a key "
+        "gets a placeholder key.",
+        rich_help_panel="LLM judge (--judge openai:MODEL)",
+    ),
+]
 ForceOption = Annotated[bool, typer.Option("--force", help="Re-segment traces whose stored segmentation differs, deleting their labels.")]
 
 
@@ -213,9 +228,9 @@ def segment(
 
 @app.command()
 def label(
-    judge: JudgeSpecOption = "baseline",
+    judge: JudgeSpecsOption = None,
     trace: Annotated[list[str] | None, typer.Option("--trace", help="Label only these trace ids (repeatable).")] = None,
-    base_url: JudgeBaseUrlOption = None,
+    base_url: JudgeBaseUrlsOption = None,
     chunk_size: JudgeChunkSizeOption = None,
     mode: JudgeModeOption = None,
     concurrency: JudgeConcurrencyOption = None,
@@ -232,19 +247,20 @@ def label(
     retry_failed: JudgeRetryFailedOption = None,
     batch_poll: JudgeBatchPollOption = None,
     batch_requeue: JudgeBatchRequeueOption = None,
+    timeout: JudgeTimeoutOption = None,
     max_failed: MaxFailedOption = "10%",
     db: DbOption = DEFAULT_DB_PATH,
     lock_timeout: LockTimeoutOption = 10.0,
 ) -> None:
-    """Label every stored segment with a judge (the offline baseline by default)."""
+    """Label every stored segment with one or several judges (the offline baseline by default), each its own rater."""
     from .. import pipeline
 
-    options = _judge_options_of(locals())
-    the_judge = pipeline.make_judge(judge, options)  # a bad spec or a missing key fails before the store opens
+    specs, options = _judges_and_options(judge, base_url, locals())
+    judges = pipeline.make_judges(specs, options)  # a bad spec or a missing key fails before the store opens
     failed_limit = _max_failed(max_failed)
     with open_store(db, lock_timeout, must_exist=True) as store:
         with _progress() as progress, _judge_counts_on_outcome_error():
-            summary = pipeline.label(store, trace or None, judge=the_judge, judge_options=options, max_failed=failed_limit,
+            summary = pipeline.label(store, trace or None, judge=judges, judge_options=options, max_failed=failed_limit,
                                      progress=progress)
         console.print(_label_table(store, None if trace is None else list(trace)))
     _print_judge_counts(summary.counts())
@@ -270,8 +286,8 @@ def run(
     tokenizer: TokenizerOption = None,
     max_segment_tokens: MaxTokensSegOption = MAX_SEGMENT_TOKENS,
     workers: WorkersOption = None,
-    judge: JudgeSpecOption = "baseline",
-    base_url: JudgeBaseUrlOption = None,
+    judge: JudgeSpecsOption = None,
+    base_url: JudgeBaseUrlsOption = None,
     chunk_size: JudgeChunkSizeOption = None,
     mode: JudgeModeOption = None,
     concurrency: JudgeConcurrencyOption = None,
@@ -288,6 +304,7 @@ def run(
     retry_failed: JudgeRetryFailedOption = None,
     batch_poll: JudgeBatchPollOption = None,
     batch_requeue: JudgeBatchRequeueOption = None,
+    timeout: JudgeTimeoutOption = None,
     max_failed: MaxFailedOption = "10%",
     out: Annotated[Path | None, typer.Option("--out", help="Dataset folder (save_to_disk layout + parquet + card); default exports/<input name>.")] = None,
     labels: Annotated[str, typer.Option("--labels", help="Which labels to export: auto, judge, baseline, human, adjudicated, majority.")] = "auto",
@@ -305,15 +322,15 @@ def run(
     pipeline.check_source(source, preset)  # a mistyped path must not create a store
     fractions = parse_fractions(split_fractions, "--split-fractions")
     columns = _columns(text_field, id_field, problem_field, answer_field, gold_field, model_field, dataset_field)
-    options = _judge_options_of(locals())
-    the_judge = pipeline.make_judge(judge, options)
+    specs, options = _judges_and_options(judge, base_url, locals())
+    judges = pipeline.make_judges(specs, options)
     failed_limit = _max_failed(max_failed)
     with open_store(db, lock_timeout) as store:
         with _progress() as progress, _judge_counts_on_outcome_error():
             summary = pipeline.run(
                 store, source, preset=preset, split=split, columns=columns, skip_invalid=skip_invalid, limit=limit,
                 format=format, allow_markers=allow_markers, tokenizer=tokenizer, max_segment_tokens=max_segment_tokens, workers=workers,
-                judge=the_judge, judge_options=options,
+                judge=judges, judge_options=options,
                 out=out, labels=labels, split_seed=split_seed, split_fractions=fractions, stratify_by=stratify_by,
                 chat_template=chat_template, license=card_license(source), source_licenses=source_licenses(source),
                 max_failed=failed_limit, progress=progress,
@@ -328,6 +345,31 @@ def run(
 def _judge_options_of(values: dict[str, Any]) -> dict[str, Any]:
     """The judge options among a command's parameters (same names as in judge_options.py)."""
     return judge_options(**{name: values[name] for name in JUDGE_OPTION_NAMES})
+
+
+def _judges_and_options(
+    judge: list[str] | None, base_url: list[str] | None, values: dict[str, Any]
+) -> tuple[list[str], dict[str, Any] | list[dict[str, Any]]]:
+    """The ``--judge`` specs and their options: one dict for all, or one per judge when ``--base-url`` is paired.
+
+    Raises
+    ------
+    UsageError
+        E133: ``--base-url`` given neither once nor once per ``--judge`` (before any store opens).
+    """
+    from ..errors import UsageError
+
+    specs = list(judge or ["baseline"])
+    urls = list(base_url or [])
+    shared = _judge_options_of({**values, "base_url": None})
+    if len(urls) <= 1:
+        return specs, {**shared, **({"base_url": urls[0]} if urls else {})}
+    if len(urls) != len(specs):
+        raise UsageError(
+            f"{len(urls)} --base-url for {len(specs)} --judge: give --base-url once (for every judge) or once per --judge, "
+            "paired by position", code="E133",
+        )
+    return specs, [{**({} if s.partition(":")[0] == "baseline" else shared), "base_url": u} for s, u in zip(specs, urls)]
 
 
 def _columns(text, id_, problem, answer, gold, model, dataset) -> dict[str, str]:
@@ -369,7 +411,14 @@ def _judge_counts_on_outcome_error() -> Iterator[None]:
 
 
 def _print_judge_counts(counts: dict[str, Any]) -> None:
-    shown = {k: ({c: n for c, n in v.items() if n} if isinstance(v, dict) else v) for k, v in counts.items() if k != "failure_example"}
+    per_judge = counts.get("judges")
+    if isinstance(per_judge, dict) and per_judge:  # several judges: one line each
+        for name, one in per_judge.items():
+            console.print(f"{name}:", highlight=False, end=" ")
+            _print_judge_counts(one)
+        return
+    shown = {k: ({c: n for c, n in v.items() if n} if isinstance(v, dict) else v) for k, v in counts.items()
+             if k not in ("failure_example", "usage_unknown_example", "ledger")}
     shown = {k: v for k, v in shown.items() if v not in (0, 0.0, None, {}, [])}
     if shown:
         console.print("judge: " + ", ".join(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}" for k, v in shown.items()), highlight=False)
@@ -378,6 +427,13 @@ def _print_judge_counts(counts: dict[str, Any]) -> None:
             f"[yellow]warning[/]: {counts['failed']} segments are stored as judge-failed (no label; the reason of each is in the "
             "judge_failures table). Running the same command again asks the judge for them again, with up to --max-attempts "
             "new tries each (never replaying the failed answers); --no-retry-failed leaves them failed",
+            highlight=False,
+        )
+    if counts.get("usage_unknown_requests"):
+        err_console.print(
+            f"[yellow]warning[/]: {counts['usage_unknown_requests']} responses carried no usable token usage "
+            f"({escape(str(counts.get('usage_unknown_example', 'missing')))}); they are stored as unknown (NULL in judge_cache), "
+            "so the tokens and cost shown are a lower bound",
             highlight=False,
         )
     if counts.get("failed_kept"):
@@ -399,11 +455,23 @@ def status(db: DbOption = DEFAULT_DB_PATH, lock_timeout: LockTimeoutOption = 10.
 
     try:
         store = open_store(db, min(lock_timeout, 1.0), must_exist=True, read_only=True)
-    except StoreLockedError:
+    except StoreLockedError as locked:
         state = ProgressFile.read(db)
         if state is None:
             raise
-        console.print(f"{Path(db).expanduser().resolve()}: locked by a running job; its progress:")
+        where = Path(db).expanduser().resolve()
+        _check_progress_shape(state, where)
+        if not _is_live(state):
+            # the progress file is a finished (or killed) run's: the job holding the lock now has not
+            # written its own yet
+            console.print(
+                f"{where}: locked by a running job that has not reported its progress yet ({locked.message.split(': ', 1)[0]}); "
+                f"the last progress written was {state.get('command', '?')} {state.get('run_id', '')} "
+                f"({'ended ' + str(state.get('status')) if state.get('status') != 'running' else 'its process is gone'})",
+                markup=False, highlight=False,
+            )
+            return
+        console.print(f"{where}: locked by a running job; its progress:", markup=False, highlight=False)
         console.print(_progress_table(state))
         return
     with store:
@@ -423,15 +491,59 @@ def status(db: DbOption = DEFAULT_DB_PATH, lock_timeout: LockTimeoutOption = 10.
             console.print(table)
 
 
+#: Code of a progress file (``<db>.progress.json``) that is not the shape ror writes.
+BAD_PROGRESS_FILE = "E204"
+
+
+def _check_progress_shape(state: Any, where: Path) -> None:
+    """Raise ``StoreError`` (``E204``) unless ``state`` is a progress file as :class:`ProgressFile` writes it."""
+    from ..errors import StoreError
+
+    stages = state.get("stages") if isinstance(state, dict) else None
+    ok = isinstance(state, dict) and isinstance(stages, dict) and all(
+        isinstance(v, dict) and all(isinstance(v.get(k, 0), (int, float)) or v.get(k) is None for k in ("done", "total"))
+        for v in stages.values()
+    )
+    if not ok:
+        raise StoreError(
+            f"{where}.progress.json is not a ror progress file (expected an object with a 'stages' object of "
+            f"{{'done', 'total', 'info'}} entries, got {type(state).__name__}); delete it, the next command rewrites it",
+            code=BAD_PROGRESS_FILE,
+        )
+
+
+def _is_live(state: dict[str, Any]) -> bool:
+    """Whether the progress file describes a job that is still running (status and a live process)."""
+    import os
+
+    if state.get("status") != "running":
+        return False
+    pid = state.get("pid")
+    if not isinstance(pid, int) or pid <= 0:
+        return True  # cannot tell: show it
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError):
+        return True
+    return True
+
+
 def _progress_table(state: dict[str, Any]) -> Table:
-    table = Table(title=f"{state.get('command', '?')} {state.get('run_id', '')} (pid {state.get('pid', '?')}, updated {state.get('updated_at', '?')})")
-    table.add_column("stage")
-    table.add_column("done", justify="right")
-    table.add_column("total", justify="right")
-    table.add_column("info")
+    from rich.text import Text
+
+    # Everything comes from a file: printed as text, never as Rich markup.
+    table = Table(title=Text(f"{state.get('command', '?')} {state.get('run_id', '')} (pid {state.get('pid', '?')}, updated {state.get('updated_at', '?')})"))
+    table.add_column("stage", overflow="fold")
+    table.add_column("done", justify="right", no_wrap=True)
+    table.add_column("total", justify="right", no_wrap=True)
+    table.add_column("info", overflow="fold")
     for stage, info in (state.get("stages") or {}).items():
-        table.add_row(stage, str(info.get("done", "")), "" if info.get("total") is None else str(info["total"]), str(info.get("info", "")))
-    table.caption = f"status: {state.get('status', '?')}"
+        table.add_row(
+            Text(str(stage)), str(info.get("done", "")), "" if info.get("total") is None else str(info["total"]), Text(str(info.get("info", ""))),
+        )
+    table.caption = Text(f"status: {state.get('status', '?')}")
     return table
 
 

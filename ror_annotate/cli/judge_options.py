@@ -150,10 +150,21 @@ JudgeContextTokensOption = Annotated[
     ),
 ]
 
+JudgeTimeoutOption = Annotated[
+    float | None,
+    typer.Option(
+        "--timeout", min=0.001,
+        help="Seconds the client waits for one HTTP answer before it gives up and retries (default 120). "
+        "A stalled request then costs this long per try, up to --max-attempts tries.",
+        rich_help_panel=_PANEL,
+    ),
+]
+
 #: Parameter names :func:`judge_options` accepts (the names to use in a command's signature).
 JUDGE_OPTION_NAMES: tuple[str, ...] = (
     "base_url", "chunk_size", "mode", "concurrency", "temperature", "seed", "max_tokens", "samples",
     "batch", "batch_id", "prices", "max_attempts", "codebook", "context_tokens", "retry_failed", "batch_poll", "batch_requeue",
+    "timeout",
 )
 #: Command-line names that differ from the judge's option names.
 _RENAMED = {"batch_poll": "batch_poll_s"}

@@ -67,7 +67,9 @@ def _print_pull(report) -> None:
 def create(
     name: StudyArg,
     annotator: Annotated[list[str], typer.Option("--annotator", "-a", help="An annotator's Label Studio account e-mail (repeat). Only a salted pseudonym reaches the labels.")],
-    strategy: Annotated[str, typer.Option("--strategy", help="random | stratified (by judge label) | disagreement (judges disagree / low confidence first) | trace (whole traces).")] = "random",
+    strategy: Annotated[str, typer.Option("--strategy", help="random | stratified (by judge label) | disagreement (judges disagree / low confidence first) | trace (whole traces) | uncertainty (least confident first + a random control stratum, with inclusion probabilities).")] = "random",
+    control_fraction: Annotated[float, typer.Option("--control-fraction", min=0.0, max=0.99, help="uncertainty strategy: share of the sample drawn at random from the rest (the control stratum).")] = 0.25,
+    rater: Annotated[str | None, typer.Option("--rater", help="uncertainty strategy: whose confidence ranks the segments, e.g. aggregate:dawid-skene (default: the latest aggregate, else machine-rater disagreement).")] = None,
     n: Annotated[int | None, typer.Option("--n", min=1, help="Segments to sample (all strategies but trace).")] = None,
     traces: Annotated[int | None, typer.Option("--traces", min=1, help="Whole traces to sample (trace strategy).")] = None,
     ci_width: Annotated[float | None, typer.Option("--ci-width", help="Instead of --n: sample enough segments for a 95% CI of this total width on an agreement rate (Wald, p = 0.5).")] = None,
@@ -96,7 +98,7 @@ def create(
         study = create_study(
             store, name, annotators=annotator, strategy=strategy, n=n, n_traces=traces, seed=seed, overlap=overlap,
             blind=blind, mode=mode, codebook=codebook, judge_annotator=judge_annotator, compare_annotators=compare,  # type: ignore[arg-type]
-            adjudicator=adjudicator, context_chars=context_chars, trace_ids=trace_id,
+            adjudicator=adjudicator, context_chars=context_chars, trace_ids=trace_id, control_fraction=control_fraction, rater=rater,
         )
         from ..review.studies import study_items, study_people
 
@@ -109,6 +111,11 @@ def create(
         console.print(table)
         console.print(f"codebook {study.codebook_name} ({study.codebook_version[:12]}), strategy {study.strategy}, seed {study.seed}"
                       + (f", judge {study.judge_annotator}" if study.judge_annotator else ""))
+        design = study.parameters.get("design")
+        if design and study.strategy == "uncertainty":
+            console.print(f"design: {design['m']} least confident ({design['basis']}) with inclusion probability 1, "
+                          f"{design['n_control']} control of the other {design['population'] - design['m']} segments "
+                          f"(probability {design['n_control'] / max(1, design['population'] - design['m']):.4g})", highlight=False)
 
 
 @review_app.command("push")

@@ -14,7 +14,7 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
-from ..errors import InputError, SteerError
+from ..errors import InputError
 from .app import app, console, err_console
 
 _PANEL = "Probe and steer"
@@ -22,6 +22,7 @@ _PANEL = "Probe and steer"
 ModelOption = Annotated[str, typer.Option("--model", help="Local checkpoint directory of an MoE causal LM.")]
 DeviceOption = Annotated[str, typer.Option("--device", help="torch device: cpu, cuda, cuda:1...")]
 DtypeOption = Annotated[str, typer.Option("--dtype", help="Model dtype: auto, float32, bfloat16, float16.")]
+EngineOption = Annotated[str, typer.Option("--engine", help="hf (transformers) or vllm (its own venv: scripts/setup_vllm.sh).")]
 
 
 def _parse_layers(text: str | None) -> list[int] | None:
@@ -66,6 +67,7 @@ def capture_cmd(
     limit: Annotated[Optional[int], typer.Option("--limit", min=1, help="Capture at most this many new traces.")] = None,
     residual_layers: Annotated[Optional[str], typer.Option(
         "--residual-layers", help="Also store the residual stream after these decoder layers (e.g. 8-16 or all), for the probe's residual control.")] = None,
+    engine: EngineOption = "hf",
 ) -> None:
     """Capture router logits (tokens x layers x experts, before top-k) and the selected experts of every trace."""
     from ..steer import require_torch
@@ -73,21 +75,27 @@ def capture_cmd(
     require_torch()
     from rich.progress import Progress
 
-    from ..steer.capture import capture_router_logits, load_model, model_tokenizer
+    from ..steer.capture import check_model_source, model_tokenizer
+    from ..steer.engines import get_engine
     from ..steer.tokens import check_model_tokenizer, load_tokens
+
+    spec = get_engine(engine)
+    check_model_source(model)
 
     dd = load_tokens(tokens)
     check_model_tokenizer(dd, model_tokenizer(model), model=model)
     split_list = [s.strip() for s in splits.split(",")] if splits else None
-    lm = load_model(model, device=device, dtype=dtype)
     total = sum(len(dd[s]) for s in (split_list or list(dd.keys())) if s in dd)
     with Progress(console=err_console, transient=True) as progress:
         task = progress.add_task("capturing", total=total)
-        report = capture_router_logits(
-            lm, dd, out, model_name=_model_identity(model), splits=split_list, layers=_parse_layers(layers), batch_size=batch_size,
-            max_batch_tokens=max_batch_tokens, padding_side=padding_side, logits_dtype=logits_dtype,
-            overwrite=overwrite, limit=limit, progress=lambda n: progress.advance(task, n),
-            residual_layers=("all" if residual_layers == "all" else _parse_layers(residual_layers)))
+        options = dict(model_name=_model_identity(model), splits=split_list, layers=_parse_layers(layers), batch_size=batch_size,
+                       logits_dtype=logits_dtype, overwrite=overwrite, limit=limit, progress=lambda n: progress.advance(task, n),
+                       residual_layers=("all" if residual_layers == "all" else _parse_layers(residual_layers)))
+        if engine == "hf":
+            options.update(max_batch_tokens=max_batch_tokens, padding_side=padding_side)
+        elif padding_side != "right":
+            options["padding_side"] = padding_side  # refused by the vLLM engine (E924)
+        report = spec.capture(model, dd, out, dtype=dtype, device=device, options=options)
     rate = report.tokens / report.seconds if report.seconds else 0.0
     console.print(f"captured {report.captured} traces ({report.tokens} tokens, {rate:,.0f} tokens/s), "
                   f"skipped {report.skipped} already captured -> {out}")
@@ -210,16 +218,18 @@ def steer_cmd(
     dtype: DtypeOption = "auto",
     seed: Annotated[int, typer.Option("--seed", help="Seed of the random-expert control.")] = 0,
     out: Annotated[Optional[Path], typer.Option("--out", help="Write per-generation rows as JSONL here.")] = None,
+    engine: EngineOption = "hf",
 ) -> None:
     """Generate with steered routing vs the unmodified model and controls; print token counts and accuracy."""
     from ..steer import require_torch
 
     require_torch()
-    from ..tokenizer import load_tokenizer
-
-    from ..steer.capture import check_model_source, load_model
-    from ..steer.evaluate import load_problems, run_evaluation, summarize
+    from ..steer.capture import check_model_source
+    from ..steer.engines import get_engine
+    from ..steer.evaluate import load_problems, summarize
     from ..steer.steering import RoutingEdit
+
+    spec_engine = get_engine(engine)
 
     if schedule not in ("always", "after_first_answer"):
         raise InputError(f"unknown schedule {schedule!r}; choose 'always' or 'after_first_answer'")
@@ -231,22 +241,55 @@ def steer_cmd(
         raise InputError(f"{spec}: not a steering spec ({exc})") from None
     items = load_problems(problems)
     check_model_source(model)
-    try:
-        tokenizer = load_tokenizer(model)
-    except (OSError, ValueError) as exc:
-        raise SteerError(f"cannot load the tokenizer of {model!r}: {exc}") from None
-    lm = load_model(model, device=device, dtype=dtype)
-    rows = run_evaluation(lm, tokenizer, items, edit, conditions=[c.strip() for c in conditions.split(",") if c.strip()],
-                          schedule=schedule, max_new_tokens=max_new_tokens, seed=seed,
-                          progress=lambda msg: err_console.print(f"generating {msg}", highlight=False))
+    rows = spec_engine.evaluate(model, items, edit, dtype=dtype, device=device,
+                                conditions=[c.strip() for c in conditions.split(",") if c.strip()],
+                                schedule=schedule, max_new_tokens=max_new_tokens, seed=seed,
+                                progress=lambda msg: err_console.print(f"generating {msg}", highlight=False))
     shown = Table(title=f"steering evaluation ({len(items)} problems, schedule {schedule})")
-    for col in ("condition", "n", "median tokens", "mean tokens", "accuracy", "median change vs unmodified"):
+    for col in ("condition", "n", "median tokens", "mean tokens", "accuracy", "median change vs unmodified", "steered rows", "steered tokens"):
         shown.add_column(col)
-    for s in summarize(rows):
+    summary = summarize(rows)
+    for s in summary:
+        steered = s["steered_rows"] is not None
         shown.add_row(s["condition"], str(s["n"]), f"{s['median_tokens']:g}", f"{s['mean_tokens']:.1f}",
-                      f"{s['accuracy']:.3f}", f"{s['median_token_change']:+.1%}")
+                      f"{s['accuracy']:.3f}", f"{s['median_token_change']:+.1%}",
+                      f"{s['steered_rows']}/{s['n']}" if steered else "-", str(s["steered_tokens"]) if steered else "-")
     console.print(shown)
+    for s in summary:
+        if s["steered_rows"] == 0:
+            err_console.print(
+                f"warning: condition {s['condition']} steered no token: the schedule {schedule} never switched on"
+                + (f" (no first answer within --max-new-tokens {max_new_tokens}); raise --max-new-tokens or use --schedule always"
+                   if schedule == "after_first_answer" else ""),
+                highlight=False, markup=False, soft_wrap=True,
+            )
+        elif s["steered_rows"] is not None and s["steered_rows"] < s["n"]:
+            err_console.print(
+                f"warning: condition {s['condition']} steered {s['steered_rows']} of {s['n']} rows ({s['steered_tokens']} tokens); "
+                "the others never switched on", highlight=False, markup=False, soft_wrap=True,
+            )
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
         console.print(f"wrote {out}")
+
+
+@app.command("tiny-model", rich_help_panel=_PANEL)
+def tiny_model_cmd(
+    out: Annotated[Path, typer.Argument(help="Folder for the checkpoint and its tokenizer (created).")],
+    traces: Annotated[Optional[Path], typer.Option("--traces", help="JSONL of traces to train the tokenizer on (default: the embedded sample).")] = None,
+    problems: Annotated[Optional[Path], typer.Option("--problems", help="Also write 4 problems of those traces here, for `ror steer`.")] = None,
+    seed: Annotated[int, typer.Option("--seed")] = 0,
+) -> None:
+    """Build a tiny random-weight Qwen3-MoE checkpoint and a tokenizer trained on the traces, offline (to try probe/steer)."""
+    from ..steer import require_torch
+
+    require_torch()
+    from ..steer.tiny import TinyModelOptions, build_tiny_model, write_problems
+
+    info = build_tiny_model(out, TinyModelOptions.from_options({"traces": str(traces) if traces else None, "seed": seed}))
+    console.print(f"wrote a random-weight Qwen3-MoE ({info['layers']} MoE layers x {info['experts']} experts, top-{info['top_k']}, "
+                  f"{info['parameters']:,} parameters) and a {info['vocab_size']}-token BPE tokenizer -> {out}", highlight=False)
+    if problems is not None:
+        n = write_problems(problems, traces)
+        console.print(f"wrote {n} problems -> {problems}", highlight=False)

@@ -45,7 +45,10 @@ from .write import (
     UNKNOWN_LICENSE,
     license_allows_publishing,
     load_export,
+    PublishPlan,
+    plan_publish,
     publish_export,
+    validate_card,
     resolve_export_dir,
 )
 
@@ -53,6 +56,6 @@ __all__ = [
     "BEHAVIOR_ID", "COLUMN_DOCS", "CONFIGS", "CORRUPT_ROW", "LABEL_CHOICES", "MANIFEST", "MAX_SHARD_BYTES",
     "PUBLISH_PATTERNS", "SPLITS", "STRATIFY_KEYS", "UNKNOWN_LICENSE", "UNLABELED", "ChosenLabel", "ExportSummary",
     "adjudicated_reference", "choose_label", "export_dataset", "license_allows_publishing", "load_export",
-    "percentile_from_counts", "publish_export", "resolve_export_dir", "segments_features", "split_traces",
+    "percentile_from_counts", "publish_export", "PublishPlan", "plan_publish", "validate_card", "resolve_export_dir", "segments_features", "split_traces",
     "tokens_features", "traces_features",
 ]

@@ -21,14 +21,17 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ..errors import ConfigError, ExportError
-from ..records import BEHAVIORS
+from ..errors import ConfigError, ExportError, ExportWriteError, RorError
+from ..records import BEHAVIORS, SOURCE_KINDS
 from ..store import Store
 from . import read
 from .features import BEHAVIOR_ID, CONFIGS
 from .labels import LABEL_CHOICES, SOURCES_USED, ChosenLabel, choose_label, joined
 from .splits import check_fractions, split_traces
-from .write import MANIFEST, ExportWriter, check_replaceable, license_allows_publishing, new_tmp_dir, swap_in, write_json
+from .write import MANIFEST, WRITE_FAILED, ExportWriter, check_replaceable, license_allows_publishing, new_tmp_dir, swap_in, write_json
+
+#: Code of the error for ``--labels aggregate`` / ``--labels import`` on a store without such labels.
+MISSING_RATER = "E830"
 
 #: Name of the built-in token-count approximation (``ror_annotate.segment``), as the card spells it.
 APPROX_PREFIX = "approx:"
@@ -62,6 +65,10 @@ class ExportSummary:
     sources : list of dict -- per (source, licence): ``source``, ``license``, ``publishable``, ``n_traces``
     provenance : dict -- codebook versions, judge models, prompt template hashes (segments each),
         annotators in the store, tool version
+    uncertainty : dict -- ``raters`` (every rater with labels: annotator, kind, source, model, n_labels,
+        crosswalk), ``aggregate`` (the aggregate rater read, or None) and its ``aggregation_method``,
+        ``n_labelled``, ``n_human_verified``, ``human_verified_share``, ``n_with_confidence``,
+        ``mean_label_confidence`` over the exported labelled segments
     seconds : float
     """
 
@@ -85,6 +92,7 @@ class ExportSummary:
     trace_sources: dict[str, dict[str, int]] = field(default_factory=dict)
     sources: list[dict[str, Any]] = field(default_factory=list)
     provenance: dict[str, Any] = field(default_factory=dict)
+    uncertainty: dict[str, Any] = field(default_factory=dict)
     seconds: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
@@ -104,6 +112,11 @@ class ExportSummary:
             rows.append(("tokens", f"{self.n_tokens} ({self.n_straddling} straddling a segment boundary)"))
         if self.n_ties:
             rows.append(("tied votes (unlabeled)", str(self.n_ties)))
+        u = self.uncertainty
+        if u.get("n_labelled"):
+            rows.append(("human-verified labels", f"{u['n_human_verified']} of {u['n_labelled']}"))
+            if u.get("aggregate"):
+                rows.append(("aggregate rater", str(u["aggregate"])))
         blocked = [s["source"] for s in self.sources if not s["publishable"]]
         if blocked:
             rows.append(("text not publishable (licence unknown)", ", ".join(str(b) for b in blocked[:5]) + (" ..." if len(blocked) > 5 else "")))
@@ -160,6 +173,9 @@ class _Stats:
         self.n_ties = 0
         self.n_tokens = 0
         self.n_straddling = 0
+        self.n_verified = 0  # labelled segments whose human reference equals the label
+        self.n_confident = 0  # labelled segments with a label confidence
+        self.sum_confidence = 0.0
 
     def add_lengths(self, n_tok: np.ndarray) -> None:
         if not len(n_tok):
@@ -182,16 +198,50 @@ class _Stats:
         }
 
 
+def _latest_aggregate(store: Store) -> str | None:
+    """The ``aggregate:*`` rater whose newest label is the newest in the store (ties: largest id), or None."""
+    times = store.latest_label_times(source="aggregate")
+    return max(times, key=lambda a: (times[a], a)) if times else None
+
+
+def _uncertainty(store: Store, stats: _Stats, aggregate: str | None) -> dict[str, Any]:
+    """The card's rater and label-uncertainty figures (see :class:`ExportSummary`)."""
+    declared = store.declared_annotators()
+    kinds = store.rater_kinds()
+    raters = []
+    for source, annotator, n in store.annotators():
+        d = declared.get(annotator)
+        raters.append({
+            "annotator": annotator, "kind": kinds.get(annotator, "machine"), "source": source,
+            "model": d.model if d is not None else None, "n_labels": n,
+            "crosswalk": (d.details.get("crosswalk") if d is not None else None),
+        })
+    method = None
+    if aggregate is not None:
+        d = declared.get(aggregate)
+        method = (d.model if d is not None and d.model else None) or aggregate.split(":", 1)[-1]
+    n_labelled = sum(v for k, v in stats.labels.items() if k != "unlabeled")
+    return {
+        "raters": raters, "aggregate": aggregate, "aggregation_method": method, "n_labelled": n_labelled,
+        "n_human_verified": stats.n_verified,
+        "human_verified_share": stats.n_verified / n_labelled if n_labelled else None,
+        "n_with_confidence": stats.n_confident,
+        "mean_label_confidence": stats.sum_confidence / stats.n_confident if stats.n_confident else None,
+    }
+
+
 def _check_label_source_present(store: Store, label_source: str, present: set[str]) -> None:
     """Refuse an explicit ``label_source`` none of whose labels exist: it would export every segment unlabeled."""
     used = SOURCES_USED.get(label_source)
     if used is None or present.intersection(used):
         return
     have = ", ".join(sorted(present)) or "none"
+    make = {"aggregate": " (ror aggregate writes them)", "import": " (ror labels import writes them)"}.get(label_source, "")
     raise ExportError(
         f"--labels {label_source}: the store {store.path} holds no {' or '.join(repr(u) for u in used)} labels for "
-        f"these traces (it has: {have}), so every segment would be exported unlabeled; pick one of those sources "
-        "or --labels auto"
+        f"these traces{make} (it has: {have}), so every segment would be exported unlabeled; pick one of those sources "
+        "or --labels auto",
+        code=MISSING_RATER if label_source in ("aggregate", "import") else None,
     )
 
 
@@ -200,6 +250,13 @@ def _license_of(trace: Any, source_licenses: Mapping[str, str]) -> str | None:
     if lic is None and trace.meta:
         lic = trace.meta.get("license") or trace.meta.get("licence")
     return str(lic) if lic else None
+
+
+def _common_license(sources: Sequence[Mapping[str, Any]]) -> str:
+    """The one known licence all ``sources`` share, else ``"other"``."""
+    found = {s.get("license") for s in sources}
+    lic = found.pop() if len(found) == 1 else None
+    return str(lic) if lic and license_allows_publishing(str(lic)) else "other"
 
 
 def _counter_name(names: Counter[str]) -> str:
@@ -224,6 +281,13 @@ def _tokens_table(cols: dict[str, list[Any]]) -> pa.Table:
             data[k] = _list_array(v, pa.int32())
         elif k in ("labels", "labeled_classes"):
             data[k] = _list_array(v, pa.int64())
+        elif k == "confidence":
+            values = np.concatenate(v) if len(v) else np.zeros(0, dtype=np.float32)
+            lengths = np.fromiter((len(a) for a in v), dtype=np.int64, count=len(v))
+            offsets = np.zeros(len(v) + 1, dtype=np.int32)
+            np.cumsum(lengths, out=offsets[1:])
+            inner = pa.array(values.astype(np.float32), pa.float32(), mask=np.isnan(values))
+            data[k] = pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), inner)
         elif k == "offsets":
             inner = _list_array([a.reshape(-1) for a in v], pa.int32())
             pairs = pa.FixedSizeListArray.from_arrays(inner.values, 2)
@@ -244,9 +308,10 @@ def export_dataset(
     split_fractions: Sequence[float] = (0.8, 0.1, 0.1),
     stratify_by: str | None = None,
     name: str | None = None,
-    license: str = "other",
+    license: str | None = None,
     source_licenses: Mapping[str, str] | None = None,
     trace_ids: Sequence[str] | None = None,
+    run_record: Mapping[str, Any] | None = None,
     batch_size: int = 64,
     progress: Callable[[int, int], None] | None = None,
     max_batch_segments: int = 20_000,
@@ -262,8 +327,9 @@ def export_dataset(
     store : Store
     out_dir : Path or str
         Export directory; replaced atomically if it holds an earlier export.
-    label_source : {"auto", "adjudicated", "human", "judge", "baseline", "majority"}
-        Which labels to export (:mod:`ror_annotate.export.labels`).
+    label_source : {"auto", "adjudicated", "human", "judge", "baseline", "majority", "aggregate", "import"}
+        Which labels to export (:mod:`ror_annotate.export.labels`); ``aggregate`` (and ``auto``) read the
+        aggregate rater whose newest label is the newest (:meth:`Store.latest_label_times`).
     tokenizer : str, Path or tokenizer object, optional
         Fast tokenizer of the subject model (``tokenizer.json``, a directory or a model name, see
         :func:`ror_annotate.tokenizer.load_tokenizer`). Without it no ``tokens`` configuration is
@@ -276,14 +342,19 @@ def export_dataset(
     stratify_by : {"dataset", "model", "source"}, optional
     name : str, optional
         Dataset name in the card (default: the directory name).
-    license : str, default "other"
-        Licence identifier of the dataset written in the card.
+    license : str, optional
+        Licence identifier of the dataset written in the card. Default: the licence of the traces'
+        sources when every source has the same known one (the embedded sample's ``mit``, kept with
+        its stored traces), else ``"other"``.
     source_licenses : mapping, optional
         ``{trace source: licence id}`` for the traces' sources (a trace's ``meta["license"]`` is
         used otherwise). A source without a known licence is listed as not publishable, and
         :func:`~ror_annotate.export.publish_export` refuses to upload its text unless told to.
     trace_ids : sequence of str, optional
         Export only these traces (default: every segmented trace in the store).
+    run_record : mapping, optional
+        A run that could not be recorded in the store (a read-only store): written into the
+        manifest under ``"run"``, with the export's counts and end time.
     batch_size : int
         Most traces read, tokenized and written per batch.
     progress : callable, optional
@@ -339,9 +410,10 @@ def export_dataset(
     tmp = new_tmp_dir(out_dir)
     writer = ExportWriter(tmp, configs)
     try:
+        aggregate = _latest_aggregate(store) if label_source in ("aggregate", "auto") else None
         stats, per_trace, sources = _write_rows(
             store, writer, keys, split_of, label_source, aligner, tv, dict(source_licenses or {}), batch_size, max_batch_segments,
-            progress,
+            progress, aggregate=aggregate, kinds=store.rater_kinds(),
         )
         data_files, infos, n_rows = writer.close(fingerprint_seed=f"{name}/{seed}/{label_source}")
         from ..analytics import summarize
@@ -355,7 +427,7 @@ def export_dataset(
             "seed": seed,
             "split_fractions": [float(f) for f in split_fractions],
             "stratify_by": stratify_by,
-            "license": license,
+            "license": license or _common_license(sources),
         }
         paths = {"card": "README.md", "manifest": MANIFEST, "analytics": "analytics.json"}
         for config, splits in data_files.items():
@@ -399,6 +471,7 @@ def export_dataset(
                 "annotators": [list(a) for a in store.annotators()],
                 "tool_version": tv,
             },
+            uncertainty=_uncertainty(store, stats, aggregate),
         )
         agreement_text, figures = agreement_section(store)
         reports: dict[str, str] = {}
@@ -415,16 +488,36 @@ def export_dataset(
         manifest = summary.to_dict()
         manifest.pop("seconds")  # not known until the files are written
         manifest["created_at"] = _build_time()
+        if run_record is not None:
+            manifest["run"] = {
+                **dict(run_record), "ended_at": manifest["created_at"],
+                "counts": {"traces": summary.n_traces, "segments": summary.n_segments, "tokens": summary.n_tokens},
+            }
         write_json(tmp / MANIFEST, manifest)
         swap_in(tmp, out_dir)
-    except BaseException:
+    except BaseException as exc:
         import shutil
 
         writer.abort()
         shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(exc, OSError) and not isinstance(exc, RorError):  # disk full, read-only, I/O error
+            raise ExportWriteError(
+                f"the export to {out_dir} failed while writing: {exc.strerror or exc}"
+                f"{f' ({exc.filename})' if exc.filename else ''}; nothing was left behind (its temporary folder is "
+                f"removed{', an earlier export there is unchanged' if out_dir.exists() else ''}). Free some space or "
+                "choose another --out, then export again",
+                code=WRITE_FAILED,
+            ) from None
         raise
     summary.seconds = time.perf_counter() - t0
     return summary
+
+
+#: Arrow types of the segment columns whose type a batch cannot infer when every value is null or empty.
+_TYPED: dict[str, pa.DataType] = {
+    "label_distribution": pa.list_(pa.float32()),
+    "raters": pa.list_(pa.struct([("annotator", pa.string()), ("kind", pa.string()), ("label", pa.int64())])),
+}
 
 
 class _Rows:
@@ -443,11 +536,34 @@ class _Rows:
 
     def write(self, writer: ExportWriter) -> None:
         for (config, split), cols in self.cols.items():
-            table = _tokens_table(cols) if config == "tokens" else pa.table({k: pa.array(v) for k, v in cols.items()})
+            table = _tokens_table(cols) if config == "tokens" else pa.table({k: pa.array(v, type=_TYPED.get(k)) for k, v in cols.items()})
             writer.write(config, split, table)
 
 
-def _segment_row(s: Any, c: ChosenLabel, t: Any, al: Any, i: int, n_tokens: int, tv: str) -> dict[str, Any]:
+def _raters(labels: Sequence[Any], kinds: Mapping[str, str]) -> list[dict[str, Any]]:
+    """Every rater's latest label of one segment, by annotator: ``{annotator, kind, label}``."""
+    from ..reference import latest_per_annotator
+
+    votes = labels if len(labels) == 1 else latest_per_annotator(labels)
+    return [
+        {"annotator": v.annotator, "kind": kinds.get(v.annotator) or SOURCE_KINDS.get(v.source, "machine"), "label": BEHAVIOR_ID[v.label]}
+        for v in votes
+    ]
+
+
+def _human_verified(labels: Sequence[Any], c: ChosenLabel) -> bool:
+    """Whether the segment's human reference (:mod:`ror_annotate.reference`) exists and equals the chosen label."""
+    if c.label is None or not any(lab.source in ("human", "adjudicated") for lab in labels):
+        return False
+    from ..reference import reference_label
+
+    ref = reference_label(labels)
+    return ref is not None and ref.label == c.label
+
+
+def _segment_row(
+    s: Any, c: ChosenLabel, t: Any, al: Any, i: int, n_tokens: int, tv: str, raters: list[dict[str, Any]], verified: bool,
+) -> dict[str, Any]:
     has_tokens = al is not None and al.token_start[i] >= 0
     return {
         "trace_id": s.trace_id, "segment_index": s.segment_index, "text": s.text, "char_start": s.char_start,
@@ -455,19 +571,32 @@ def _segment_row(s: Any, c: ChosenLabel, t: Any, al: Any, i: int, n_tokens: int,
         "token_end": int(al.token_end[i]) if has_tokens else None, "n_tokens": n_tokens,
         "label": BEHAVIOR_ID[c.label] if c.label else None, "label_source": c.source, "annotator": c.annotator,
         "n_votes": c.n_votes, "vote_share": c.vote_share, "codebook_version": c.codebook_version,
-        "judge_model": c.judge_model, "prompt_template_hash": c.prompt_template_hash, "tool_version": tv,
+        "judge_model": c.judge_model, "prompt_template_hash": c.prompt_template_hash,
+        "label_confidence": c.confidence if c.label else None,
+        "label_distribution": list(c.distribution) if c.label and c.distribution is not None else None,
+        "raters": raters, "human_verified": verified, "tool_version": tv,
         "dataset": t.dataset, "model": t.model,
     }
 
 
-def _token_row(t: Any, chosen: Sequence[ChosenLabel], al: Any, aligner: Any, label_source: str, tv: str) -> dict[str, Any]:
+def _token_row(
+    t: Any, chosen: Sequence[ChosenLabel], al: Any, aligner: Any, label_source: str, tv: str, segs: Sequence[Any],
+) -> dict[str, Any]:
     from ..align import IGNORE_INDEX
 
     labels = np.asarray(al.labels, dtype=np.int64)
     positions = np.flatnonzero(labels != IGNORE_INDEX).astype(np.int32)
+    # per token, its segment's label confidence (NaN -> null where unlabeled or without a confidence)
+    top = max((s.segment_index for s in segs), default=-1) + 1
+    seg_conf = np.full(top + 1, np.nan)  # by segment_index; the last slot serves tokens of no segment (-1)
+    for s, c in zip(segs, chosen):
+        if c.label is not None and c.confidence is not None:
+            seg_conf[s.segment_index] = c.confidence
+    seg_ids = np.asarray(al.segment_ids, dtype=np.int64)
+    confidence = np.where(labels != IGNORE_INDEX, seg_conf[np.where(seg_ids >= 0, seg_ids, top)], np.nan)
     return {
         "trace_id": t.trace_id, "dataset": t.dataset, "model": t.model, "input_ids": al.input_ids, "labels": labels,
-        "labeled_positions": positions, "labeled_classes": labels[positions], "segment_ids": al.segment_ids,
+        "labeled_positions": positions, "labeled_classes": labels[positions], "segment_ids": al.segment_ids, "confidence": confidence,
         "offsets": al.offsets, "text": al.rendered.text, "text_offset": al.rendered.text_offset,
         "rendering": al.rendered.rendering, "tokenizer": aligner.name, "tokenizer_vocab_sha256": aligner.vocab_sha256,
         "label_source": label_source, "codebook_version": joined([c.codebook_version for c in chosen]),
@@ -479,7 +608,7 @@ def _token_row(t: Any, chosen: Sequence[ChosenLabel], al: Any, aligner: Any, lab
 def _write_rows(
     store: Store, writer: ExportWriter, keys: Sequence[read.TraceKey], split_of: Mapping[str, str], label_source: str,
     aligner: Any, tv: str, source_licenses: Mapping[str, str], batch_size: int, max_batch_segments: int,
-    progress: Callable[[int, int], None] | None = None,
+    progress: Callable[[int, int], None] | None = None, aggregate: str | None = None, kinds: Mapping[str, str] | None = None,
 ) -> tuple[_Stats, list[Any], list[dict[str, Any]]]:
     """Stream every batch of traces into ``writer``; return the running stats, per-trace analytics and sources."""
     from ..align import IGNORE_INDEX
@@ -498,7 +627,7 @@ def _write_rows(
         for t in batch.traces:
             chosen = []
             for s in batch.segments[t.trace_id]:
-                c, tied = choose_label(batch.labels.get((t.trace_id, s.segment_index), ()), label_source)
+                c, tied = choose_label(batch.labels.get((t.trace_id, s.segment_index), ()), label_source, aggregate=aggregate)
                 stats.n_ties += tied
                 chosen.append(c)
             chosen_batch.append(chosen)
@@ -532,7 +661,14 @@ def _write_rows(
                 "n_segments": len(segs),
             })
             for i, (s, c) in enumerate(zip(segs, chosen)):
-                rows.add("segments", split, _segment_row(s, c, t, al, i, int(n_tok[i]), tv))
+                seg_labels = batch.labels.get((t.trace_id, s.segment_index), ())
+                verified = _human_verified(seg_labels, c)
+                rows.add("segments", split, _segment_row(s, c, t, al, i, int(n_tok[i]), tv, _raters(seg_labels, kinds or {}), verified))
+                if c.label is not None:
+                    stats.n_verified += verified
+                    if c.confidence is not None:
+                        stats.n_confident += 1
+                        stats.sum_confidence += c.confidence
                 stats.labels[c.label or "unlabeled"] += 1
                 stats.sources[c.source or "none"] += 1
                 for counter, value in ((stats.codebooks, c.codebook_version), (stats.judges, c.judge_model),
@@ -549,7 +685,7 @@ def _write_rows(
             if al is not None:
                 stats.n_straddling += al.n_straddling
                 stats.n_tokens += len(al.input_ids)
-                rows.add("tokens", split, _token_row(t, chosen, al, aligner, label_source, tv))
+                rows.add("tokens", split, _token_row(t, chosen, al, aligner, label_source, tv, segs))
         rows.write(writer)
     sources = [
         {"source": src, "license": lic, "publishable": license_allows_publishing(lic), "n_traces": n}

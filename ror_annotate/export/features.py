@@ -46,13 +46,17 @@ COLUMN_DOCS: dict[str, dict[str, str]] = {
         "token_end": "one past its last token (half-open; null without a tokenizer)",
         "n_tokens": "segment length in tokens of the counter named in the card",
         "label": "behavior class (ClassLabel; null when the chosen label source gave none or tied)",
-        "label_source": "which source the label came from (adjudicated, human, judge, baseline, majority)",
+        "label_source": "which source the label came from (adjudicated, human, aggregate, judge, baseline, majority, import)",
         "annotator": "annotator id(s) behind the label (comma-separated for votes)",
         "n_votes": "annotators that voted (0: unlabeled)",
         "vote_share": "share of votes for the exported label",
         "codebook_version": "hash of the codebook the label was given under",
         "judge_model": "LLM judge model behind the label (null for humans and the baseline)",
         "prompt_template_hash": "hash of the judge prompt template",
+        "label_confidence": "confidence of the exported label: an aggregate's posterior of the chosen class; else the vote share when 2 or more raters voted; else the single rater's own confidence; null if none",
+        "label_distribution": "6 probabilities in ClassLabel order (an aggregate's posterior, or the vote fractions of 2 or more raters, or the single label's stored distribution); null if none",
+        "raters": "every rater's latest label of the segment: `annotator`, `kind` (machine or human) and `label` (ClassLabel)",
+        "human_verified": "a human reference (the latest adjudication, else the humans' unanimous or single label) exists and equals `label`",
         "tool_version": "ror_annotate version that wrote the export",
         "dataset": "benchmark or source dataset of the trace",
         "model": "the model that wrote the trace",
@@ -66,6 +70,7 @@ COLUMN_DOCS: dict[str, dict[str, str]] = {
         "labeled_positions": "indices of the labelled tokens (where `labels` != -100)",
         "labeled_classes": "their classes (ClassLabel, parallel to `labeled_positions`; every value decodes)",
         "segment_ids": "`segment_index` of the segment labelling each token, or -1",
+        "confidence": "per token, the `label_confidence` of the segment labelling it (null where `labels` is -100 or the segment's label has no confidence)",
         "offsets": "`[start, end]` characters of each token into `text`",
         "text": "the rendered string that was tokenized (the reasoning alone, or the chat-template rendering)",
         "text_offset": "where the trace's reasoning text starts inside `text`",
@@ -105,7 +110,7 @@ def traces_features() -> "datasets.Features":
 
 def segments_features() -> "datasets.Features":
     """Features of the ``segments`` configuration (one row per segment)."""
-    from datasets import ClassLabel, Features, Value
+    from datasets import ClassLabel, Features, List, Value
 
     return Features(
         {
@@ -125,6 +130,11 @@ def segments_features() -> "datasets.Features":
             "codebook_version": Value("string"),
             "judge_model": Value("string"),
             "prompt_template_hash": Value("string"),
+            "label_confidence": Value("float32"),
+            # variable-length: datasets 4.0 refuses nulls in a fixed-size list
+            "label_distribution": List(Value("float32")),
+            "raters": List({"annotator": Value("string"), "kind": Value("string"), "label": ClassLabel(names=list(BEHAVIORS))}),
+            "human_verified": Value("bool"),
             "tool_version": Value("string"),
             "dataset": Value("string"),
             "model": Value("string"),
@@ -146,6 +156,7 @@ def tokens_features() -> "datasets.Features":
             "labeled_positions": List(Value("int32")),
             "labeled_classes": List(ClassLabel(names=list(BEHAVIORS))),
             "segment_ids": List(Value("int32")),
+            "confidence": List(Value("float32")),
             "offsets": List(List(Value("int32"), length=2)),
             "text": Value("string"),
             "text_offset": Value("int32"),

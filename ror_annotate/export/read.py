@@ -20,14 +20,14 @@ from datetime import timezone
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ExportError
-from ..records import BEHAVIORS, Label, Segment, Trace
+from ..records import BEHAVIORS, LABEL_SOURCES, Label, Segment, Trace
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..store import Store
 
 #: Code of the error for a store row the export cannot publish (corrupt or hand-edited).
 CORRUPT_ROW = "E811"
-_SOURCES = ("judge", "baseline", "human", "adjudicated")
+_SOURCES = LABEL_SOURCES
 
 
 @dataclass(frozen=True)
@@ -115,7 +115,8 @@ def _read_batch(store: "Store", ids: list[str], with_format: bool) -> Batch:
     cols = "trace_id, text, problem, answer, gold_answer, correct, model, source, dataset, meta" + (", source_format" if with_format else "")
     by_id = {}
     formats: dict[str, str | None] = {}
-    for r in store.execute(f"SELECT {cols} FROM traces WHERE {_ids_filter('trace_id')}", [ids]).fetchall():
+    # rows_of_traces: only the row groups holding the batch (a plain IN filter scanned every trace's text per batch)
+    for r in store.rows_of_traces("traces", cols, ids):
         by_id[r[0]] = Trace.model_construct(
             trace_id=r[0], text=r[1], problem=r[2], answer=r[3], gold_answer=r[4], correct=r[5], model=r[6],
             source=r[7], dataset=r[8], meta=json.loads(r[9]) if r[9] else {}, source_format=r[10] if with_format else None,
@@ -138,7 +139,8 @@ def _read_batch(store: "Store", ids: list[str], with_format: bool) -> Batch:
         segments[r[0]].append(Segment.model_construct(trace_id=r[0], segment_index=r[1], char_start=r[2], char_end=r[3], text=r[4], n_tokens=r[5]))
     labels: dict[tuple[str, int], list[Label]] = defaultdict(list)
     rows = store.rows_of_traces(
-        "labels", "label_id, trace_id, segment_index, label, source, annotator, codebook_version, study, created_at, extra", ids
+        "labels", "label_id, trace_id, segment_index, label, source, annotator, codebook_version, study, created_at, extra, "
+        "confidence, distribution", ids
     )
     for r in rows:
         if r[3] not in BEHAVIORS or r[4] not in _SOURCES:
@@ -153,6 +155,6 @@ def _read_batch(store: "Store", ids: list[str], with_format: bool) -> Batch:
         labels[(r[1], r[2])].append(Label.model_construct(
             trace_id=r[1], segment_index=r[2], label=r[3], source=r[4], annotator=r[5], codebook_version=r[6],
             study=r[7], created_at=created, extra=json.loads(r[9]) if r[9] and r[9] != "{}" else {},
-            run_id=None, confidence=None, rationale=None,
+            run_id=None, confidence=r[10], rationale=None, distribution=list(r[11]) if r[11] is not None else None,
         ))
     return Batch(traces=traces, segments=dict(segments), labels=dict(labels), source_format=formats)

@@ -22,12 +22,13 @@ import os
 import shutil
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from ..errors import ExportError
+from ..errors import ExportError, ExportWriteError
 from .features import features_of
 from .splits import SPLITS
 
@@ -233,11 +234,83 @@ def check_replaceable(out_dir: Path) -> None:
         )
 
 
+#: Code of an export directory that cannot be created or written (read-only folder, a file in the way).
+CANNOT_WRITE = "E817"
+#: Code of an export that failed while writing (disk full, I/O error); nothing is left behind.
+WRITE_FAILED = "E818"
+
+
+def _tmp_prefix(out_dir: Path, kind: str = "tmp") -> str:
+    return f".{out_dir.name}.{kind}-"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # PermissionError: another user's live process
+        return True
+    return True
+
+
+def remove_stale_tmp_dirs(out_dir: Path) -> list[Path]:
+    """Remove the hidden build folders (``.NAME.tmp-HOST-PID-*``, ``.NAME.old-HOST-PID-*``) that a killed
+    export of ``out_dir`` left beside it: only those of this host whose process is gone.
+
+    Returns
+    -------
+    list of Path
+        The folders removed.
+    """
+    import socket
+
+    host = socket.gethostname()
+    removed = []
+    try:
+        siblings = list(out_dir.parent.iterdir())
+    except OSError:
+        return []
+    for path in siblings:
+        for kind in ("tmp", "old"):
+            prefix = _tmp_prefix(out_dir, kind) + host + "-"
+            if not path.name.startswith(prefix) or not path.is_dir():
+                continue
+            pid_text = path.name[len(prefix):].split("-", 1)[0]
+            if pid_text.isdigit() and int(pid_text) != os.getpid() and not _pid_alive(int(pid_text)):
+                shutil.rmtree(path, ignore_errors=True)
+                removed.append(path)
+    return removed
+
+
+def _tag() -> str:
+    import socket
+
+    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
 def new_tmp_dir(out_dir: Path) -> Path:
-    """A fresh sibling directory of ``out_dir`` to build the export in (same filesystem: rename works)."""
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_dir.parent / f".{out_dir.name}.tmp-{uuid.uuid4().hex[:8]}"
-    tmp.mkdir()
+    """A fresh sibling directory of ``out_dir`` to build the export in (same filesystem: rename works).
+
+    Its name, ``.NAME.tmp-HOST-PID-RANDOM``, lets a later export remove it if this process is killed
+    (:func:`remove_stale_tmp_dirs`, called here first).
+
+    Raises
+    ------
+    ExportError
+        ``E817``: the parent folder cannot be created or written (read-only, a file in the way).
+    """
+    try:
+        out_dir.parent.mkdir(parents=True, exist_ok=True)
+        remove_stale_tmp_dirs(out_dir)
+        tmp = out_dir.parent / f"{_tmp_prefix(out_dir)}{_tag()}"
+        tmp.mkdir()
+    except OSError as exc:
+        raise ExportWriteError(
+            f"cannot write the export {out_dir}: {exc.strerror or exc} ({exc.filename or out_dir.parent}); "
+            "choose a writable --out folder",
+            code=CANNOT_WRITE,
+        ) from None
     return tmp
 
 
@@ -247,7 +320,7 @@ def swap_in(tmp: Path, out_dir: Path) -> None:
         os.rename(tmp, out_dir)
         return
     check_replaceable(out_dir)
-    old = out_dir.parent / f".{out_dir.name}.old-{uuid.uuid4().hex[:8]}"
+    old = out_dir.parent / f"{_tmp_prefix(out_dir, 'old')}{_tag()}"
     os.rename(out_dir, old)
     try:
         os.rename(tmp, out_dir)
@@ -311,6 +384,21 @@ def unpublishable_sources(out_dir: Path) -> list[dict[str, Any]]:
     return [s for s in sources if not license_allows_publishing(s.get("license"))]
 
 
+def _check_publishable(out_dir: Path, repo_id: str, allow_unknown_license: bool) -> None:
+    """The refusals of :func:`publish_export` that need no network: repo id shape, licences."""
+    if not repo_id or repo_id.count("/") != 1 or not all(repo_id.split("/")):
+        raise ExportError(f"--repo-id {repo_id!r} must look like ORG/NAME")
+    blocked = unpublishable_sources(out_dir)
+    if blocked and not allow_unknown_license:
+        listed = ", ".join(f"{b.get('source')} ({b.get('license') or 'unknown'}, {b.get('n_traces')} traces)" for b in blocked)
+        raise ExportError(
+            f"{out_dir} holds reasoning text of sources whose licence does not allow publishing it: {listed}. Re-export "
+            "with --source-license SOURCE=LICENSE for sources you have checked, leave those traces out, or pass "
+            "--allow-unknown-license if you have the right to publish them",
+            code=UNKNOWN_LICENSE,
+        )
+
+
 def publish_export(
     name_or_path: str | Path,
     repo_id: str,
@@ -354,17 +442,7 @@ def publish_export(
         export is untouched in every case (publishing only reads it).
     """
     out_dir = resolve_export_dir(name_or_path, exports_dir)
-    if not repo_id or repo_id.count("/") != 1 or not all(repo_id.split("/")):
-        raise ExportError(f"--repo-id {repo_id!r} must look like ORG/NAME")
-    blocked = unpublishable_sources(out_dir)
-    if blocked and not allow_unknown_license:
-        listed = ", ".join(f"{b.get('source')} ({b.get('license') or 'unknown'}, {b.get('n_traces')} traces)" for b in blocked)
-        raise ExportError(
-            f"{out_dir} holds reasoning text of sources whose licence does not allow publishing it: {listed}. Re-export "
-            "with --source-license SOURCE=LICENSE for sources you have checked, leave those traces out, or pass "
-            "--allow-unknown-license if you have the right to publish them",
-            code=UNKNOWN_LICENSE,
-        )
+    _check_publishable(out_dir, repo_id, allow_unknown_license)
     token = token or os.environ.get("HF_TOKEN") or None
     if not token:
         raise ExportError(
@@ -390,3 +468,145 @@ def publish_export(
             f"check the network, HF_TOKEN's write access and HF_HUB_OFFLINE. The local export at {out_dir} is unchanged"
         ) from None
     return str(getattr(info, "commit_url", info))
+
+
+#: Code of a dataset card whose metadata the hub would reject (found by ``ror publish --dry-run``).
+BAD_CARD = "E815"
+#: The hub's ``size_categories`` values (https://huggingface.co/docs/hub/datasets-cards).
+SIZE_CATEGORIES = frozenset({
+    "n<1K", "1K<n<10K", "10K<n<100K", "100K<n<1M", "1M<n<10M", "10M<n<100M", "100M<n<1B", "1B<n<10B",
+    "10B<n<100B", "100B<n<1T", "n>1T",
+})
+
+
+@dataclass
+class PublishPlan:
+    """What :func:`publish_export` would upload, found without the network (``ror publish --dry-run``).
+
+    Attributes
+    ----------
+    out_dir : Path
+        The export directory.
+    repo_id : str
+        The target ``ORG/NAME``.
+    files : list of (str, int)
+        Relative path (POSIX) and size in bytes of every file that would be uploaded, sorted by path.
+    card : dict
+        The card's metadata (YAML header), as validated.
+    """
+
+    out_dir: Path
+    repo_id: str
+    files: list[tuple[str, int]]
+    card: dict[str, Any]
+
+    @property
+    def total_bytes(self) -> int:
+        """Bytes that would be uploaded."""
+        return sum(size for _, size in self.files)
+
+
+def _publish_files(out_dir: Path) -> list[tuple[str, int]]:
+    """Files of ``out_dir`` that ``upload_folder(allow_patterns=PUBLISH_PATTERNS)`` sends (its own filter)."""
+    from huggingface_hub.utils import filter_repo_objects
+
+    paths = sorted(p.relative_to(out_dir).as_posix() for p in out_dir.rglob("*") if p.is_file())
+    chosen = list(filter_repo_objects(paths, allow_patterns=PUBLISH_PATTERNS))
+    return [(p, (out_dir / p).stat().st_size) for p in chosen]
+
+
+def validate_card(out_dir: Path, files: Sequence[str]) -> dict[str, Any]:  # noqa: C901  (one branch per card metadata field the hub validates)
+    """Validate an export's ``README.md`` offline against the hub's dataset-card metadata rules.
+
+    Checks that the YAML header parses (``huggingface_hub.DatasetCard``), that ``license`` is one
+    lower-case identifier or a list of them, that ``size_categories`` are hub values, that ``configs``
+    pass ``datasets``' own validation (``MetadataConfigs``) and that each of their ``data_files``
+    patterns matches a file that is uploaded, and that every ``dataset_info`` config is a declared one.
+
+    Returns
+    -------
+    dict
+        The metadata.
+
+    Raises
+    ------
+    ExportError
+        Code ``E815``, naming the field and what is wrong with it.
+    """
+    import fnmatch
+    import re
+
+    from huggingface_hub import DatasetCard
+
+    readme = out_dir / "README.md"
+
+    def bad(what: str) -> ExportError:
+        return ExportError(f"{readme}: the dataset card's metadata would be rejected by the hub: {what}; re-export to rewrite it", code=BAD_CARD)
+
+    if not readme.is_file():
+        raise bad("there is no README.md")
+    try:
+        card = DatasetCard.load(readme)
+        data = card.data.to_dict()
+    except Exception as exc:  # noqa: BLE001 - yaml and huggingface_hub raise several types for a bad header
+        raise bad(f"the YAML header does not parse ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from None
+    if not data:
+        raise bad("the YAML header is missing or empty")
+    licenses = data.get("license")
+    for lic in licenses if isinstance(licenses, list) else [licenses]:
+        if not isinstance(lic, str) or not re.fullmatch(r"[a-z0-9][a-z0-9.+\-]*", lic):
+            raise bad(f"license {lic!r} is not a lower-case licence identifier (e.g. mit, apache-2.0, cc-by-4.0, other)")
+    for field_name in ("task_categories", "tags", "language", "size_categories"):
+        value = data.get(field_name)
+        if value is not None and not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
+            raise bad(f"{field_name} must be a list of strings, got {value!r}")
+    unknown = [v for v in data.get("size_categories") or [] if v not in SIZE_CATEGORIES]
+    if unknown:
+        raise bad(f"size_categories {unknown} are not hub values ({', '.join(sorted(SIZE_CATEGORIES))})")
+    from datasets.utils.metadata import MetadataConfigs
+
+    try:
+        configs = MetadataConfigs.from_dataset_card_data(card.data)
+    except Exception as exc:  # noqa: BLE001 - datasets raises ValueError/TypeError for a malformed configs field
+        raise bad(f"configs: {exc}") from None
+    for name, config in configs.items():
+        data_files = config.get("data_files") or []
+        for entry in data_files if isinstance(data_files, list) else [data_files]:
+            patterns = entry.get("path") if isinstance(entry, dict) else entry
+            for pattern in patterns if isinstance(patterns, list) else [patterns]:
+                if not any(fnmatch.fnmatchcase(f, str(pattern)) for f in files):
+                    raise bad(f"config {name!r}: data_files pattern {pattern!r} matches none of the files to upload")
+    infos = data.get("dataset_info")
+    for info in infos if isinstance(infos, list) else [infos] if infos else []:
+        if isinstance(info, dict) and configs and info.get("config_name", "default") not in configs:
+            raise bad(f"dataset_info names config {info.get('config_name')!r}, which configs does not declare")
+    return data
+
+
+def plan_publish(
+    name_or_path: str | Path, repo_id: str, *, exports_dir: Path | str = "exports", allow_unknown_license: bool = False,
+) -> PublishPlan:
+    """What :func:`publish_export` would do, checked offline and without a token (``ror publish --dry-run``).
+
+    Parameters
+    ----------
+    name_or_path, repo_id, exports_dir, allow_unknown_license
+        As in :func:`publish_export`.
+
+    Returns
+    -------
+    PublishPlan
+        The files and sizes that would be uploaded and the validated card metadata.
+
+    Raises
+    ------
+    ExportError
+        Everything :func:`publish_export` refuses before uploading (no export, a malformed repo id,
+        ``E812`` for a source whose licence does not allow publishing), and ``E815`` for a card the hub
+        would reject (:func:`validate_card`).
+    """
+    out_dir = resolve_export_dir(name_or_path, exports_dir)
+    _check_publishable(out_dir, repo_id, allow_unknown_license)
+    files = _publish_files(out_dir)
+    card = validate_card(out_dir, [f for f, _ in files])
+    return PublishPlan(out_dir=out_dir, repo_id=repo_id, files=files, card=card)

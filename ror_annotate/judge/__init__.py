@@ -21,7 +21,7 @@ from ..registry import Registry
 if TYPE_CHECKING:  # pragma: no cover
     from rich.progress import Progress
 
-    from ..records import Run
+    from ..records import Annotator, Run
     from ..store import Store
 
 
@@ -127,10 +127,24 @@ def make_judge(spec: str, **options: Any) -> Judge:
     return factory(model or None, **options)
 
 
+def judge_annotators(judge: Judge) -> list["Annotator"]:
+    """The raters a judge writes labels as, declared (``judge.declared_annotators()`` when it has one).
+
+    A judge without that method (a third-party plug-in) is declared from its ``annotator``,
+    ``source`` and ``codebook_version`` as one machine rater.
+    """
+    from ..records import Annotator
+
+    declare = getattr(judge, "declared_annotators", None)
+    if callable(declare):
+        return list(declare())
+    return [Annotator(annotator=judge.annotator, kind="machine", source=judge.source, codebook_version=judge.codebook_version)]
+
+
 from .config import JudgeConfig  # noqa: E402
 from .outcome import DEFAULT_MAX_FAILED, MaxFailed, check_label_outcome  # noqa: E402  (needs JudgeReport above)
 
 __all__ = [
     "DEFAULT_MAX_FAILED", "Judge", "JudgeConfig", "JudgeReport", "MaxFailed", "available_judges", "check_label_outcome", "make_judge",
-    "JUDGES", "register_judge",
+    "JUDGES", "judge_annotators", "register_judge",
 ]

@@ -15,15 +15,16 @@ rule is a named regular expression or feature so a user can see why a segment go
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
-from ..records import Label, Segment
+from ..records import Annotator, Segment
 from . import JudgeReport, register_judge
 
 if TYPE_CHECKING:  # pragma: no cover
+    import pyarrow as pa
     from rich.progress import Progress
 
     from ..records import Run
@@ -35,6 +36,10 @@ BASELINE_VERSION = "baseline-cue-v1"
 FLUSH_LABELS = 5_000
 #: Traces read per query: memory stays flat in corpus size.
 READ_BATCH_TRACES = 256
+#: ... or, for short traces, up to this many segments (at most READ_BATCH_MAX_TRACES traces): each batch's
+#: queries cost a scan of the tables' trace ids, so 100k short traces in 256s would do 400 scans.
+READ_BATCH_SEGMENTS = 60_000
+READ_BATCH_MAX_TRACES = 8_192
 
 _I = re.IGNORECASE
 
@@ -60,7 +65,11 @@ REFLECTION_RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("hold-on", _rx(_LEAD + r"(?:but )?(?:hold on|actually|no,|nope|on second thought|on reflection)\b")),
     ("doubt-question", _rx(r"\b(?:is (?:that|this|it) (?:right|correct|possible|true)|did i (?:make|do|miss)|am i (?:missing|sure)|does (?:that|this) make sense|why (?:is|did|would))\b.*\?")),
     ("error-word", _rx(r"\b(?:mistake|miscalculat\w*|wrong|incorrect|contradict\w*|doesn't make sense|does not make sense|that can't be|can't be right|not possible|inconsistent|discrepancy|typo)\b")),
-    ("confirmation", _rx(_LEAD + r"(?:yes|yep|right|correct|okay, that|ok, that|good|great|perfect)\b[,.! ].*|.*\b(?:checks out|matches|consistent with|makes sense|seems (?:right|correct|reasonable|plausible)|that's correct|is correct|confirm(?:s|ed)?)\b")),
+    # As first written this was ``LEAD(...)\b[,.! ].*|.*\b(...)\b``: the second branch's leading
+    # ``.*`` made every search quadratic in the line length (147 us of a segment's 200 us). A search
+    # only asks whether some position matches, and ``.*`` may match nothing, so dropping the leading
+    # and trailing ``.*`` matches exactly the same strings (tests/test_baseline_fast.py checks it).
+    ("confirmation", _rx(_LEAD + r"(?:yes|yep|right|correct|okay, that|ok, that|good|great|perfect)\b[,.! ]|\b(?:checks out|matches|consistent with|makes sense|seems (?:right|correct|reasonable|plausible)|that's correct|is correct|confirm(?:s|ed)?)\b")),
     ("uncertainty", _rx(r"\b(?:i'm not sure|not sure|i wonder|maybe i|perhaps i (?:made|was)|i think i|seems off|suspicious|unclear|i'm confused|confusing)\b")),
 )
 
@@ -98,7 +107,7 @@ def _content_words(text: str) -> set[str]:
     return {w.lower() for w in _WORD.findall(text) if w.lower() not in _STOP and len(w) > 1}
 
 
-def _overlap(words: set[str], reference: set[str]) -> float:
+def _overlap(words: set[str], reference: set[str] | frozenset[str]) -> float:
     return len(words & reference) / len(words) if words else 0.0
 
 
@@ -113,8 +122,72 @@ class Context:
     n_segments: int
 
 
+_CLAIMS_ERROR = tuple(p for name, p in REFLECTION_RULES if name in ("error-word", "doubt-question", "uncertainty"))
+_SYMBOL = re.compile(r"[=+\-*/^]")
+#: Every cue rule in the order it is tried: ``(behavior, rule name, pattern, on the first line only)``.
+_ORDERED_RULES: tuple[tuple[str, str, re.Pattern[str], bool], ...] = tuple(
+    (behavior, name, pattern, behavior == "planning")
+    for behavior, rules in (
+        ("conclusion", CONCLUSION_RULES),
+        ("reflection", REFLECTION_RULES),
+        ("planning", PLANNING_RULES),
+        ("fact", FACT_RULES),
+        ("restatement", RESTATEMENT_RULES),
+    )
+    for name, pattern in rules
+)
+
+
 def _claims_error(text: str) -> bool:
-    return any(p.search(text) for name, p in REFLECTION_RULES if name in ("error-word", "doubt-question", "uncertainty"))
+    return any(p.search(text) for p in _CLAIMS_ERROR)
+
+
+def _computes(head: str) -> bool:
+    """A computation (``3 = 4``, ``x) is 2``) and at least three numbers: a new derivation step."""
+    if _COMPUTATION.search(head) is None:
+        return False
+    found = 0
+    for _ in _NUMBER.finditer(head):
+        found += 1
+        if found >= 3:
+            return True
+    return False
+
+
+def _rule_of(text: str, words: set[str], problem_words: frozenset[str], earlier_words: set[str] | frozenset[str], index: int) -> tuple[str, str]:
+    """The rules of :func:`classify_segment` on one segment whose content words are already known.
+
+    Shared by :func:`classify_segment`, :func:`classify_trace` and the judge's batch path, so the
+    rules exist once. ``words`` is ``_content_words(text)``; the sets are read, never copied.
+    """
+    head = text.strip()
+    first_line = head.splitlines()[0] if head else head
+    # Traces usually open by restating the task ("Okay, so I need to find ..."), which the
+    # planning cues would otherwise claim.
+    if index < 3 and len(words) >= 4 and _overlap(words, problem_words) >= 0.5:
+        return "restatement", "opening-restates-problem"
+    # A doubt that opens a check ("Wait, let me verify ...") is the plan of a re-checking round.
+    if _WAIT_THEN_PLAN.search(first_line):
+        return "planning", "wait-then-plan"
+    # A cue followed by an actual new computation ("Wait, 3/8 is 9/24 = ...") is execution;
+    # computed only when a reflection or planning cue fires (the only rules it changes).
+    computes: bool | None = None
+    for behavior, name, pattern, on_first_line in _ORDERED_RULES:
+        if pattern.search(first_line if on_first_line else head):
+            if behavior in ("reflection", "planning"):
+                if computes is None:
+                    computes = _computes(head)
+                if computes and not _claims_error(head):
+                    return "execution", f"{name}+computation"
+            return behavior, name
+    if len(words) >= 3:
+        new_numbers = any(w[0].isdigit() and w not in problem_words and w not in earlier_words for w in words)
+        if not new_numbers and _overlap(words, problem_words) >= 0.8:
+            return "restatement", "overlap-problem"
+        # Near-verbatim repeats only: reasoning reuses earlier words all the time while deriving.
+        if len(words) >= 6 and not new_numbers and _overlap(words, earlier_words) >= 0.97 and not _SYMBOL.search(head):
+            return "restatement", "overlap-earlier"
+    return "execution", "default-execution"
 
 
 def classify_segment(text: str, context: Context) -> tuple[str, str]:
@@ -125,54 +198,29 @@ def classify_segment(text: str, context: Context) -> tuple[str, str]:
     restatement by overlap (>= 80% of content words already in the problem or earlier text and no
     new number), then execution (the default: a derivation or computation step).
     """
-    head = text.strip()
-    first_line = head.splitlines()[0] if head else head
-    words = _content_words(head)
-    # Traces usually open by restating the task ("Okay, so I need to find ..."), which the
-    # planning cues would otherwise claim.
-    if context.index < 3 and len(words) >= 4 and _overlap(words, set(context.problem_words)) >= 0.5:
-        return "restatement", "opening-restates-problem"
-    # A doubt that opens a check ("Wait, let me verify ...") is the plan of a re-checking round.
-    if _WAIT_THEN_PLAN.search(first_line):
-        return "planning", "wait-then-plan"
-    # A cue followed by an actual new computation ("Wait, 3/8 is 9/24 = ...") is execution.
-    computes = len(_COMPUTATION.findall(head)) >= 1 and len(_NUMBER.findall(head)) >= 3
-    for behavior, rules in (
-        ("conclusion", CONCLUSION_RULES),
-        ("reflection", REFLECTION_RULES),
-        ("planning", PLANNING_RULES),
-        ("fact", FACT_RULES),
-        ("restatement", RESTATEMENT_RULES),
-    ):
-        for name, pattern in rules:
-            if pattern.search(first_line if behavior == "planning" else head):
-                if computes and behavior in ("reflection", "planning") and not _claims_error(head):
-                    return "execution", f"{name}+computation"
-                return behavior, name
-    if len(words) >= 3:
-        numbers = {w for w in words if w[0].isdigit()}
-        new_numbers = numbers - context.problem_words - context.earlier_words
-        if not new_numbers and _overlap(words, set(context.problem_words)) >= 0.8:
-            return "restatement", "overlap-problem"
-        # Near-verbatim repeats only: reasoning reuses earlier words all the time while deriving.
-        if len(words) >= 6 and not new_numbers and _overlap(words, set(context.earlier_words)) >= 0.97 and not re.search(r"[=+\-*/^]", head):
-            return "restatement", "overlap-earlier"
-    return "execution", "default-execution"
+    return _rule_of(text, _content_words(text), context.problem_words, context.earlier_words, context.index)
+
+
+def classify_texts(problem: str | None, texts: Sequence[str], indexes: Sequence[int] | None = None) -> list[tuple[str, str]]:
+    """Label one trace's segment texts in order; returns ``[(behavior, rule_name), ...]``.
+
+    The rules of :func:`classify_segment` with each segment's content words computed once and
+    the earlier text's words kept in one growing set (no copy per segment). ``indexes`` are the
+    segments' ``segment_index`` values (default ``0 .. len(texts) - 1``).
+    """
+    problem_words = frozenset(_content_words(problem or ""))
+    earlier: set[str] = set()
+    out = []
+    for position, text in enumerate(texts):
+        words = _content_words(text)
+        out.append(_rule_of(text, words, problem_words, earlier, position if indexes is None else indexes[position]))
+        earlier |= words
+    return out
 
 
 def classify_trace(problem: str | None, segments: Sequence[Segment]) -> list[tuple[str, str]]:
     """Label every segment of one trace in order; returns ``[(behavior, rule_name), ...]``."""
-    problem_words = frozenset(_content_words(problem or ""))
-    earlier: set[str] = set()
-    after_answer = False
-    out = []
-    for seg in segments:
-        ctx = Context(problem_words, frozenset(earlier), after_answer, seg.segment_index, len(segments))
-        behavior, rule = classify_segment(seg.text, ctx)
-        out.append((behavior, rule))
-        after_answer = after_answer or behavior == "conclusion"
-        earlier |= _content_words(seg.text)
-    return out
+    return classify_texts(problem, [seg.text for seg in segments], [seg.segment_index for seg in segments])
 
 
 class BaselineJudge:
@@ -182,6 +230,11 @@ class BaselineJudge:
     source = "baseline"
     codebook_version = BASELINE_VERSION
 
+    def declared_annotators(self) -> list[Annotator]:
+        """The baseline as a declared machine rater (its model is the rule-set name)."""
+        return [Annotator(annotator=BASELINE_NAME, kind="machine", source="baseline", model=BASELINE_VERSION,
+                          codebook_version=BASELINE_VERSION, details={"rules": "cue phrases (ror_annotate.judge.baseline)"})]
+
     def label(
         self, store: "Store", trace_ids: Sequence[str], *, run: "Run", progress: "Progress | None" = None
     ) -> JudgeReport:
@@ -190,38 +243,121 @@ class BaselineJudge:
         Idempotent: a segment whose stored baseline label (and rule) is what the rules give now is
         left untouched, with its run and time, and counted as ``skipped``; changed ones are replaced.
         An interrupt keeps every batch committed before it; re-running labels the rest.
+
+        Works on columns: per batch of :data:`READ_BATCH_TRACES` traces one Arrow read of the
+        segments' texts, the rules per text (:func:`classify_texts`), and labels written as one Arrow
+        table per flush (:meth:`Store.upsert_label_table`): no :class:`~ror_annotate.records.Segment`
+        or :class:`~ror_annotate.records.Label` object per segment.
         """
         report = JudgeReport()
+        trace_ids = list(dict.fromkeys(trace_ids))  # a trace given twice is labelled once
         task = progress.add_task("baseline labels", total=len(trace_ids)) if progress else None
-        labels: list[Label] = []
-        for start in range(0, len(trace_ids), READ_BATCH_TRACES):
-            batch = list(trace_ids[start:start + READ_BATCH_TRACES])
-            # one query per batch for segments and for stored labels (a query per trace scans per trace)
-            segments_of = store.segments_by_trace(batch)
-            stored = {
-                (lab.trace_id, lab.segment_index, lab.label, lab.rationale)
-                for lab in store.labels(source="baseline", annotator=BASELINE_NAME, trace_ids=batch)
-                if lab.codebook_version == BASELINE_VERSION
-            }
-            for trace in store.iter_traces(batch):
-                segments = segments_of[trace.trace_id]
-                for seg, (behavior, rule) in zip(segments, classify_trace(trace.problem, segments)):
-                    if (seg.trace_id, seg.segment_index, behavior, f"rule:{rule}") in stored:
+        pending = _PendingLabels(run.run_id)
+        for batch in _read_batches(trace_ids, store.segmentations()):
+            # ingestion order, as the traces were labelled one by one before
+            problems = store.rows_of_traces("traces", "trace_id, problem", batch, order_by="ingested_at, trace_id")
+            segs = store.arrow_of_traces("segments", "trace_id, segment_index, text", batch, order_by="trace_id, segment_index")
+            stored = set(store.rows_of_traces(
+                "labels", "trace_id, segment_index, label, rationale", batch,
+                where="source = 'baseline' AND annotator = ? AND codebook_version = ?", params=[BASELINE_NAME, BASELINE_VERSION],
+            ))
+            by_trace = _trace_slices(segs["trace_id"].to_pylist())
+            indexes = segs["segment_index"].to_pylist()
+            texts = segs["text"].to_pylist()
+            for trace_id, problem in problems:
+                lo, hi = by_trace.get(trace_id, (0, 0))
+                for index, (behavior, rule) in zip(indexes[lo:hi], classify_texts(problem, texts[lo:hi], indexes[lo:hi])):
+                    rationale = f"rule:{rule}"
+                    if stored and (trace_id, index, behavior, rationale) in stored:
                         report.skipped += 1
-                        continue
-                    labels.append(
-                        Label(
-                            trace_id=seg.trace_id, segment_index=seg.segment_index, label=behavior, source="baseline",
-                            annotator=BASELINE_NAME, codebook_version=BASELINE_VERSION, run_id=run.run_id, rationale=f"rule:{rule}",
-                        )
-                    )
-                if len(labels) >= FLUSH_LABELS:
-                    report.labeled += store.upsert_labels(labels)
-                    labels = []
-                if progress is not None and task is not None:
-                    progress.advance(task)
-        report.labeled += store.upsert_labels(labels)
+                    else:
+                        pending.add(trace_id, index, behavior, rationale)
+                if len(pending) >= FLUSH_LABELS:
+                    report.labeled += store.upsert_label_table(pending.take())
+            if progress is not None and task is not None:
+                progress.advance(task, len(problems))
+        report.labeled += store.upsert_label_table(pending.take())
         return report
+
+
+def _read_batches(trace_ids: list[str], segmented: dict[str, tuple[str, str, int]]) -> Iterator[list[str]]:
+    """Batches of ``trace_ids`` in order: :data:`READ_BATCH_TRACES` traces, or more while they hold
+    fewer than :data:`READ_BATCH_SEGMENTS` segments (``segmented``: :meth:`Store.segmentations`)."""
+    batch: list[str] = []
+    n_segments = 0
+    for trace_id in trace_ids:
+        batch.append(trace_id)
+        n_segments += segmented[trace_id][2] if trace_id in segmented else 0
+        if len(batch) >= READ_BATCH_MAX_TRACES or (len(batch) >= READ_BATCH_TRACES and n_segments >= READ_BATCH_SEGMENTS):
+            yield batch
+            batch, n_segments = [], 0
+    if batch:
+        yield batch
+
+
+def _trace_slices(trace_col: list[str]) -> dict[str, tuple[int, int]]:
+    """``{trace_id: (start, stop)}`` of the runs of equal ids in a column sorted by trace id."""
+    out: dict[str, tuple[int, int]] = {}
+    start = 0
+    for k in range(1, len(trace_col) + 1):
+        if k == len(trace_col) or trace_col[k] != trace_col[start]:
+            out[trace_col[start]] = (start, k)
+            start = k
+    return out
+
+
+class _PendingLabels:
+    """Baseline labels gathered as columns until they are written as one Arrow table."""
+
+    def __init__(self, run_id: str | None) -> None:
+        self.run_id = run_id
+        self._clear()
+
+    def _clear(self) -> None:
+        self.trace_ids: list[str] = []
+        self.indexes: list[int] = []
+        self.labels: list[str] = []
+        self.rationales: list[str] = []
+
+    def __len__(self) -> int:
+        return len(self.indexes)
+
+    def add(self, trace_id: str, index: int, behavior: str, rationale: str) -> None:
+        self.trace_ids.append(trace_id)
+        self.indexes.append(index)
+        self.labels.append(behavior)
+        self.rationales.append(rationale)
+
+    def take(self) -> "pa.Table":
+        """The gathered labels as a table of :data:`~ror_annotate.store.LABEL_TABLE_SCHEMA` (then empties)."""
+        import pyarrow as pa
+
+        from ..records import label_ids, utc_now
+        from ..store import LABEL_TABLE_SCHEMA, to_naive_utc
+
+        n = len(self)
+        ids: list[str] = []
+        for trace_id, (lo, hi) in _trace_slices(self.trace_ids).items():  # one run per trace: added trace by trace
+            ids += label_ids(trace_id, self.indexes[lo:hi], source="baseline", annotator=BASELINE_NAME, codebook_version=BASELINE_VERSION)
+        now = to_naive_utc(utc_now())
+
+        def const(value: Any, type_: "pa.DataType") -> "pa.Array":
+            return pa.repeat(pa.scalar(value, type=type_), n)
+
+        table = pa.table(
+            {
+                "label_id": pa.array(ids, pa.string()), "trace_id": pa.array(self.trace_ids, pa.string()),
+                "segment_index": pa.array(self.indexes, pa.int32()), "label": pa.array(self.labels, pa.string()),
+                "source": const("baseline", pa.string()), "annotator": const(BASELINE_NAME, pa.string()),
+                "codebook_version": const(BASELINE_VERSION, pa.string()), "run_id": const(self.run_id, pa.string()),
+                "study": const(None, pa.string()), "confidence": const(None, pa.float64()),
+                "rationale": pa.array(self.rationales, pa.string()), "created_at": const(now, pa.timestamp("us")),
+                "extra": const("{}", pa.string()), "distribution": const(None, pa.list_(pa.float64())),
+            },
+            schema=LABEL_TABLE_SCHEMA,
+        )
+        self._clear()
+        return table
 
 
 @register_judge("baseline")

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError, JudgeError
 from . import JudgeReport
-from .client import ChatClient, RequestRejectedError, completion_from_dict
+from .client import ChatClient, RequestRejectedError, ResponseBodyError, completion_from_dict
 from .llm import UsageMeter, naive_utc_now
 from .pricing import BATCH_DISCOUNT
 
@@ -70,7 +70,9 @@ def label_with_batch(judge: "LLMJudge", store: "Store", trace_ids: Sequence[str]
         The endpoint refused an upload or batch (see :class:`~.client.ChatClient`); batches created
         before stay recorded and a re-run resumes them.
     """
-    return asyncio.run(_label_with_batch(judge, store, trace_ids, run=run, progress=progress))
+    from .llm import run_interruptible
+
+    return run_interruptible(_label_with_batch(judge, store, trace_ids, run=run, progress=progress))
 
 
 async def _label_with_batch(judge: "LLMJudge", store: "Store", trace_ids: Sequence[str], *, run: "Run | None",
@@ -297,9 +299,13 @@ async def _ingest_batch(judge: "LLMJudge", store: "Store", client: ChatClient, b
     if batch.output_file_id:
         for line in await _read_file(client, batch.output_file_id, f"batch {batch.id} output", messages):
             status, code = _line_status(line)
-            if status == 200 and _ingest_line(judge, store, line, mapping, usage, run_id):
-                ingested += 1
-            elif status != 200:
+            if status == 200:
+                try:
+                    ingested += _ingest_line(judge, store, line, mapping, usage, run_id)
+                except ResponseBodyError as exc:  # a 200 line whose body is an error object, not a completion
+                    errors["no_completion"] += 1
+                    messages.append(exc.message[:300])
+            else:
                 errors[code] += 1
     if batch.error_file_id:
         for line in await _read_file(client, batch.error_file_id, f"batch {batch.id} errors", messages):
@@ -347,7 +353,7 @@ def _ingest_line(judge: "LLMJudge", store: "Store", line: dict[str, Any], mappin
     cache_row = {"cache_key": req["cache_key"], "params": req["params"], "ids": req["ids"], "attempt": 1,
                  "response": completion.raw, "input_tokens": completion.input_tokens,
                  "cached_input_tokens": completion.cached_input_tokens, "output_tokens": completion.output_tokens,
-                 "cost_usd": cost, "reasoning": completion.reasoning}
+                 "cost_usd": cost, "reasoning": completion.reasoning, "usage_status": completion.usage_status}
     extra = {"prompt_template_hash": judge.prompt_template_hash, "model": judge.model, "response_model": completion.raw.get("model"),
              "codebook": judge.book.versioned_name, "params": req["params"], "mode": judge.mode, "chunk_size": judge.chunk_size,
              "attempt": 1, "cache_key": req["cache_key"], "windowed": req.get("windowed", False), "batch": True}

@@ -3,7 +3,8 @@
 The ``openai`` client's own retries are switched off (``max_retries=0``) so that this module
 decides, and can report, every wait:
 
-* 429, 408, 409, 5xx, timeouts and connection errors are retried up to ``max_attempts`` calls in
+* 429, 408, 409, 5xx, timeouts, connection errors (refused, reset) and 200 bodies that are no
+  completion are retried up to ``max_attempts`` calls in
   total, waiting what the server asked for (``retry-after-ms``, ``retry-after`` in seconds or as an
   HTTP date, or "try again in 1.5s" in the error message; ``shared/pitfalls/LLM-04``), otherwise
   exponential backoff with "equal jitter" (``min(cap, base * 2**k * U[0.5, 1])``), which keeps
@@ -20,6 +21,17 @@ decides, and can report, every wait:
   the JSON in ``content``. The reasoning text is kept on :class:`Completion` (``reasoning``).
 * A 400 saying the prompt is longer than the model's context is recognised by
   :func:`is_context_length_error`: a property of that one request, not of the run.
+* The body of an HTTP 200 is parsed here, not by the ``openai`` client (:func:`completion_from_text`):
+  a body that is not JSON or an HTML page (proxies, captive portals) and an error object without
+  ``choices`` (gateways relay upstream 502/429 that way) raise :class:`ResponseBodyError` (E507),
+  retried like the status it stands for (the error object's code; 502 otherwise), so a 429 or 502
+  relayed inside a 200 fails only its request after the retries, with the provider's text.
+* ``message.content`` may be a string, a list of typed parts (``text`` -> answer, ``thinking`` ->
+  reasoning) or ``null`` with the answer in ``tool_calls[0].function.arguments``; all are read.
+* Usage is validated and the providers' prompt-cache fields are mapped (:func:`read_usage`); usage
+  that is missing or invalid is *unknown* (``Completion.usage_status``), never 0.
+* Every message this module builds from an endpoint's text is scrubbed of secrets
+  (:func:`~ror_annotate.provenance.scrub_text`): endpoints may echo the ``Authorization`` header.
 
 The API key comes from ``OPENAI_API_KEY`` only. For a local ``base_url`` (127.0.0.1, localhost:
 vLLM, Ollama) without a key, the placeholder ``"sk-no-key-required"`` is sent; those servers accept
@@ -45,15 +57,17 @@ from ..errors import (  # re-exported: these names were defined here before erro
     JudgeError,  # noqa: F401  (kept importable from here)
     RefusalError,
     RequestRejectedError,
+    ResponseBodyError,
     ResponseParseError,
     RetriesExhaustedError,
     TruncatedOutputError,
 )
+from ..provenance import register_secret, register_url_secrets, scrub_text, scrub_url
 
 __all__ = [
-    "ChatClient", "Completion", "RefusalError", "RequestRejectedError", "ResponseParseError", "RetriesExhaustedError",
-    "TruncatedOutputError", "backoff_seconds", "check_base_url", "completion_from_dict", "is_context_length_error",
-    "parse_answer", "resolve_api_key", "retry_after_seconds",
+    "ChatClient", "Completion", "RefusalError", "RequestRejectedError", "ResponseBodyError", "ResponseParseError",
+    "RetriesExhaustedError", "TruncatedOutputError", "backoff_seconds", "check_base_url", "completion_from_dict",
+    "completion_from_text", "is_context_length_error", "parse_answer", "read_usage", "resolve_api_key", "retry_after_seconds",
 ]
 
 PLACEHOLDER_KEY = "sk-no-key-required"
@@ -64,7 +78,12 @@ _RETRYABLE_STATUS = {408, 409, 429}
 
 @dataclass
 class Completion:
-    """One chat completion's content and usage (tokens as reported by the endpoint)."""
+    """One chat completion's content and usage (tokens as reported by the endpoint).
+
+    ``usage_status`` is ``"ok"``, ``"missing"`` (the response carried no usable ``usage``) or
+    ``"invalid: ..."`` (negative or non-numeric counts, cached > prompt); unless ``"ok"`` the three
+    token counts are 0 and mean "unknown", never "free" (:func:`read_usage`).
+    """
 
     content: str | None
     finish_reason: str | None
@@ -73,8 +92,9 @@ class Completion:
     cached_input_tokens: int
     output_tokens: int
     raw: dict[str, Any] = field(repr=False, default_factory=dict)
-    #: The model's reasoning: ``message.reasoning_content``/``reasoning``, or a leading think block.
+    #: The model's reasoning: ``message.reasoning_content``/``reasoning``, typed ``thinking`` parts, or a leading think block.
     reasoning: str | None = None
+    usage_status: str = "ok"
 
 
 def check_base_url(base_url: str | None) -> None:
@@ -97,8 +117,6 @@ def check_base_url(base_url: str | None) -> None:
 
 def _redact_url(url: str) -> str:
     # Error messages must not echo a password written into the URL.
-    from ..store import scrub_url
-
     return scrub_url(url)
 
 
@@ -123,36 +141,282 @@ def resolve_api_key(base_url: str | None) -> str:
     )
 
 
-def completion_from_dict(body: dict[str, Any]) -> Completion:
+def completion_from_dict(body: Any) -> Completion:
     """A :class:`Completion` from a chat-completion response body (interactive or Batch API output).
+
+    Reads the answer in every shape endpoints send it: ``message.content`` as a string, as a list
+    of typed parts (Mistral/Magistral, Anthropic-style gateways: ``text`` parts are the answer,
+    ``thinking``/``reasoning`` parts the reasoning), or, with no text, the arguments of the first
+    tool call (``tool_calls[0].function.arguments``; gateways that send JSON output as a tool call).
+    Usage is read by :func:`read_usage`.
 
     Raises
     ------
-    ResponseParseError
-        The body has no choices.
+    ResponseBodyError
+        The body is not an object, or has no choices (an error object relayed with HTTP 200 is
+        classified by its embedded code: see :func:`embedded_error`).
     """
+    if not isinstance(body, dict):
+        raise ResponseBodyError(f"the endpoint answered with a JSON {type(body).__name__}, not a chat completion object")
     choices = body.get("choices") or []
-    if not choices:
-        raise ResponseParseError(f"response {body.get('id')!r} has no choices")
+    if not choices or not isinstance(choices, list) or not isinstance(choices[0], dict):
+        raise embedded_error(body)
     choice = choices[0]
     message = choice.get("message") or {}
-    usage = body.get("usage") or {}
-    details = usage.get("prompt_tokens_details") or {}
-    reasoning = message.get("reasoning_content") or message.get("reasoning")
-    content = message.get("content")
-    if isinstance(content, str):
-        think, _ = split_reasoning(content)
+    if not isinstance(message, dict):
+        message = {}
+    text, thinking, refusal = _content_parts(message.get("content"))
+    if not text:
+        text = _tool_call_arguments(message) or text
+    reasoning = message.get("reasoning_content") or message.get("reasoning") or thinking
+    if not isinstance(reasoning, str):
+        reasoning = _part_text(reasoning) or None
+    if isinstance(text, str):
+        think, _ = split_reasoning(text)
         reasoning = reasoning or think
+    input_tokens, cached, output_tokens, status = read_usage(body.get("usage"))
     return Completion(
-        content=content,
+        content=text,
         finish_reason=choice.get("finish_reason"),
-        refusal=message.get("refusal"),
-        input_tokens=int(usage.get("prompt_tokens") or 0),
-        cached_input_tokens=int(details.get("cached_tokens") or 0),
-        output_tokens=int(usage.get("completion_tokens") or 0),
+        refusal=message.get("refusal") or refusal,
+        input_tokens=input_tokens,
+        cached_input_tokens=cached,
+        output_tokens=output_tokens,
         raw=body,
         reasoning=reasoning if isinstance(reasoning, str) and reasoning else None,
+        usage_status=status,
     )
+
+
+def completion_from_text(text: str, *, content_type: str | None = None) -> Completion:
+    """A :class:`Completion` from the raw text of an HTTP 200 response (see :func:`completion_from_dict`).
+
+    Raises
+    ------
+    ResponseBodyError
+        The text is not JSON (a proxy's or captive portal's HTML page, a cut body): retried by
+        :class:`ChatClient` like a 502; or JSON that is not a chat completion.
+    """
+    try:
+        body = json.loads(text)
+    except ValueError:
+        raise ResponseBodyError(
+            f"the endpoint answered HTTP 200 with {_describe_body(text, content_type)} instead of a chat completion; "
+            "check --base-url (a proxy, login page or captive portal answers instead of the API)"
+        ) from None
+    return completion_from_dict(body)
+
+
+def _describe_body(text: str, content_type: str | None) -> str:
+    ctype = f" ({content_type.split(';')[0].strip()})" if content_type else ""
+    if not text.strip():
+        return f"an empty body{ctype}"
+    if re.search(r"<\s*(!doctype|html|head|body)\b", text[:2000], re.IGNORECASE):
+        title = re.search(r"<title[^>]*>(.*?)</title>", text[:20000], re.IGNORECASE | re.DOTALL)
+        what = f"an HTML page{ctype}"
+        return what + (f" titled {' '.join(title.group(1).split())[:80]!r}" if title else "")
+    return f"a body that is not JSON{ctype}: {' '.join(text.split())[:80]!r}"
+
+
+def _part_text(value: Any) -> str:
+    """The text of a typed part's payload: a string, a list of parts, or a part with ``text``."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        return "".join(_part_text(v) for v in value)
+    if isinstance(value, dict):
+        for key in ("text", "thinking", "reasoning", "content", "summary"):
+            if key in value:
+                return _part_text(value[key])
+    return ""
+
+
+_THINKING_PARTS = ("thinking", "reasoning", "reasoning_content", "redacted_thinking")
+
+
+def _content_parts(content: Any) -> tuple[str | None, str | None, str | None]:
+    """``(answer text, thinking text, refusal)`` of ``message.content`` in any of its shapes."""
+    if content is None or isinstance(content, str):
+        return content, None, None
+    if isinstance(content, dict):
+        if "type" in content:
+            content = [content]
+        else:  # the JSON answer itself, as an object
+            return json.dumps(content, ensure_ascii=False), None, None
+    if not isinstance(content, list):
+        return str(content), None, None
+    texts: list[str] = []
+    thoughts: list[str] = []
+    refusals: list[str] = []
+    for part in content:
+        if isinstance(part, str):
+            texts.append(part)
+            continue
+        if not isinstance(part, dict):
+            continue
+        kind = part.get("type")
+        if kind in _THINKING_PARTS:
+            thoughts.append(_part_text({k: v for k, v in part.items() if k != "type"}))
+        elif kind == "refusal":
+            refusals.append(_part_text(part.get("refusal")))
+        elif kind == "json":
+            texts.append(json.dumps(part.get("json"), ensure_ascii=False))
+        elif kind in (None, "text", "output_text"):
+            texts.append(_part_text(part.get("text", "")))
+    return "".join(texts) or None, "\n".join(t for t in thoughts if t) or None, "".join(refusals) or None
+
+
+def _tool_call_arguments(message: dict[str, Any]) -> str | None:
+    """The arguments of the first tool call (or legacy ``function_call``), as JSON text."""
+    calls = message.get("tool_calls")
+    candidates: list[Any] = []
+    if isinstance(calls, list):
+        candidates += [c.get("function") for c in calls if isinstance(c, dict)]
+    candidates.append(message.get("function_call"))
+    for fn in candidates:
+        if isinstance(fn, dict):
+            args = fn.get("arguments")
+            if isinstance(args, str) and args.strip():
+                return args
+            if isinstance(args, dict):
+                return json.dumps(args, ensure_ascii=False)
+    return None
+
+
+#: Where providers report prompt-cache hits (tokens read from the cache), checked in this order:
+#: OpenAI, vLLM, xAI, OpenRouter ``prompt_tokens_details.cached_tokens``; the Responses API
+#: ``input_tokens_details.cached_tokens``; DeepSeek ``prompt_cache_hit_tokens``; Anthropic and
+#: LiteLLM-style gateways ``cache_read_input_tokens``; Moonshot/Kimi a top-level ``cached_tokens``.
+CACHE_HIT_FIELDS: tuple[tuple[str, ...], ...] = (
+    ("prompt_tokens_details", "cached_tokens"), ("input_tokens_details", "cached_tokens"), ("prompt_cache_hit_tokens",),
+    ("cache_read_input_tokens",), ("cached_tokens",),
+)
+
+
+def _usage_field(usage: dict[str, Any], path: tuple[str, ...]) -> Any:
+    value: Any = usage
+    for key in path:
+        if not isinstance(value, dict) or key not in value:
+            return None
+        value = value[key]
+    return value
+
+
+def _count(value: Any, name: str) -> int:
+    """A token count: a non-negative integer (an integral float or digit string is accepted)."""
+    if isinstance(value, bool):
+        raise ValueError(f"{name}={value!r} is not a number")
+    if isinstance(value, int):
+        number = value
+    elif isinstance(value, float) and value.is_integer():
+        number = int(value)
+    elif isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        number = int(value)
+    else:
+        raise ValueError(f"{name}={value!r} is not a whole number")
+    if number < 0:
+        raise ValueError(f"{name}={number} is negative")
+    return number
+
+
+def read_usage(usage: Any) -> tuple[int, int, int, str]:
+    """``(input_tokens, cached_input_tokens, output_tokens, status)`` of a response's ``usage`` object.
+
+    ``input_tokens`` includes the cached ones (the OpenAI convention, which the price formula of
+    :func:`~ror_annotate.judge.pricing.cost_usd` assumes). Prompt tokens are read from
+    ``prompt_tokens`` (OpenAI) or ``input_tokens`` (Anthropic, Responses API); cache hits from the
+    first of :data:`CACHE_HIT_FIELDS` present. An Anthropic-style usage (``input_tokens`` with
+    ``cache_read_input_tokens``/``cache_creation_input_tokens``, no ``prompt_tokens``) counts its
+    input without the cache, so the cache reads and writes are added to it (Anthropic's usage
+    documentation); cache writes are then billed at the input price (Anthropic bills them 1.25x:
+    an estimate, like every figure of :mod:`.pricing`).
+
+    ``status`` is ``"ok"``; ``"missing"`` when there is no usage or no prompt/completion count; or
+    ``"invalid: <why>"`` for a negative or non-numeric count, or more cached than prompt tokens. In
+    both latter cases the counts are ``0, 0, 0`` and mean *unknown*: the caller records them as
+    such (``NULL`` in ``judge_cache``, ``usage_unknown_requests`` in the run's counts), never as free.
+    """
+    if not isinstance(usage, dict) or not usage:
+        return 0, 0, 0, "missing"
+    # Anthropic counts input_tokens without its cache reads and writes; the Responses API (also
+    # input_tokens) counts them in, and reports hits under input_tokens_details.
+    anthropic = "prompt_tokens" not in usage and "input_tokens" in usage and (
+        "cache_read_input_tokens" in usage or "cache_creation_input_tokens" in usage)
+    prompt_raw = usage.get("prompt_tokens", usage.get("input_tokens"))
+    output_raw = usage.get("completion_tokens", usage.get("output_tokens"))
+    if prompt_raw is None or output_raw is None:
+        return 0, 0, 0, "missing"
+    try:
+        prompt = _count(prompt_raw, "prompt_tokens" if not anthropic else "input_tokens")
+        output = _count(output_raw, "completion_tokens" if "completion_tokens" in usage else "output_tokens")
+        cached = 0
+        for path in CACHE_HIT_FIELDS:
+            value = _usage_field(usage, path)
+            if value is not None:
+                cached = _count(value, ".".join(path))
+                break
+        if anthropic:
+            created = usage.get("cache_creation_input_tokens")
+            prompt += cached + (_count(created, "cache_creation_input_tokens") if created is not None else 0)
+        if cached > prompt:
+            raise ValueError(f"cached tokens {cached} exceed prompt tokens {prompt}")
+    except ValueError as exc:
+        return 0, 0, 0, f"invalid: {exc}"
+    return prompt, cached, output, "ok"
+
+
+#: Error codes and types of error objects, as the HTTP status they stand for.
+_CODE_STATUS = {
+    "rate_limit_exceeded": 429, "rate_limit_error": 429, "rate_limited": 429, "too_many_requests": 429,
+    "insufficient_quota": 429, "server_error": 500, "internal_error": 500, "internal_server_error": 500,
+    "api_error": 500, "bad_gateway": 502, "upstream_error": 502, "service_unavailable": 503, "overloaded": 503,
+    "overloaded_error": 503, "timeout": 504, "gateway_timeout": 504, "context_length_exceeded": 400,
+    "string_above_max_length": 400, "invalid_request_error": 400, "invalid_api_key": 401, "authentication_error": 401,
+    "permission_error": 403, "permission_denied": 403, "model_not_found": 404, "not_found_error": 404,
+}
+
+
+def embedded_error(body: dict[str, Any]) -> ResponseBodyError:
+    """The error of a 200 body without ``choices``, classified like the HTTP status it stands for.
+
+    The status is the error object's numeric ``code`` (``{"error": {"code": 502, ...}}``, as
+    OpenRouter and other gateways relay upstream failures), else its ``status``/``status_code``,
+    else the status a string ``code`` or ``type`` names (``rate_limit_exceeded`` -> 429,
+    ``server_error`` -> 500, ``invalid_api_key`` -> 401, ...; :data:`_CODE_STATUS`), else 502 (an
+    upstream failure of unknown kind: retried). The provider's own message is kept, scrubbed of secrets.
+    """
+    err = body.get("error")
+    if isinstance(err, str):
+        err = {"message": err}
+    if not isinstance(err, dict):
+        err = body if body.get("object") == "error" or "message" in body else {}
+    status: int | None = None
+    api_code: str | None = None
+    for key in ("code", "status", "status_code"):
+        value = err.get(key, body.get(key) if key != "code" else None)
+        if isinstance(value, bool):
+            continue
+        if isinstance(value, int) or (isinstance(value, str) and value.isdigit()):
+            if 400 <= int(value) <= 599:
+                status = int(value)
+                break
+        elif isinstance(value, str) and api_code is None:
+            api_code = value
+    if status is None:
+        for name in (api_code, err.get("type")):
+            if isinstance(name, str) and name.lower() in _CODE_STATUS:
+                status = _CODE_STATUS[name.lower()]
+                break
+    message = err.get("message") or err.get("detail") or ""
+    meta = err.get("metadata")
+    if isinstance(meta, dict) and meta.get("raw"):  # OpenRouter keeps the upstream's own text here
+        message = f"{message} ({meta['raw']})" if message else str(meta["raw"])
+    if not err:
+        text = f"response {body.get('id')!r} has no choices and no error object"
+    else:
+        text = f"the endpoint answered HTTP 200 with an error instead of a completion: {message or json.dumps(err)[:300]}"
+    where = f" (code {status if status is not None else api_code})" if status is not None or api_code else ""
+    return ResponseBodyError(scrub_text(f"{text}{where}"[:1000]), status=status or 502, api_code=api_code)
 
 
 _THINK_TAGS = (("<think>", "</think>"), ("<thinking>", "</thinking>"), ("<|begin_of_thought|>", "<|end_of_thought|>"))
@@ -329,7 +593,15 @@ class ChatClient:
         self.sleep: Sleep = sleep or asyncio.sleep
         self.rng = random.Random(seed)
         self.waits: list[float] = []
+        #: Calls that got any HTTP answer; calls cancelled before their answer (an interrupt: the
+        #: provider may bill them, their usage is unknown).
+        self.answered = 0
+        self.abandoned = 0
         self._api_key = resolve_api_key(base_url)
+        # Endpoints may echo the Authorization header (the key, or base64 of the URL's user:password)
+        # in their error texts: every text this client hands on is scrubbed of both.
+        register_secret(self._api_key)
+        register_url_secrets(base_url)
         self._client: Any = None
 
     @property
@@ -362,8 +634,15 @@ class ChatClient:
         cause = "status"
         for attempt in range(self.max_attempts):
             try:
-                return await call()
+                try:
+                    result = await call()
+                except asyncio.CancelledError:
+                    self.abandoned += 1
+                    raise
+                self.answered += 1
+                return result
             except openai.APIStatusError as exc:
+                self.answered += 1
                 status = exc.status_code
                 message = _api_message(exc)
                 if status not in _RETRYABLE_STATUS and status < 500:
@@ -371,6 +650,15 @@ class ChatClient:
                                                status=status, api_code=_api_code(exc)) from exc
                 asked = retry_after_seconds(exc.response.headers, message)
                 last, cause = exc, "status"
+            except ResponseBodyError as exc:
+                # An HTTP 200 that is no completion: an error object is treated like the status its code
+                # stands for; a body that is not JSON (a proxy's HTML page) like a 502.
+                self.answered += 1
+                status = exc.status
+                if status not in _RETRYABLE_STATUS and status < 500:
+                    raise RequestRejectedError(f"{what}: {exc.message}", status=status, api_code=exc.api_code) from exc
+                asked = retry_after_seconds(None, exc.message)
+                last, cause = exc, "body"
             except openai.APITimeoutError as exc:
                 # A client-side timeout is retried like a 5xx; it says nothing about reachability.
                 asked, last, status, cause = None, exc, None, "timeout"
@@ -384,7 +672,10 @@ class ChatClient:
             waits.append(wait)
             self.waits.append(wait)
             await self.sleep(wait)
-        kind = "rate limited (429)" if status == 429 else (f"status {status}" if status else type(last).__name__)
+        if cause == "body":
+            kind = f"a body that is no chat completion (as HTTP {status})"
+        else:
+            kind = "rate limited (429)" if status == 429 else (f"status {status}" if status else type(last).__name__)
         raise RetriesExhaustedError(
             f"{what}: {kind} on all {len(waits) + 1} attempts (waited {sum(waits):.1f} s in total): {_api_message(last)}",
             status=status, waits=waits, cause=cause,
@@ -394,8 +685,10 @@ class ChatClient:
         """POST one chat completion (``body`` as for ``chat.completions.create``) with retries."""
 
         async def call() -> Completion:
-            response = await self.openai.chat.completions.create(**body)
-            return completion_from_dict(response.model_dump())
+            # The raw body, parsed here: an HTTP 200 may carry an HTML page or an error object, which
+            # the client's own parsing turns into a traceback or an empty completion.
+            response = await self.openai.chat.completions.with_raw_response.create(**body)
+            return completion_from_text(response.text, content_type=response.headers.get("content-type"))
 
         return await self.with_retries(call, what=what)
 
@@ -410,6 +703,11 @@ def _api_code(exc: BaseException) -> str | None:
 
 
 def _api_message(exc: BaseException | None) -> str:
+    """The provider's own message of an error, scrubbed of every known secret."""
+    return scrub_text(_raw_api_message(exc))
+
+
+def _raw_api_message(exc: BaseException | None) -> str:
     if exc is None:
         return ""
     body = getattr(exc, "body", None)

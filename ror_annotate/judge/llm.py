@@ -26,9 +26,18 @@ stored response is replayed from the cache.
 Fatal or local is decided by the kind of error, never by the order of the requests: a request
 refused as longer than the model's context fails that trace only (its other chunks are not sent),
 with the reason; any other rejection (4xx other than 408/409/429: bad key, unknown model or URL, a
-schema the endpoint refuses) and an endpoint that never answers (connection refused on every try)
-abort the run with the API's message. 429s, 5xx and client-side timeouts that outlast the retries
-fail only that request's segments.
+schema the endpoint refuses, also when relayed inside an HTTP 200) and an endpoint that never
+answered in the run (nothing answering on every try) or that stopped answering for
+:data:`DOWN_AFTER_FAILED_REQUESTS` requests in a row abort the run with the API's message. 429s,
+5xx, client-side timeouts, reset connections and 200 bodies that are no completion that outlast
+the retries fail only that request's segments.
+
+The cost ledger: each paid response's usage is stored with it in ``judge_cache`` (``NULL`` when
+the endpoint reported none or an invalid one, ``usage_status`` saying which); at the end of a pass
+the run's totals are recomputed from those rows (:func:`run_ledger`), and runs an earlier process
+left unfinished (kill -9) are given theirs when the next pass starts (:func:`reconcile_run_ledger`).
+Rationales are capped at :data:`MAX_RATIONALE_CHARS` characters; failure reasons are scrubbed of
+secrets before they are stored.
 """
 
 from __future__ import annotations
@@ -41,8 +50,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..codebook import Codebook, load_codebook
 from ..errors import ConfigError, JudgeError
-from ..records import Label, Segment, Trace, sha256_text, utc_now
-from ..store import scrub_url
+from ..provenance import scrub_text, scrub_url
+from ..records import Annotator, Label, Segment, Trace, sha256_text, utc_now
 from . import JudgeReport, register_judge
 from .client import (
     ChatClient,
@@ -76,6 +85,12 @@ DEFAULT_MAX_ATTEMPTS = 4
 DEFAULT_CONTEXT_TOKENS = 128_000
 #: Output budget: a fixed part plus a per-segment part (an item with a short rationale is ~35 tokens).
 MAX_TOKENS_BASE, MAX_TOKENS_PER_SEGMENT, MAX_TOKENS_CAP = 96, 64, 32_768
+#: Longest rationale stored on a label, in characters; a longer one is cut and ends with
+#: ``" … [rationale cut: N characters]"`` (N its full length). The raw answer stays whole in judge_cache.
+MAX_RATIONALE_CHARS = 2000
+#: A run stops as "stopped answering" after this many requests in a row found nothing answering on
+#: any try (connection refused or reset), although the endpoint had answered before in the run.
+DOWN_AFTER_FAILED_REQUESTS = 3
 
 #: The judge component's own tables (declared through Store.migrate("judge", ...)).
 JUDGE_MIGRATIONS: tuple[str, ...] = (
@@ -133,6 +148,19 @@ JUDGE_MIGRATIONS: tuple[str, ...] = (
     """,
 )
 
+#: The cost ledger's own migrations (component ``judge_ledger``, applied after :data:`JUDGE_MIGRATIONS`):
+#: unknown usage is stored as NULL, never as 0, with why it is unknown (``usage_status``: ``ok``,
+#: ``missing`` or ``invalid: ...``, see :func:`.client.read_usage`).
+LEDGER_MIGRATIONS: tuple[str, ...] = (
+    """
+    ALTER TABLE judge_cache ALTER COLUMN input_tokens DROP NOT NULL;
+    ALTER TABLE judge_cache ALTER COLUMN cached_input_tokens DROP NOT NULL;
+    ALTER TABLE judge_cache ALTER COLUMN output_tokens DROP NOT NULL;
+    ALTER TABLE judge_cache ALTER COLUMN cost_usd DROP NOT NULL;
+    ALTER TABLE judge_cache ADD COLUMN usage_status VARCHAR;
+    """,
+)
+
 #: Why a request was asked again (``JudgeReport.extra["retries"]`` counts each).
 RETRY_CAUSES = ("transport", "truncated", "parse", "refusal", "invalid_ids")
 #: What the retry instruction (prompt.RETRY_TEMPLATE) says was wrong, per cause with a fixed text.
@@ -143,6 +171,7 @@ def ensure_judge_tables(store: "Store") -> None:
     """Create or upgrade the judge's tables, and declare them to the store: cached responses and
     failures of a trace are derived from its segments, so re-segmenting the trace deletes them."""
     store.migrate("judge", JUDGE_MIGRATIONS)
+    store.migrate("judge_ledger", LEDGER_MIGRATIONS)
     for table in ("judge_cache", "judge_failures"):
         store.register_trace_dependent(table, "cascade", component="judge")
 
@@ -202,23 +231,43 @@ def validate_answer(data: dict[str, Any], requested: Sequence[int], labels: Sequ
             result.notes.append(f"id {sid}: confidence {conf!r} outside [0, 1] dropped")
             conf = None
         rationale = item.get("rationale")
-        result.good[sid] = (str(label), None if conf is None else float(conf), rationale if isinstance(rationale, str) else None)
+        result.good[sid] = (str(label), None if conf is None else float(conf), cap_rationale(rationale) if isinstance(rationale, str) else None)
     return result
+
+
+def cap_rationale(text: str, limit: int = MAX_RATIONALE_CHARS) -> str:
+    """``text`` if at most ``limit`` characters, else its start and ``" … [rationale cut: N characters]"``
+    (N = ``len(text)``), ``limit`` characters in all."""
+    if len(text) <= limit:
+        return text
+    marker = f" … [rationale cut: {len(text)} characters]"
+    return text[: max(limit - len(marker), 0)].rstrip() + marker
 
 
 @dataclass
 class UsageMeter:
-    """Adds each completion's tokens and cost (USD, times ``discount`` for the Batch API) to ``report``."""
+    """Adds each completion's tokens and cost (USD, times ``discount`` for the Batch API) to ``report``.
+
+    A completion whose usage is unknown (``usage_status`` other than ``"ok"``) counts as a request
+    and in ``extra["usage_unknown_requests"]``, not as 0 tokens: its cost is ``None`` (NULL in
+    ``judge_cache``), and the run's ``cost_usd`` is then a lower bound.
+    """
 
     report: JudgeReport
     price: Price | None
     discount: float = 1.0
     succeeded: int = 0
 
-    def add(self, c: Completion) -> float:
+    def add(self, c: Completion) -> float | None:
+        r = self.report
+        if c.usage_status != "ok":
+            r.requests += 1
+            r.extra["usage_unknown_requests"] = r.extra.get("usage_unknown_requests", 0) + 1
+            r.extra.setdefault("usage_unknown_example", c.usage_status)
+            self.succeeded += 1
+            return None
         cost = cost_usd(self.price, input_tokens=c.input_tokens, cached_input_tokens=c.cached_input_tokens,
                         output_tokens=c.output_tokens, discount=self.discount)
-        r = self.report
         r.requests += 1
         r.input_tokens += c.input_tokens
         r.cached_input_tokens += c.cached_input_tokens
@@ -273,7 +322,7 @@ class LLMJudge:
     batch_max_requests, batch_max_bytes : int
         Per-batch limits (default: the Batch API's 50,000 requests and 200 MB); larger jobs are split.
     timeout : float, default 120
-        Seconds per HTTP call.
+        Seconds per HTTP call (``--timeout``).
     sleep : coroutine function, optional
         Waits between retries and batch polls go through it (tests record instead of sleeping).
     config : JudgeConfig, optional
@@ -330,6 +379,19 @@ class LLMJudge:
     def annotator_for(self, sample: int) -> str:
         """Annotator id of sample ``sample`` (1-based): ``openai:MODEL`` then ``openai:MODEL@s2``, ..."""
         return self.annotator if sample == 1 else f"{self.annotator}@s{sample}"
+
+    def declared_annotators(self) -> list[Annotator]:
+        """One declared rater per sample (``openai:MODEL``, ``openai:MODEL@s2``, ...): model, provider
+        (the base URL; the store scrubs secrets), temperature, samples, codebook and sampling seed."""
+        return [
+            Annotator(
+                annotator=self.annotator_for(k), kind="machine", source="judge", model=self.model, provider=self.base_url,
+                temperature=self.temperature, samples=self.samples, codebook_version=self.codebook_version,
+                details={"sample": k, "seed": self.seed_for(k), "codebook": f"{self.book.name}@v{self.book.version}",
+                         "mode": self.mode, "chunk_size": self.chunk_size, "batch": self.batch},
+            )
+            for k in range(1, self.samples + 1)
+        ]
 
     def seed_for(self, sample: int) -> int | None:
         return None if self.seed is None else self.seed + sample - 1
@@ -427,18 +489,20 @@ class LLMJudge:
         annotator = self.annotator_for(sample)
         labels = self.make_labels(trace, sample, run_id, result, extra)
         now = naive_utc_now()
+        if cache_row is not None:
+            known = cache_row.get("usage_status", "ok") == "ok"
+            usage = [cache_row[k] if known else None for k in ("input_tokens", "cached_input_tokens", "output_tokens")]
         with store.transaction():
             if cache_row is not None:
                 store.execute(
                     "INSERT INTO judge_cache (cache_key, annotator, codebook_version, prompt_template_hash, model, params, "
                     "trace_id, trace_sha256, segment_ids, attempt, response, input_tokens, cached_input_tokens, output_tokens, "
-                    "cost_usd, created_at, run_id, reasoning) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                    "cost_usd, created_at, run_id, reasoning, usage_status) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
                     "ON CONFLICT DO NOTHING",
                     [cache_row["cache_key"], annotator, self.codebook_version, self.prompt_template_hash, self.model,
                      json.dumps(cache_row["params"], sort_keys=True), trace.trace_id, trace.text_sha256,
                      json.dumps(cache_row["ids"]), cache_row["attempt"], json.dumps(cache_row["response"], ensure_ascii=False),
-                     cache_row["input_tokens"], cache_row["cached_input_tokens"], cache_row["output_tokens"],
-                     cache_row["cost_usd"], now, run_id, cache_row.get("reasoning")],
+                     *usage, cache_row["cost_usd"], now, run_id, cache_row.get("reasoning"), cache_row.get("usage_status", "ok")],
                 )
             if labels:
                 store.upsert_labels(labels)
@@ -454,7 +518,7 @@ class LLMJudge:
                 store.execute(
                     "INSERT OR REPLACE INTO judge_failures (trace_id, segment_index, annotator, codebook_version, reason, attempts, "
                     "run_id, created_at, cause) SELECT ?, unnest(?::INTEGER[]), ?, ?, unnest(?::VARCHAR[]), ?, ?, ?, ?",
-                    [trace.trace_id, ids, annotator, self.codebook_version, [failures[i][:2000] for i in ids], attempts, run_id,
+                    [trace.trace_id, ids, annotator, self.codebook_version, [scrub_text(failures[i])[:2000] for i in ids], attempts, run_id,
                      now, cause],
                 )
 
@@ -481,7 +545,7 @@ class LLMJudge:
             from .batch import label_with_batch
 
             return label_with_batch(self, store, trace_ids, run=run, progress=progress)
-        return asyncio.run(self.label_async(store, trace_ids, run=run, progress=progress))
+        return run_interruptible(self.label_async(store, trace_ids, run=run, progress=progress))
 
     async def label_async(self, store: "Store", trace_ids: Sequence[str], *, run: "Run | None" = None,
                           progress: "Progress | None" = None, report: JudgeReport | None = None) -> JudgeReport:
@@ -493,6 +557,7 @@ class LLMJudge:
         report.extra.setdefault("retries", dict.fromkeys(RETRY_CAUSES, 0))
         usage = UsageMeter(report, self.prices.get(self.model))
         report.extra["price"] = "known" if usage.price else "unknown"
+        reconcile_run_ledger(store)  # runs an earlier process left unfinished (kill -9) get their totals back
         client = ChatClient(self.base_url, max_attempts=self.max_attempts, timeout=self.timeout,
                             backoff_base=self.backoff_base, sleep=self.sleep)
         ctx = _RunContext(store=store, run_id=run.run_id if run else None, client=client, usage=usage,
@@ -509,8 +574,13 @@ class LLMJudge:
             await asyncio.gather(*(one(t, k) for k in range(1, self.samples + 1) for t in trace_ids))
         finally:
             report.extra["retries"]["transport"] += len(client.waits)
-            await client.aclose()
-            ctx.publish(final=True)
+            if client.abandoned:
+                # Sent and unanswered at an interrupt: the provider may bill them; their usage is unknown.
+                report.extra["requests_abandoned"] = report.extra.get("requests_abandoned", 0) + client.abandoned
+            try:
+                await client.aclose()
+            finally:
+                ctx.publish(final=True)
         return report
 
     def _count_pending(self, store: "Store", trace_ids: Sequence[str]) -> int:
@@ -617,23 +687,37 @@ class LLMJudge:
                     break
                 except RetriesExhaustedError as exc:
                     if exc.cause == "connection":
-                        # Nothing answered on any try: a wrong --base-url or a server that is down, not a
-                        # bad segment. Abort instead of writing every segment of the run to judge_failures.
+                        ctx.down_streak += 1
                         where = scrub_url(self.base_url) if self.base_url else "the OpenAI API"
-                        raise JudgeError(
-                            f"cannot reach {where}: {exc.message.rstrip('.')}. Check --base-url and that the server is up; "
-                            "labels stored so far are kept and the run resumes where it stopped",
-                            code=exc.code,
-                        ) from exc
+                        if ctx.client.answered == 0:
+                            # Nothing answered on any try of any request: a wrong --base-url or a server that
+                            # is down, not a bad segment. Abort instead of writing every segment to judge_failures.
+                            raise JudgeError(
+                                f"cannot reach {where}: {exc.message.rstrip('.')}. Check --base-url and that the server is up; "
+                                "labels stored so far are kept and the run resumes where it stopped",
+                                code=exc.code,
+                            ) from exc
+                        if ctx.down_streak >= DOWN_AFTER_FAILED_REQUESTS:
+                            raise JudgeError(
+                                f"{where} stopped answering: the last {ctx.down_streak} requests found nothing answering on "
+                                f"any of their tries ({exc.message.rstrip('.')}). Check that the server is up; labels stored so far "
+                                "are kept and the run resumes where it stopped",
+                                code=exc.code,
+                            ) from exc
+                        # A flaky connection (a proxy resetting some requests): that request fails alone.
+                    else:
+                        ctx.down_streak = 0  # something answered (a 5xx, a timeout after connecting)
                     local_failure, local_cause = str(exc), "transport"
                     break
+                ctx.down_streak = 0
                 cost = ctx.usage.add(completion)
                 if windowed:
                     ctx.usage.report.extra["windowed_requests"] += 1
                 cache_row = {"cache_key": key, "params": params, "ids": remaining, "attempt": attempt,
                              "response": completion.raw, "input_tokens": completion.input_tokens,
                              "cached_input_tokens": completion.cached_input_tokens,
-                             "output_tokens": completion.output_tokens, "cost_usd": cost, "reasoning": completion.reasoning}
+                             "output_tokens": completion.output_tokens, "cost_usd": cost, "reasoning": completion.reasoning,
+                             "usage_status": completion.usage_status}
             result, cause, retry_problem = self.judge_answer(completion, remaining)
             if cause == "truncated":
                 # Never retry identically: a cut-off answer gets twice the output budget.
@@ -649,7 +733,7 @@ class LLMJudge:
             if final:
                 ctx.usage.report.failed += len(result.bad)
                 if result.bad:
-                    ctx.usage.report.extra.setdefault("failure_example", _shorten(next(iter(result.bad.values()))))
+                    ctx.usage.report.extra.setdefault("failure_example", _shorten(scrub_text(next(iter(result.bad.values())))))
             elif result.bad and cause is not None:
                 ctx.count_retry(cause)
             ctx.advance(len(result.good) + (len(result.bad) if final else 0))
@@ -660,7 +744,7 @@ class LLMJudge:
             self.commit_response(ctx.store, trace=job.trace, sample=job.sample, run_id=ctx.run_id, cache_row=None,
                                  result=ChunkResult(), failures=failures, attempts=attempt, extra={}, cause=local_cause)
             ctx.usage.report.failed += len(failures)
-            ctx.usage.report.extra.setdefault("failure_example", _shorten(local_failure))
+            ctx.usage.report.extra.setdefault("failure_example", _shorten(scrub_text(local_failure)))
             ctx.advance(len(failures))
 
     def judge_answer(self, completion: Completion, ids: list[int]) -> tuple[ChunkResult, str | None, str | None]:
@@ -705,6 +789,8 @@ class _RunContext:
     progress: "Progress | None" = None
     task: Any = None
     _since_publish: int = 0
+    #: Requests in a row that found nothing answering on any try (reset by any answer).
+    down_streak: int = 0
 
     def count_retry(self, cause: str) -> None:
         """Count one re-ask of a request, by cause (:data:`RETRY_CAUSES`)."""
@@ -725,13 +811,114 @@ class _RunContext:
             self.publish()
 
     def publish(self, final: bool = False) -> None:
+        """Store the live counts in ``runs``; the final call replaces the usage totals with the
+        ledger of the responses stored for the run (:func:`run_ledger`)."""
         self._since_publish = 0
-        if self.run_id is not None:
-            self.store.update_run_counts(self.run_id, self.usage.report.as_counts())
+        if self.run_id is None:
+            return
+        counts = self.usage.report.as_counts()
+        if final:
+            ledger = run_ledger(self.store, self.run_id)
+            if ledger["requests"]:
+                counts.update(ledger)
+        self.store.update_run_counts(self.run_id, counts)
 
 
 def _shorten(text: str, limit: int = 400) -> str:
     return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
+def run_ledger(store: "Store", run_id: str) -> dict[str, Any]:
+    """A run's usage totals from what was stored: the ``judge_cache`` rows the run paid for.
+
+    Returns ``requests``, ``input_tokens``, ``cached_input_tokens``, ``output_tokens`` (tokens of the
+    judge model), ``cost_usd`` (USD, a lower bound when usage is unknown), ``usage_unknown_requests``
+    (responses without usable usage, NULL in the cache) and ``ledger: "from judge_cache"``. Counts
+    kept only in memory (a run killed with SIGKILL between two publications of its counts) are
+    not needed: every paid response is stored in the same transaction as its labels.
+    """
+    row = store.execute(
+        "SELECT count(*), coalesce(sum(input_tokens), 0), coalesce(sum(cached_input_tokens), 0), coalesce(sum(output_tokens), 0), "
+        "coalesce(sum(cost_usd), 0.0), count(*) FILTER (WHERE input_tokens IS NULL) FROM judge_cache WHERE run_id = ?",
+        [run_id],
+    ).fetchone()
+    n, tokens_in, cached, tokens_out, cost, unknown = row if row else (0, 0, 0, 0, 0.0, 0)
+    return {"requests": int(n), "input_tokens": int(tokens_in), "cached_input_tokens": int(cached),
+            "output_tokens": int(tokens_out), "cost_usd": float(cost), "usage_unknown_requests": int(unknown),
+            "ledger": "from judge_cache"}
+
+
+def reconcile_run_ledger(store: "Store", run_id: str | None = None) -> list[str]:
+    """Write the ledger (:func:`run_ledger`) into ``runs.counts`` of ``run_id``, or of every run that
+    did not finish (status ``running``, ``interrupted`` or ``failed``) and has stored responses
+    without a ledger yet. Returns the run ids updated. A read-only store is left alone.
+
+    ``running`` here means "never recorded its end": DuckDB lets one process write the file, so a run
+    of another live process cannot be seen while this one holds the store.
+    """
+    if store.read_only:
+        return []
+    ensure_judge_tables(store)
+    if run_id is not None:
+        ids = [run_id]
+    else:
+        rows = store.execute(
+            "SELECT DISTINCT c.run_id FROM judge_cache c JOIN runs r ON r.run_id = c.run_id "
+            "WHERE r.status IN ('running', 'interrupted', 'failed') AND coalesce(r.counts, '') NOT LIKE '%\"ledger\":%'"
+        ).fetchall()
+        ids = [r[0] for r in rows]
+    for rid in ids:
+        store.update_run_counts(rid, run_ledger(store, rid))
+    return ids
+
+
+def run_interruptible(coro: Any) -> Any:
+    """``asyncio.run(coro)`` where SIGINT and SIGTERM cancel the work instead of raising inside it.
+
+    A signal handler that raises ``KeyboardInterrupt`` in whatever task runs at that moment leaves
+    that task's exception unretrieved ("Task exception was never retrieved" and a long asyncio
+    traceback after the one ``interrupted:`` line). Here the loop's own signal handlers cancel the
+    main task: its ``finally`` blocks run (the counts are published), every request in flight is
+    cancelled, and ``KeyboardInterrupt`` is raised once the loop is closed. The handlers in place
+    before are restored. Off the main thread this is plain :func:`asyncio.run`.
+    """
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return asyncio.run(coro)
+    interrupted: list[int] = []
+
+    async def main() -> Any:
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        assert task is not None
+
+        def stop(signum: int) -> None:
+            interrupted.append(signum)
+            task.cancel()
+
+        previous: dict[signal.Signals, Any] = {}
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                before = signal.getsignal(sig)
+                loop.add_signal_handler(sig, stop, sig)
+                previous[sig] = before
+            except (NotImplementedError, RuntimeError, ValueError):  # pragma: no cover - platforms without it
+                continue
+        try:
+            return await coro
+        finally:
+            for sig, before in previous.items():
+                loop.remove_signal_handler(sig)
+                signal.signal(sig, before)
+
+    try:
+        return asyncio.run(main())
+    except asyncio.CancelledError:
+        if interrupted:
+            raise KeyboardInterrupt() from None
+        raise
 
 
 @register_judge("openai")

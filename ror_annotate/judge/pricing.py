@@ -13,6 +13,10 @@ File shape::
 
 Batch API requests are billed at half the interactive price by OpenAI; :func:`cost_usd` takes a
 ``discount`` factor for that.
+
+A response whose usage is unknown (none reported, or invalid counts; see
+:func:`~ror_annotate.judge.client.read_usage`) is never priced as 0 tokens: its cost is stored as
+``NULL`` and counted in ``usage_unknown_requests``, and the run's ``cost_usd`` is then a lower bound.
 """
 
 from __future__ import annotations

@@ -17,7 +17,8 @@ from .labelstudio import (
     Anchored, LabelStudioClient, anchor_span, codepoint_to_utf16, public_url, server_url, signup_annotator, utf16_to_codepoint,
 )
 from .studies import (
-    Study, assign_overlap, available_strategies, create_study, load_study, register_strategy, sample_size_for_ci_width,
+    STRATEGIES, Selection, Study, assign_overlap, available_strategies, create_study, load_study, register_strategy,
+    sample_size_for_ci_width, study_design,
 )
 from .sync import AnnotatorProgress, PullReport, PushReport, pull_study, push_study, study_status
 
@@ -26,4 +27,5 @@ __all__ = [
     "ReferenceLabel", "Study", "adjudicate_study", "anchor_span", "assign_overlap", "available_strategies",
     "codepoint_to_utf16", "create_study", "disagreement_status", "disagreements", "measures_judge", "public_url", "server_url", "load_study", "pull_study", "push_study", "reference_labels",
     "register_strategy", "sample_size_for_ci_width", "signup_annotator", "study_status", "utf16_to_codepoint",
+    "STRATEGIES", "Selection", "study_design",
 ]

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ..errors import ConfigError, ReviewError
+from ..provenance import scrub_url
 
 #: Defaults match scripts/labelstudio.sh.
 DEFAULT_URL = "http://127.0.0.1:8089"
@@ -48,8 +49,9 @@ def public_url(public: str | None = None, *, server: str | None = None) -> str:
     """
     value = (public or os.environ.get(PUBLIC_URL_ENV) or server_url(server)).rstrip("/")
     if not re.match(r"^https?://[^/\s]+", value):
-        raise ConfigError(f"{PUBLIC_URL_ENV} / --public-url must be an http:// or https:// URL, got {value!r}")
-    return value
+        raise ConfigError(f"{PUBLIC_URL_ENV} / --public-url must be an http:// or https:// URL, got {scrub_url(value)!r}")
+    # Links are printed and handed to people: never with the server's user:password in them.
+    return re.sub(r"^(https?://)[^/@\s]*@", r"\1", value)
 
 
 # ------------------------------------------------------------------------------------ offsets
@@ -152,7 +154,7 @@ class LabelStudioClient:
         key = api_key or os.environ.get(KEY_ENV)
         if not key:
             raise ReviewError(
-                f"no Label Studio API key: set {KEY_ENV} to the token of the Label Studio admin at {self.url} "
+                f"no Label Studio API key: set {KEY_ENV} to the token of the Label Studio admin at {scrub_url(self.url)} "
                 f"(`bash scripts/labelstudio.sh env` prints the local one; in the UI: Account & Settings > Access Token)"
             )
         try:
@@ -171,18 +173,18 @@ class LabelStudioClient:
         try:
             return fn(*args, **kwargs)
         except httpx.TransportError as exc:
-            raise ReviewError(f"Label Studio at {self.url} is not reachable ({type(exc).__name__} while trying to {what}): {START_HINT}") from None
+            raise ReviewError(f"Label Studio at {scrub_url(self.url)} is not reachable ({type(exc).__name__} while trying to {what}): {START_HINT}") from None
         except ApiError as exc:
             if _none_on_404 and exc.status_code == 404:
                 return None
             body = str(exc.body)[:300]
             if exc.status_code in (401, 403):
                 raise ReviewError(
-                    f"Label Studio at {self.url} refused the API key (HTTP {exc.status_code} while trying to {what}: {body}). "
+                    f"Label Studio at {scrub_url(self.url)} refused the API key (HTTP {exc.status_code} while trying to {what}: {body}). "
                     f"Set {KEY_ENV} to a valid token of that server; a legacy token only works if the server was first "
                     "started with LABEL_STUDIO_ENABLE_LEGACY_API_TOKEN=true (scripts/labelstudio.sh does this)"
                 ) from None
-            raise ReviewError(f"Label Studio at {self.url} answered HTTP {exc.status_code} while trying to {what}: {body}") from None
+            raise ReviewError(f"Label Studio at {scrub_url(self.url)} answered HTTP {exc.status_code} while trying to {what}: {body}") from None
 
     def whoami(self) -> Any:
         """The user the API key belongs to (checks reachability and the key once per client)."""
@@ -280,14 +282,14 @@ def signup_annotator(url: str, invite_url: str, email: str, password: str, *, ti
             page = c.get(invite_url)
             csrf = c.cookies.get("csrftoken")
             if page.status_code != 200 or not csrf:
-                raise ReviewError(f"the invite link {invite_url} did not give a signup form (HTTP {page.status_code})")
+                raise ReviewError(f"the invite link {scrub_url(invite_url)} did not give a signup form (HTTP {page.status_code})")
             r = c.post(invite_url, data={"email": email, "password": password, "csrfmiddlewaretoken": csrf},
                        headers={"Referer": invite_url if invite_url.startswith("http") else url + invite_url})
             if r.status_code != 302:
                 reason = re.findall(r'class="[^"]*error[^"]*"[^>]*>([^<]+)<', r.text)
-                raise ReviewError(f"Label Studio at {url} refused the signup of {email}: {'; '.join(reason) or f'HTTP {r.status_code}'}")
+                raise ReviewError(f"Label Studio at {scrub_url(url)} refused the signup of {email}: {'; '.join(reason) or f'HTTP {r.status_code}'}")
             tok = c.get("/api/current-user/token")
             tok.raise_for_status()
             return tok.json()["token"]
     except httpx.TransportError as exc:
-        raise ReviewError(f"Label Studio at {url} is not reachable ({type(exc).__name__}): {START_HINT}") from None
+        raise ReviewError(f"Label Studio at {scrub_url(url)} is not reachable ({type(exc).__name__}): {START_HINT}") from None

@@ -16,6 +16,15 @@ Sampling strategies are registered by name (:func:`register_strategy`), spaCy-st
     segments with the lowest judge confidence, then a random fill.
 ``trace``
     Every segment of ``n_traces`` randomly chosen traces (context-rich studies, span mode).
+``uncertainty``
+    The segments a machine rater is least sure of, plus a random control stratum, with every
+    item's exact inclusion probability (:func:`sample_uncertainty`), so ``ror agree --weighted``
+    can give design-unbiased estimates.
+
+Every item stores its ``stratum`` and ``inclusion_probability`` (``review_items``): ``random``
+studies store ``n / N`` and stratum ``control``; ``uncertainty`` studies store 1 in stratum
+``uncertainty`` and ``n_c / (N - m)`` in stratum ``control``; strategies without a known design
+store NULL.
 
 Every strategy sorts its candidates by ``(trace_id, segment_index)`` before drawing with
 ``random.Random(seed)``, so a study is reproducible from its parameters and the store.
@@ -40,6 +49,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import ConfigError, InputError, ReviewError
 from ..records import BEHAVIORS, Label, sha256_text, utc_now
+from ..registry import Registry
 from ..store import to_naive_utc
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -111,6 +121,11 @@ REVIEW_MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (ls_project_id, ls_annotation_id)
     );
     """,
+    # v2: the sampling design of each item (uncertainty-first review with honest estimates)
+    """
+    ALTER TABLE review_items ADD COLUMN stratum VARCHAR;
+    ALTER TABLE review_items ADD COLUMN inclusion_probability DOUBLE;
+    """,
 )
 
 
@@ -118,6 +133,9 @@ def ensure_tables(store: "Store") -> None:
     """Create or upgrade the review tables in ``store`` (idempotent), and declare the tables that name
     segments: a Label Studio server holds tasks made from them, so a trace under review must not be
     re-segmented (the store refuses)."""
+    current = store.schema_version("review")
+    if store.read_only and 0 < current < len(REVIEW_MIGRATIONS):
+        return  # an older review schema read without writing: readers of the v1 columns still work (study_design copes)
     store.migrate("review", REVIEW_MIGRATIONS)
     for table in ("review_items", "review_assignments", "review_tasks"):
         store.register_trace_dependent(table, "refuse", component="review")
@@ -205,17 +223,39 @@ class SamplingInput(BaseModel):
     segments: list[SegmentKey]
     judge_labels: dict[SegmentKey, list[Label]] = Field(default_factory=dict)
     judge_annotator: str | None = None
+    #: Every machine rater's labels per candidate segment (judges, baseline, aggregates, verifiers,
+    #: imports); filled only for strategies marked ``needs_machine_labels`` (``uncertainty``).
+    machine_labels: dict[SegmentKey, list[Label]] = Field(default_factory=dict)
 
 
-Strategy = Callable[..., list[SegmentKey]]
-_STRATEGIES: dict[str, Strategy] = {}
+Strategy = Callable[..., "list[SegmentKey] | Selection"]
+#: The sampling strategies (``ror review create --strategy``); entry-point group ``ror_annotate.strategies``.
+STRATEGIES: Registry[Strategy] = Registry("strategies", what="sampling strategy")
+
+
+class Selection(BaseModel):
+    """A strategy's sample with its design: the stratum and exact inclusion probability of each item.
+
+    ``keys``, ``strata`` and ``inclusion_probabilities`` are parallel lists (one entry per sampled
+    segment); ``population`` is the number of candidate segments ``N``.
+    """
+
+    keys: list[SegmentKey]
+    strata: list[str]
+    inclusion_probabilities: list[float]
+    population: int
+    details: dict[str, Any] = Field(default_factory=dict)
 
 
 def register_strategy(name: str) -> Callable[[Strategy], Strategy]:
-    """Decorator: register ``fn(inp: SamplingInput, *, n, n_traces, seed, **options) -> keys`` as ``name``."""
+    """Decorator: register ``fn(inp: SamplingInput, *, n, n_traces, seed, **options) -> keys`` as ``name``.
+
+    The function returns the sampled keys, or a :class:`Selection` when it knows each item's
+    inclusion probability. Registering a taken name replaces it (as before the registry existed).
+    """
 
     def deco(fn: Strategy) -> Strategy:
-        _STRATEGIES[name] = fn
+        STRATEGIES.register(name, fn, replace=True)
         return fn
 
     return deco
@@ -223,15 +263,15 @@ def register_strategy(name: str) -> Callable[[Strategy], Strategy]:
 
 def available_strategies() -> list[str]:
     """Names of the registered sampling strategies."""
-    return sorted(_STRATEGIES)
+    return STRATEGIES.names()
 
 
 def get_strategy(name: str) -> Strategy:
     """The strategy registered as ``name``; :class:`ConfigError` lists the valid names otherwise."""
-    try:
-        return _STRATEGIES[name]
-    except KeyError:
-        raise ConfigError(f"unknown sampling strategy {name!r}. Available strategies: {', '.join(available_strategies())}") from None
+    found = STRATEGIES.find(name)
+    if found is None:
+        raise ConfigError(f"unknown sampling strategy {name!r}. Available strategies: {', '.join(available_strategies())}")
+    return found
 
 
 def _need_n(n: int | None, strategy: str) -> int:
@@ -248,11 +288,17 @@ def _judge_label(inp: SamplingInput, key: SegmentKey) -> Label | None:
 
 
 @register_strategy("random")
-def sample_random(inp: SamplingInput, *, n: int | None, seed: int, **_: Any) -> list[SegmentKey]:
-    """A uniform random sample of ``n`` segments without replacement (all of them if fewer)."""
+def sample_random(inp: SamplingInput, *, n: int | None, seed: int, **_: Any) -> Selection:
+    """A uniform random sample of ``n`` segments without replacement (all of them if fewer).
+
+    Every segment's inclusion probability is ``n / N`` (simple random sampling without
+    replacement of ``n`` of ``N`` candidates); stratum ``control``.
+    """
     n = _need_n(n, "random")
     rng = random.Random(seed)
-    return rng.sample(inp.segments, min(n, len(inp.segments)))
+    N = len(inp.segments)
+    picked = rng.sample(inp.segments, min(n, N))
+    return Selection(keys=picked, strata=["control"] * len(picked), inclusion_probabilities=[len(picked) / N] * len(picked), population=N)
 
 
 @register_strategy("stratified")
@@ -340,6 +386,123 @@ def sample_traces(inp: SamplingInput, *, n_traces: int | None, seed: int, **_: A
     return [key for tid in chosen for key in by_trace[tid]]
 
 
+def _rater_confidence(inp: SamplingInput, rater: str) -> dict[SegmentKey, float]:
+    """The latest label confidence of ``rater`` per segment (E723 without labels, E724 without confidences)."""
+    conf: dict[SegmentKey, float] = {}
+    seen = False
+    for key, labs in inp.machine_labels.items():
+        mine = [lab for lab in labs if lab.annotator == rater]
+        if mine:
+            seen = True
+            newest = max(mine, key=lambda lab: lab.created_at)
+            if newest.confidence is not None:
+                conf[key] = newest.confidence
+    if not seen:
+        present = sorted({lab.annotator for labs in inp.machine_labels.values() for lab in labs})
+        raise ConfigError(f"--rater {rater!r} has no labels on the candidate segments; machine raters with labels: {', '.join(present) or 'none'}", code="E723")
+    if not conf:
+        raise ConfigError(f"--rater {rater!r} has labels but no confidence on them; pick an aggregate (ror aggregate) or a judge that reports one", code="E724")
+    return conf
+
+
+def _latest_aggregate(inp: SamplingInput) -> str | None:
+    """The aggregate rater (``source="aggregate"``, with confidences) whose newest label is the latest; None without one."""
+    newest: dict[str, Any] = {}
+    for labs in inp.machine_labels.values():
+        for lab in labs:
+            if lab.source == "aggregate" and lab.confidence is not None:
+                newest[lab.annotator] = max(newest.get(lab.annotator, lab.created_at), lab.created_at)
+    return max(newest, key=lambda a: (newest[a], a)) if newest else None
+
+
+def _modal_share(inp: SamplingInput) -> dict[SegmentKey, float]:
+    """Share of machine raters (each one's latest label) agreeing with the modal label, on segments with two or more."""
+    conf: dict[SegmentKey, float] = {}
+    for key, labs in inp.machine_labels.items():
+        latest_per: dict[str, Label] = {}
+        for lab in labs:
+            if lab.annotator not in latest_per or lab.created_at > latest_per[lab.annotator].created_at:
+                latest_per[lab.annotator] = lab
+        if len(latest_per) >= 2:
+            votes = [lab.label for lab in latest_per.values()]
+            conf[key] = max(votes.count(v) for v in set(votes)) / len(votes)
+    return conf
+
+
+def _uncertainty_scores(inp: SamplingInput, rater: str | None) -> tuple[dict[SegmentKey, float], str]:
+    """Confidence per segment of the chosen rater, and a description of where it comes from."""
+    if rater is not None:
+        return _rater_confidence(inp, rater), f"confidence of {rater}"
+    chosen = _latest_aggregate(inp)
+    if chosen is not None:
+        return _rater_confidence(inp, chosen), f"confidence of {chosen} (latest aggregate)"
+    conf = _modal_share(inp)
+    if not conf:
+        raise ConfigError(
+            "the 'uncertainty' strategy needs an aggregate's confidence (ror aggregate), a --rater with confidences, "
+            "or at least two machine raters on the segments to measure their disagreement", code="E723",
+        )
+    return conf, "share of machine raters agreeing with the modal label (no aggregate in the store)"
+
+
+@register_strategy("uncertainty")
+def sample_uncertainty(
+    inp: SamplingInput, *, n: int | None, seed: int, control_fraction: float = 0.25, rater: str | None = None, **_: Any
+) -> Selection:
+    """Uncertainty first: the ``m`` least confident segments, plus a random control stratum of ``n_c``.
+
+    Design (``N`` candidate segments, sample size ``n``):
+
+    - ``n_c = round(n * control_fraction)`` (at least 1 when ``control_fraction > 0``), ``m = n - n_c``.
+    - **Uncertainty stratum**: the ``m`` segments with the lowest confidence of the chosen rater
+      (ties broken by a seeded random key). The selection is deterministic given the labels, so
+      each of these segments has inclusion probability ``pi_i = 1``.
+    - **Control stratum**: a simple random sample without replacement of ``n_c`` of the other
+      ``N - m`` segments (including those without a confidence), so ``pi_i = n_c / (N - m)``.
+
+    With these ``pi_i`` the Horvitz-Thompson (1952) and Hajek estimators of ``ror agree --weighted``
+    are design-unbiased (resp. consistent) for the whole candidate population.
+
+    The confidence is the ``rater``'s label confidence; by default the latest aggregate's
+    (``source="aggregate"``), else, without an aggregate, the share of machine raters agreeing with
+    the modal label on the segment (segments with fewer than two machine labels are only
+    candidates of the control stratum).
+
+    Raises
+    ------
+    ConfigError
+        E723: no usable rater; E724: the rater has no confidences; E728: ``control_fraction``
+        outside [0, 1).
+    """
+    n = _need_n(n, "uncertainty")
+    if not 0.0 <= control_fraction < 1.0:
+        raise ConfigError(f"--control-fraction must be in [0, 1), got {control_fraction}", code="E728")
+    conf, basis = _uncertainty_scores(inp, rater)
+    N = len(inp.segments)
+    n = min(n, N)
+    n_c = round(n * control_fraction)
+    if control_fraction > 0:
+        n_c = max(1, n_c)
+    rng = random.Random(seed)
+    ranked = sorted((conf[k], rng.random(), k) for k in inp.segments if k in conf)
+    m = min(n - n_c, len(ranked))
+    top = [r[2] for r in ranked[:m]]
+    taken = set(top)
+    rest = [k for k in inp.segments if k not in taken]
+    n_c = min(n - m, len(rest))
+    control = rng.sample(rest, n_c)
+    p_c = n_c / len(rest) if rest else 0.0
+    return Selection(
+        keys=top + control, strata=["uncertainty"] * m + ["control"] * n_c,
+        inclusion_probabilities=[1.0] * m + [p_c] * n_c, population=N,
+        details={"basis": basis, "m": m, "n_control": n_c, "control_fraction": control_fraction,
+                 "max_confidence_in_uncertainty_stratum": ranked[m - 1][0] if m else None},
+    )
+
+
+sample_uncertainty.needs_machine_labels = True  # type: ignore[attr-defined]
+
+
 def sample_size_for_ci_width(width: float, *, proportion: float = 0.5, confidence: float = 0.95) -> int:
     """Segments needed so a proportion (e.g. judge-human accuracy) has a CI of total width ``width``.
 
@@ -389,11 +552,26 @@ def assign_overlap(units: Sequence[Any], annotators: Sequence[str], overlap: int
 
 
 # ------------------------------------------------------------------------------------ persistence
-def _judge_labels_for(store: "Store", keys: set[SegmentKey], annotators: set[str] | None) -> dict[SegmentKey, list[Label]]:
+def _judge_labels_for(
+    store: "Store", keys: set[SegmentKey], annotators: set[str] | None, machine: dict[SegmentKey, list[Label]] | None = None
+) -> dict[SegmentKey, list[Label]]:
     out: dict[SegmentKey, list[Label]] = defaultdict(list)
-    for lab in store.labels(source=["judge", "baseline"]):
+    # from the machine labels already read when there are (one read of the labels table, not two)
+    labels = store.labels(source=["judge", "baseline"]) if machine is None else [
+        lab for labs in machine.values() for lab in labs if lab.source in ("judge", "baseline")]
+    for lab in labels:
         key = (lab.trace_id, lab.segment_index)
         if key in keys and (annotators is None or lab.annotator in annotators or lab.annotator.split("@s")[0] in annotators):
+            out[key].append(lab)
+    return dict(out)
+
+
+def _machine_labels_for(store: "Store", keys: set[SegmentKey]) -> dict[SegmentKey, list[Label]]:
+    kinds = store.rater_kinds()
+    out: dict[SegmentKey, list[Label]] = defaultdict(list)
+    for lab in store.labels():
+        key = (lab.trace_id, lab.segment_index)
+        if key in keys and lab.source not in ("human", "adjudicated") and kinds.get(lab.annotator, "machine") == "machine":
             out[key].append(lab)
     return dict(out)
 
@@ -434,6 +612,8 @@ def create_study(  # noqa: C901  (one branch per option check before anything is
     context_chars: int = 1200,
     trace_ids: Sequence[str] | None = None,
     low_confidence: float = 0.6,
+    control_fraction: float = 0.25,
+    rater: str | None = None,
 ) -> Study:
     """Sample segments, assign them to annotators with the given overlap, and persist the study.
 
@@ -445,7 +625,7 @@ def create_study(  # noqa: C901  (one branch per option check before anything is
         Study name (letters, digits, ``.``, ``_``, ``-``); unique in the store.
     annotators : sequence of str
         Annotators' Label Studio account e-mails (kept private; labels carry pseudonyms).
-    strategy : {"random", "stratified", "disagreement", "trace"} or a registered name
+    strategy : {"random", "stratified", "disagreement", "trace", "uncertainty"} or a registered name
     n : int, optional
         Number of segments to sample (all strategies but ``trace``).
     n_traces : int, optional
@@ -472,6 +652,11 @@ def create_study(  # noqa: C901  (one branch per option check before anything is
         Restrict candidates to these traces.
     low_confidence : float
         ``disagreement`` strategy: judge confidence below this counts as uncertain.
+    control_fraction : float
+        ``uncertainty`` strategy: share of the sample drawn as a simple random control stratum.
+    rater : str, optional
+        ``uncertainty`` strategy: whose confidence ranks the segments (default: the latest aggregate,
+        else the disagreement among machine raters).
 
     Returns
     -------
@@ -507,8 +692,13 @@ def create_study(  # noqa: C901  (one branch per option check before anything is
     if not keys:
         raise ConfigError(f"no segments in {store.path}{' for the given traces' if trace_ids else ''}: run `ror ingest` and `ror segment` first")
     compare = set(compare_annotators) | ({judge} if judge else set()) if compare_annotators else None
-    inp = SamplingInput(segments=keys, judge_labels=_judge_labels_for(store, set(keys), compare), judge_annotator=judge)
-    picked = fn(inp, n=n, n_traces=n_traces, seed=seed, low_confidence=low_confidence)
+    machine = _machine_labels_for(store, set(keys)) if getattr(fn, "needs_machine_labels", False) else None
+    inp = SamplingInput(segments=keys, judge_labels=_judge_labels_for(store, set(keys), compare, machine), judge_annotator=judge)
+    if machine is not None:
+        inp.machine_labels = machine
+    chosen = fn(inp, n=n, n_traces=n_traces, seed=seed, low_confidence=low_confidence, control_fraction=control_fraction, rater=rater)
+    design = chosen if isinstance(chosen, Selection) else None
+    picked = list(chosen.keys) if isinstance(chosen, Selection) else list(chosen)
     if not picked:
         raise ConfigError(f"the {strategy!r} strategy selected no segments from {store.path}")
     if not blind:
@@ -522,7 +712,9 @@ def create_study(  # noqa: C901  (one branch per option check before anything is
         name=name, mode=mode, blind=blind, overlap=overlap, codebook_name=cb.versioned_name, codebook_version=cb.sha256,
         strategy=strategy, seed=seed, judge_annotator=judge, context_chars=context_chars,
         parameters={"n": n, "n_traces": n_traces, "trace_ids": list(trace_ids) if trace_ids else None,
-                    "compare_annotators": sorted(compare) if compare else None, "low_confidence": low_confidence},
+                    "compare_annotators": sorted(compare) if compare else None, "low_confidence": low_confidence,
+                    **({"control_fraction": control_fraction, "rater": rater} if strategy == "uncertainty" else {}),
+                    **({"design": {"population": design.population, **design.details}} if design is not None else {})},
     )
     with store.transaction():
         people = [register_person(store, e) for e in emails]
@@ -535,8 +727,11 @@ def create_study(  # noqa: C901  (one branch per option check before anything is
         if study.adjudicator:
             store.execute("INSERT INTO review_study_people VALUES (?, ?, 'adjudicator')", [name, study.adjudicator])
         store.execute(
-            "INSERT INTO review_items SELECT ?, unnest(?), unnest(?), unnest(?)",
-            [name, [k[0] for k in picked], [k[1] for k in picked], list(range(len(picked)))],
+            "INSERT INTO review_items (study, trace_id, segment_index, item_order, stratum, inclusion_probability) "
+            "SELECT ?, unnest(?), unnest(?), unnest(?), unnest(?), unnest(?)",
+            [name, [k[0] for k in picked], [k[1] for k in picked], list(range(len(picked))),
+             list(design.strata) if design else [None] * len(picked),
+             list(design.inclusion_probabilities) if design else [None] * len(picked)],
         )
         by_trace: dict[str, list[int]] = defaultdict(list)
         for tid, idx in picked:
@@ -606,6 +801,19 @@ def study_items(store: "Store", name: str) -> list[SegmentKey]:
     """The sampled segments of study ``name``, in sampling order."""
     return [(r[0], r[1]) for r in store.execute(
         "SELECT trace_id, segment_index FROM review_items WHERE study = ? ORDER BY item_order", [name]
+    ).fetchall()]
+
+
+def study_design(store: "Store", name: str) -> list[tuple[SegmentKey, str | None, float | None]]:
+    """``((trace_id, segment_index), stratum, inclusion_probability)`` of every item of study ``name``, in sampling order.
+
+    Stratum and probability are None for items of strategies without a known design (and of
+    studies created before the design was stored).
+    """
+    if store.schema_version("review") < 2:  # a store written before designs were stored, opened read-only
+        return [(key, None, None) for key in study_items(store, name)]
+    return [((r[0], r[1]), r[2], r[3]) for r in store.execute(
+        "SELECT trace_id, segment_index, stratum, inclusion_probability FROM review_items WHERE study = ? ORDER BY item_order", [name]
     ).fetchall()]
 
 

@@ -31,7 +31,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from ..errors import CodebookError, ReviewError
-from ..records import BEHAVIORS, Label, Segment, Trace, utc_now
+from ..records import BEHAVIORS, Annotator, Label, Segment, Trace, utc_now
 from ..store import to_naive_utc
 from . import config as cfg
 from .labelstudio import LabelStudioClient, anchor_span
@@ -668,6 +668,7 @@ def _write_project(store: "Store", study: Study, ref: ProjectRef, items: list[_P
     if stale:
         report.labels_removed += store.delete_labels(stale)
     report.labels_written += store.upsert_labels(fresh)
+    _declare_human(store, study, ref, annotator, source)
     store.execute("DELETE FROM review_annotations WHERE ls_project_id = ?", [ref.ls_project_id])
     if items:
         store.con.executemany(
@@ -675,6 +676,17 @@ def _write_project(store: "Store", study: Study, ref: ProjectRef, items: list[_P
             [(ref.ls_project_id, p.ls_annotation_id, study.name, ref.role, ref.pseudonym, p.ls_task_id, p.completed_by,
               p.updated_at, p.status, p.reason, len(p.labels)) for p in items],
         )
+
+
+def _declare_human(store: "Store", study: Study, ref: ProjectRef, annotator: str, source: str) -> None:
+    """Declare the project's person as a human rater (pseudonym only), keeping every study they labelled in."""
+    before = store.declared_annotators().get(annotator)
+    studies = sorted({*(before.details.get("studies", []) if before is not None else []), study.name})
+    role = "adjudicator" if ref.role == ADJUDICATION_ROLE else "annotator"
+    store.upsert_annotators([Annotator(
+        annotator=annotator, kind="human", source=source, codebook_version=study.codebook_version, study=study.name,
+        details={"role": role, "pseudonym": ref.pseudonym, "studies": studies},
+    )])
 
 
 # ------------------------------------------------------------------------------------ status

@@ -132,8 +132,9 @@ def run_evaluation(model: Any, tokenizer: Any, problems: Sequence[Problem], edit
     Returns
     -------
     list of dict
-        One per (condition, problem): ``condition, problem_id, generated_tokens, answer, correct,
-        text``.
+        One per (condition, problem): ``condition, problem_id, generated_tokens, steered_tokens``
+        (tokens generated with the edit on; None for a condition without an edit; 0 when the schedule
+        never switched on), ``answer, correct, text``.
 
     Raises
     ------
@@ -159,26 +160,36 @@ def run_evaluation(model: Any, tokenizer: Any, problems: Sequence[Problem], edit
             system = CONCISE_SYSTEM_PROMPT if condition == "concise_prompt" else None
             prompt = build_prompt(tokenizer, problem.problem, system)
             cond_edit = edits[condition]
+            steered: int | None = None
             if cond_edit is None:
                 new, text = _generate(model, tokenizer, prompt, max_new_tokens)
             else:
                 sched = AlwaysOn() if schedule == "always" else AfterFirstAnswer(tokenizer)
                 with steer_routing(model, cond_edit, schedule=sched):
                     new, text = _generate(model, tokenizer, prompt, max_new_tokens)
+                steered = len(new)
+                if isinstance(sched, AfterFirstAnswer):
+                    # the forwards after the switch produce the steered tokens
+                    at = sched.activated_at[0] if sched.activated_at else None
+                    steered = 0 if at is None else max(0, len(new) - at)
             answer = extract_answer(text)
             rows.append({"condition": condition, "problem_id": problem.problem_id, "generated_tokens": len(new),
+                         "steered_tokens": steered,
                          "answer": answer, "correct": bool(answers_match(answer, problem.answer)), "text": text})
     return rows
 
 
 def summarize(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per condition: n, median and mean generated tokens, accuracy, median paired change vs unmodified.
+    """Per condition: n, median and mean generated tokens, accuracy, median paired change vs unmodified,
+    and how much was actually steered.
 
     Returns
     -------
     list of dict
         ``condition, n, median_tokens, mean_tokens, accuracy, median_token_change`` (a fraction,
-        ``-0.30`` = 30% fewer tokens; NaN without an ``unmodified`` run).
+        ``-0.30`` = 30% fewer tokens; NaN without an ``unmodified`` run), ``steered_rows`` (rows with at
+        least one steered token) and ``steered_tokens`` (their sum); both None for a condition without
+        an edit.
     """
     base = {r["problem_id"]: r["generated_tokens"] for r in rows if r["condition"] == "unmodified"}
     out = []
@@ -189,8 +200,16 @@ def summarize(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                    for r in sub if base.get(r["problem_id"])]
         out.append({"condition": condition, "n": len(sub), "median_tokens": statistics.median(tokens),
                     "mean_tokens": statistics.fmean(tokens), "accuracy": statistics.fmean(r["correct"] for r in sub),
-                    "median_token_change": statistics.median(changes) if changes else float("nan")})
+                    "median_token_change": statistics.median(changes) if changes else float("nan"),
+                    **_steered(sub)})
     return out
+
+
+def _steered(rows: Sequence[dict[str, Any]]) -> dict[str, int | None]:
+    counts = [r.get("steered_tokens") for r in rows]
+    if all(c is None for c in counts):
+        return {"steered_rows": None, "steered_tokens": None}
+    return {"steered_rows": sum(1 for c in counts if c), "steered_tokens": sum(c or 0 for c in counts)}
 
 
 __all__ = [

@@ -358,7 +358,7 @@ def write_report(report: ExpertReport, out_dir: str | Path, *, steer_size: int |
           ((names[d], BEHAVIORS[b], layers[li], r, int(e), f"{rd[d, b, li, e]:.6g}")
            for d in range(rd.shape[0]) for b in range(rd.shape[1]) for li in range(rd.shape[2])
            for r, e in enumerate(report.top[d, b, li]) if e >= 0))
-    labels = [f"{names[d]}:{BEHAVIORS[b]}" for d in range(rd.shape[0]) for b in range(rd.shape[1])]
+    labels = profile_labels(report)
     table("profile_correlation.csv", ["profile", *labels],
           ([labels[i], *(f"{v:.4f}" for v in report.corr[i])] for i in range(len(labels))))
     table("jaccard.csv", ["statistic", "value"],
@@ -395,6 +395,12 @@ def risk_difference_pooled(report: ExpertReport) -> np.ndarray:
         return np.where(total > 0, np.nansum(np.nan_to_num(rd) * weights, axis=0) / total, np.nan)
 
 
+def profile_labels(report: ExpertReport) -> list[str]:
+    """``"dataset:behavior"`` of each row (and column) of ``report.corr``, in its order (row ``d * n_behaviors + b``)."""
+    n_d, n_b = report.rd["rd"].shape[:2]
+    return [f"{report.dataset_names[d]}:{BEHAVIORS[b]}" for d in range(n_d) for b in range(n_b)]
+
+
 def _plots(report: ExpertReport, out: Path) -> list[Path]:
     import matplotlib
 
@@ -419,10 +425,16 @@ def _plots(report: ExpertReport, out: Path) -> list[Path]:
         fig.savefig(path, dpi=120)
         plt.close(fig)
         paths.append(path)
-    fig, ax = plt.subplots(figsize=(6, 5))
+    labels = profile_labels(report)
+    side = max(6.0, 0.32 * len(labels) + 2.5)
+    fig, ax = plt.subplots(figsize=(side + 1.0, side))
     im = ax.imshow(report.corr, cmap="RdBu_r", vmin=-1, vmax=1, interpolation="nearest")
-    ax.set_title("behavior profile correlation (dataset x behavior)")
-    fig.colorbar(im, ax=ax)
+    ax.set_xticks(range(len(labels)), labels, rotation=90, fontsize=7)
+    ax.set_yticks(range(len(labels)), labels, fontsize=7)
+    ax.set_xlabel("profile (dataset:behavior)")
+    ax.set_ylabel("profile (dataset:behavior)")
+    ax.set_title("behavior profile correlation (Pearson r of risk-difference profiles)")
+    fig.colorbar(im, ax=ax, label="Pearson r", shrink=0.8)
     fig.tight_layout()
     path = out / "profile_correlation.png"
     fig.savefig(path, dpi=120)

@@ -227,11 +227,15 @@ class AfterFirstAnswer:
         self.window = window
         self._generated: list[list[int]] = []
         self._active: list[bool] = []
+        #: Per row: tokens generated when the row switched on (None: not yet); the tokens generated
+        #: after that point are the steered ones.
+        self.activated_at: list[int | None] = []
 
     def reset(self, batch_size: int) -> None:
         """Start a new batch of ``batch_size`` sequences (nothing generated yet)."""
         self._generated = [[] for _ in range(batch_size)]
         self._active = [False] * batch_size
+        self.activated_at = [None] * batch_size
 
     def observe(self, input_ids) -> None:
         """Record the tokens fed to the next forward: a prompt (resets) or one new token per row."""
@@ -245,6 +249,8 @@ class AfterFirstAnswer:
             self._generated[row].append(int(token))
             tail = self.tokenizer.decode(self._generated[row][-self.window:], skip_special_tokens=True)
             self._active[row] = bool(self.pattern.search(tail))
+            if self._active[row]:
+                self.activated_at[row] = len(self._generated[row])
 
     def active_rows(self, batch_size: int):
         """Return a bool tensor ``[batch_size]``: which sequences are steered now."""

@@ -1,0 +1,729 @@
+"""The vLLM engine of ``ror capture`` / ``ror steer``: router logits read and edited inside vLLM.
+
+Every MoE family vLLM serves reaches one family-independent place: the MoE runner's router,
+``FusedMoERouter.select_experts(hidden_states, router_logits, ...)``, once per MoE layer per forward
+step (../shared/notes/vllm-cpu.md). :func:`install` patches that method, before any ``LLM`` is
+built, to call two opaque ``torch.library`` custom ops around vLLM's own routing:
+
+- ``ror_annotate::route_edit(logits, layer)``: the SteerMoE edit (activate -> max + eps, suppress
+  -> min - eps, computed in float32) on the rows of the requests the schedule marks active; every
+  other row and every layer without an edit is returned bit for bit;
+- ``ror_annotate::route_record(logits, topk_ids, layer)``: copies the raw logits and the experts
+  vLLM selected into the current step's buffer when a capture is running.
+
+Opaque custom ops survive ``torch.compile`` (a Python patch installed after the engine is built is
+inlined away: capture comes back empty and edits are silently ignored). The compile cache is
+disabled (``VLLM_DISABLE_COMPILE_CACHE=1``) so a graph compiled without the ops is never reused.
+
+Rows map to requests through the model runner's batch state: a wrapper of
+``GPUModelRunner._prepare_inputs`` (the CPU runner inherits it) reads, for each forward step, the
+request ids in batch order, their scheduled token counts and their computed-token counts (the
+position of their first row); a wrapper of ``_model_forward`` moves the step's buffers to the host
+once per step (no per-layer host synchronisation) and files the rows under their requests. Steps
+without that state (vLLM's warm-up and profiling runs) are ignored.
+
+The engine runs in-process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) so the hooks' state is shared.
+Prefix caching stays on: each capture request gets its own ``cache_salt``, so no prompt token is
+ever served from the cache (cached tokens never reach the router and their logits would be
+missing). A request whose rows are not exactly positions ``0..T-1`` is error ``E920``; a MoE layer
+whose hook did not fire in a step is ``E921``; then the self-checks of :mod:`.checks` (E910-E913)
+run on every batch before it is written, as on the HF engine.
+
+On CUDA, graphs captured by vLLM replay kernels without running Python, so the ops' bodies would
+not run: the engine is built with CUDA graphs off (``cudagraph_mode="NONE"``), compilation kept.
+Tensor and expert parallelism need the hooks in every worker process; this engine supports one
+process (``tensor_parallel_size=1``): larger values are refused with ``E922``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from ..errors import CaptureCheckError, SteerError
+
+#: E913 tolerance floor relative to the row's largest logit: the reference is a transformers forward, so other
+#: kernels (measured up to 4.4e-5 in float32 on the tiny test models; 4 float32 ulps would be 5e-7).
+CROSS_ENGINE_RTOL = 1e-4
+
+#: Environment the engine needs, set by :func:`build_llm` before vLLM is imported.
+ENGINE_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_DISABLE_COMPILE_CACHE": "1"}
+
+
+def require_vllm() -> Any:
+    """Import and return ``vllm``, or raise ``E922`` saying how to install it.
+
+    Raises
+    ------
+    SteerError
+        ``E922`` when vLLM is not importable in this environment.
+    """
+    for key, value in ENGINE_ENV.items():
+        os.environ.setdefault(key, value)
+    try:
+        import vllm
+    except ImportError as exc:
+        raise SteerError(f"--engine vllm needs vLLM, which is not importable here ({exc}); install it into its own "
+                         "environment with `bash scripts/setup_vllm.sh` and run ror from .venv-vllm", code="E922") from None
+    return vllm
+
+
+@dataclass
+class _Step:
+    """Layout of one forward step: which rows belong to which request, at which positions."""
+
+    req_ids: list[str]
+    starts: np.ndarray  # first position of each request's rows
+    counts: np.ndarray  # rows of each request
+    active: Any = None  # bool tensor [n_rows] of rows to edit, or None (no row)
+    logits: dict[int, Any] = field(default_factory=dict)  # layer -> [n_rows, n_experts]
+    selected: dict[int, Any] = field(default_factory=dict)  # layer -> [n_rows, top_k]
+    rows: dict[tuple, Any] = field(default_factory=dict)  # (n_rows padded, device) -> bool mask on that device
+
+    @property
+    def n_rows(self) -> int:
+        return int(self.counts.sum())
+
+
+class _HookState:
+    """Process-wide state read by the custom ops (one engine per process, in-process)."""
+
+    def __init__(self) -> None:
+        self.pending: _Step | None = None  # set by _prepare_inputs, taken by _model_forward
+        self.step: _Step | None = None  # the step whose forward is running
+        self.capture: dict[str, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] | None = None
+        self.capture_layers: list[int] = []
+        self.capture_dtype: Any = None
+        self.edit_masks: dict[int, tuple[Any, Any]] = {}  # layer -> (activate mask, suppress mask) [n_experts]
+        self.eps = 1e-2
+        self.schedule: Callable[[Any, str], bool] | None = None  # (runner, req_id) -> steer this request now?
+        self.steered: set[str] = set()
+
+    def reset(self) -> None:
+        self.__init__()  # type: ignore[misc]
+
+    # -- step bookkeeping (host side, once per step) --
+    def begin(self, runner: Any, num_scheduled_tokens: Any) -> None:
+        torch = _torch()
+        batch = runner.input_batch
+        n = int(batch.num_reqs)
+        req_ids = list(batch.req_ids[:n])
+        step = _Step(req_ids, np.array(batch.num_computed_tokens_cpu[:n], dtype=np.int64),
+                     np.asarray(num_scheduled_tokens[:n], dtype=np.int64))
+        if self.edit_masks and self.schedule is not None:
+            flags = []
+            for rid in req_ids:
+                if rid not in self.steered and self.schedule(runner, rid):
+                    self.steered.add(rid)
+                flags.append(rid in self.steered)
+            if any(flags):
+                step.active = torch.from_numpy(np.repeat(np.array(flags), step.counts))
+        self.pending = step
+
+    def start_forward(self) -> None:
+        self.step, self.pending = self.pending, None
+
+    def end_forward(self) -> None:
+        step, self.step = self.step, None
+        if step is None or self.capture is None:
+            return
+        missing = [layer for layer in self.capture_layers if layer not in step.logits]
+        if missing:
+            raise CaptureCheckError(f"vLLM engine: the router hook did not fire for MoE layer(s) {missing} in a forward step "
+                                    f"(fired: {sorted(step.logits)}); nothing was written", code="E921")
+        torch = _torch()
+        n = step.n_rows
+        logits = torch.stack([step.logits[layer][:n] for layer in self.capture_layers], dim=1).cpu().numpy()
+        selected = torch.stack([step.selected[layer][:n] for layer in self.capture_layers], dim=1).cpu().numpy()
+        offsets = np.concatenate([[0], np.cumsum(step.counts)])
+        for i, rid in enumerate(step.req_ids):
+            sl = slice(int(offsets[i]), int(offsets[i + 1]))
+            positions = step.starts[i] + np.arange(int(step.counts[i]))
+            self.capture.setdefault(rid, []).append((positions, logits[sl], selected[sl]))
+
+    # -- the custom ops' bodies --
+    def edit(self, logits: Any, layer: int) -> Any:
+        step = self.step
+        masks = self.edit_masks.get(layer)
+        if step is None or masks is None or step.active is None:
+            return logits.clone()
+        torch = _torch()
+        rows = step.rows.get((logits.shape[0], logits.device))
+        if rows is None:  # once per step and device, not per layer
+            n = min(step.n_rows, logits.shape[0])
+            rows = torch.zeros(logits.shape[0], dtype=torch.bool)
+            rows[:n] = step.active[:n]
+            rows = step.rows[(logits.shape[0], logits.device)] = rows.to(logits.device, non_blocking=True)
+        act, sup = masks
+        x = logits.float()
+        n_routed = (act if act is not None else sup).shape[0]
+        # a fused shared-expert gate column (beside the routed ones) is never edited nor counted in max/min
+        lo, hi = torch.aminmax(x[..., :n_routed], dim=-1, keepdim=True)
+        extra = logits.shape[-1] - n_routed
+        if extra:
+            act = None if act is None else torch.cat([act, act.new_zeros(extra)])
+            sup = None if sup is None else torch.cat([sup, sup.new_zeros(extra)])
+        if sup is not None:
+            x = torch.where(sup, lo - self.eps, x)
+        if act is not None:
+            x = torch.where(act, hi + self.eps, x)
+        out = x.to(logits.dtype)
+        if logits.dtype != torch.float32:  # keep activated strictly above the max, suppressed below the min
+            if act is not None:
+                out = torch.where(act, torch.maximum(out, torch.nextafter(hi.to(logits.dtype), out.new_tensor(float("inf")))), out)
+            if sup is not None:
+                out = torch.where(sup, torch.minimum(out, torch.nextafter(lo.to(logits.dtype), out.new_tensor(float("-inf")))), out)
+        return torch.where(rows[:, None], out, logits)
+
+    def record(self, logits: Any, selected: Any, layer: int) -> None:
+        step = self.step
+        if step is None or self.capture is None or layer not in self.capture_layers:
+            return
+        step.logits[layer] = logits.detach().to(self.capture_dtype)
+        step.selected[layer] = selected.detach().to(_torch().int16)
+
+
+STATE = _HookState()
+_INSTALLED = False
+
+
+def _torch() -> Any:
+    import torch
+
+    return torch
+
+
+def _layer_index(name: str) -> int:
+    match = re.search(r"layers\.(\d+)\.", name + ".")
+    return int(match.group(1)) if match else -1
+
+
+def install() -> None:
+    """Register the custom ops and patch vLLM's router and model runner (idempotent).
+
+    Call before the ``LLM`` is built (:func:`build_llm` does), so ``torch.compile`` sees the ops.
+
+    Raises
+    ------
+    SteerError
+        ``E922`` when vLLM is not importable.
+    """
+    global _INSTALLED
+    if _INSTALLED:
+        return
+    require_vllm()
+    torch = _torch()
+    from vllm.model_executor.layers.fused_moe.router.fused_moe_router import FusedMoERouter
+    from vllm.model_executor.layers.fused_moe.runner.moe_runner import MoERunner
+    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+    @torch.library.custom_op("ror_annotate::route_edit", mutates_args=(), schema="(Tensor logits, int layer) -> Tensor")
+    def route_edit(logits: Any, layer: int) -> Any:
+        return STATE.edit(logits, layer)
+
+    @route_edit.register_fake
+    def _edit_fake(logits: Any, layer: int) -> Any:
+        return torch.empty_like(logits)
+
+    @torch.library.custom_op("ror_annotate::route_record", mutates_args=(),
+                             schema="(Tensor logits, Tensor selected, int layer) -> Tensor")
+    def route_record(logits: Any, selected: Any, layer: int) -> Any:
+        STATE.record(logits, selected, layer)
+        return selected.clone()
+
+    @route_record.register_fake
+    def _record_fake(logits: Any, selected: Any, layer: int) -> Any:
+        return torch.empty_like(selected)
+
+    original_select = FusedMoERouter.select_experts
+
+    def select_experts(self: Any, hidden_states: Any, router_logits: Any, topk_indices_dtype: Any = None, *,
+                       input_ids: Any = None) -> tuple[Any, Any]:
+        layer = getattr(self, "_ror_layer", -1)
+        n_experts = int(self.global_num_experts)
+        logits = torch.ops.ror_annotate.route_edit(router_logits, layer)
+        weights, ids = original_select(self, hidden_states, logits, topk_indices_dtype, input_ids=input_ids)
+        ids = torch.ops.ror_annotate.route_record(router_logits[..., :n_experts], ids, layer)
+        return weights, ids
+
+    original_init = MoERunner.__init__
+
+    def runner_init(self: Any, layer_name: str, *args: Any, **kwargs: Any) -> None:
+        original_init(self, layer_name, *args, **kwargs)
+        self.router._ror_layer = _layer_index(layer_name)
+
+    original_prepare = GPUModelRunner._prepare_inputs
+
+    def prepare_inputs(self: Any, scheduler_output: Any, num_scheduled_tokens: Any, *args: Any, **kwargs: Any) -> Any:
+        STATE.begin(self, num_scheduled_tokens)
+        return original_prepare(self, scheduler_output, num_scheduled_tokens, *args, **kwargs)
+
+    original_forward = GPUModelRunner._model_forward
+
+    def model_forward(self: Any, *args: Any, **kwargs: Any) -> Any:
+        STATE.start_forward()
+        out = original_forward(self, *args, **kwargs)
+        STATE.end_forward()
+        return out
+
+    FusedMoERouter.select_experts = select_experts  # type: ignore[method-assign]
+    MoERunner.__init__ = runner_init  # type: ignore[method-assign]
+    GPUModelRunner._prepare_inputs = prepare_inputs  # type: ignore[method-assign]
+    GPUModelRunner._model_forward = model_forward  # type: ignore[method-assign]
+    _INSTALLED = True
+
+
+@dataclass(frozen=True)
+class VllmSite:
+    """A MoE layer of a vLLM model: decoder layer index, routed experts and k (what steering validates)."""
+
+    layer: int
+    n_experts: int
+    top_k: int
+    position: int = 0
+
+
+@dataclass
+class VllmEngine:
+    """A built ``vllm.LLM`` with the hooks installed, and what capture and steering need of it.
+
+    Attributes
+    ----------
+    llm : vllm.LLM
+    model : str
+        The checkpoint path.
+    sites : list of VllmSite
+        Every MoE layer (from the runners vLLM built).
+    expected_layers : list of int
+        Decoder layers holding expert parameters, counted from parameter names (E911).
+    dtype : str
+        The forward dtype (``"torch.float32"``...).
+    family : str
+        The family name (as the HF engine records it) or the model_type.
+    """
+
+    llm: Any
+    model: str
+    sites: list[VllmSite]
+    expected_layers: list[int]
+    dtype: str
+    family: str
+
+    @property
+    def tokenizer(self) -> Any:
+        return self.llm.get_tokenizer()
+
+
+def _family_name(model_type: str) -> str:
+    """The registered family of ``model_type`` (or ``model_type`` itself).
+
+    Raises
+    ------
+    SteerError
+        ``E955`` for a sigmoid, grouped top-k family (DeepSeek-V3, GLM-4-MoE): this engine's edit
+        and capture check are the softmax ones, so it refuses them rather than steer them wrongly;
+        the HF engine supports them.
+    """
+    from .families import FAMILIES
+
+    for name, spec in FAMILIES.items():
+        if name == model_type or model_type in spec.model_types:
+            if spec.grouped:
+                raise SteerError(f"family {name} routes with sigmoid, grouped top-k; the vLLM engine does not define "
+                                 "its steering edit or capture check yet: use the HF engine (--engine hf)", code="E955")
+            return name
+    return model_type
+
+
+def build_llm(model: str | Path, *, dtype: str = "auto", enforce_eager: bool = False, max_num_seqs: int = 64,
+              max_model_len: int | None = None, seed: int = 0, tensor_parallel_size: int = 1, **kwargs: Any) -> VllmEngine:
+    """Build an in-process ``vllm.LLM`` with the capture/steer hooks installed.
+
+    Parameters
+    ----------
+    model : str or Path
+        Local checkpoint folder (``config.json``, weights, tokenizer).
+    dtype : str
+        ``"auto"``, ``"float32"``, ``"bfloat16"``, ``"float16"``.
+    enforce_eager : bool
+        Skip ``torch.compile`` (the hooks work either way).
+    max_num_seqs : int
+        Requests per step (continuous batching).
+    max_model_len : int, optional
+    seed : int
+    tensor_parallel_size : int
+        Must be 1 (see the module docstring).
+    **kwargs
+        Passed to ``vllm.LLM``.
+
+    Returns
+    -------
+    VllmEngine
+
+    Raises
+    ------
+    SteerError
+        ``E922`` vLLM missing or ``tensor_parallel_size > 1``; ``E901`` no such checkpoint; ``E923``
+        the model has no MoE layer vLLM routes through ``select_experts``.
+    """
+    from .capture import check_model_source
+
+    source, _ = check_model_source(model)
+    if tensor_parallel_size != 1:
+        raise SteerError("the vLLM engine captures and steers in one process; tensor/expert parallel "
+                         f"(tensor_parallel_size={tensor_parallel_size}) is not supported yet", code="E922")
+    vllm = require_vllm()
+    install()
+    torch = _torch()
+    options: dict[str, Any] = {"dtype": dtype, "enforce_eager": enforce_eager, "max_num_seqs": max_num_seqs,
+                               "seed": seed, "enable_prefix_caching": True}
+    if max_model_len is not None:
+        options["max_model_len"] = max_model_len
+    if torch.cuda.is_available() and not enforce_eager:
+        options["compilation_config"] = {"cudagraph_mode": "NONE"}
+    options.update(kwargs)
+    llm = vllm.LLM(model=source, **options)
+
+    def describe(m: Any) -> dict:
+        from vllm.model_executor.layers.fused_moe.runner.moe_runner import MoERunner
+
+        found = {}
+        for _name, module in m.named_modules():
+            if isinstance(module, MoERunner):
+                router = module.router
+                found[int(router._ror_layer)] = (int(router.global_num_experts), int(router.top_k))
+        dtype_name = str(next(m.parameters()).dtype)
+        names = [name for name, _ in m.named_parameters()]
+        return {"sites": found, "dtype": dtype_name, "params": names}
+
+    (info,) = llm.apply_model(describe)
+    if not info["sites"]:
+        raise SteerError(f"{model}: vLLM built no MoE layer routed through select_experts; not an MoE model "
+                         "(or a monolithic MoE kernel that bypasses the router)", code="E923")
+    sites = [VllmSite(layer, e, k, i) for i, (layer, (e, k)) in enumerate(sorted(info["sites"].items()))]
+    expected = sorted({int(m.group(1)) for name in info["params"]
+                       if (m := re.search(r"(?:^|\.)layers\.(\d+)\.(?:.*\.)?experts(?:\.|$)", name))})
+    model_type = getattr(llm.llm_engine.model_config.hf_config, "model_type", "")
+    return VllmEngine(llm, source, sites, expected, info["dtype"], _family_name(model_type))
+
+
+# ---------------------------------------------------------------------------------------------- capture
+
+
+def capture_router_logits_vllm(engine: VllmEngine, tokens: Any, out_dir: str | Path, *, model_name: str = "",
+                               splits: Sequence[str] | None = None, layers: Sequence[int] | None = None,
+                               batch_size: int = 64, logits_dtype: str = "float16", overwrite: bool = False,
+                               limit: int | None = None, progress: Callable[[int], None] | None = None,
+                               checks: bool = True, reference: bool = True) -> Any:
+    """Capture router logits of every trace of ``tokens`` with vLLM, in the HF engine's on-disk format.
+
+    Each trace is one request (``max_tokens=1``: only its prompt goes through the model) with its
+    own ``cache_salt``; ``batch_size`` requests go to vLLM at once and are continuously batched (a
+    step mixes chunks of several prompts). Rows are filed under their request by position.
+
+    Parameters
+    ----------
+    engine : VllmEngine
+        From :func:`build_llm`.
+    tokens : datasets.DatasetDict
+        The exported ``tokens`` configuration.
+    out_dir : str or Path
+        Capture directory (resumed when compatible, as with the HF engine).
+    model_name, splits, layers, logits_dtype, overwrite, limit, progress
+        As :func:`~ror_annotate.steer.capture.capture_router_logits`.
+    batch_size : int
+        Requests submitted to vLLM per call (and written per batch).
+    checks : bool
+        Run E910-E913 on every batch before writing.
+    reference : bool
+        For E913, compare the first rows of the first trace with a plain transformers forward of
+        the same checkpoint (loads the checkpoint once more, on CPU, in the engine's dtype).
+
+    Returns
+    -------
+    CaptureReport
+
+    Raises
+    ------
+    SteerError
+        Unknown split or layer, incompatible existing capture.
+    CaptureCheckError
+        ``E920`` a request's rows are not exactly positions ``0..T-1``; ``E921`` a hook did not
+        fire; ``E910``-``E913`` as on the HF engine. Nothing of the failing batch is written.
+    """
+    torch = _torch()
+    from vllm import SamplingParams
+
+    from .capture import STORE_DTYPES, CaptureMeta, CaptureReport, _check_vocab, _drop_if_empty, _SplitRows, _Writer
+    from .checks import FORWARD_CHECK_ROWS, check_layers_found
+
+    if logits_dtype not in STORE_DTYPES:
+        raise SteerError(f"logits_dtype must be one of {sorted(STORE_DTYPES)}, got {logits_dtype!r}")
+    sites = engine.sites
+    if checks:
+        check_layers_found(engine.expected_layers, [s.layer for s in sites], family=engine.family)
+    if layers is not None:
+        unknown = set(int(x) for x in layers) - {s.layer for s in sites}
+        if unknown:
+            raise SteerError(f"layers {sorted(unknown)} have no MoE router; MoE layers: {[s.layer for s in sites]}")
+        sites = [s for s in sites if s.layer in set(int(x) for x in layers)]
+    if len({(s.n_experts, s.top_k) for s in sites}) != 1:
+        raise SteerError("MoE layers differ in n_experts/top_k; capture them separately with --layers")
+    meta = CaptureMeta(model=model_name or engine.model, family=engine.family, layers=[s.layer for s in sites],
+                       n_experts=sites[0].n_experts, top_k=sites[0].top_k, logits_dtype=logits_dtype,
+                       model_dtype=engine.dtype)
+    splits = list(splits) if splits is not None else list(tokens.keys())
+    unknown_splits = [s for s in splits if s not in tokens]
+    if unknown_splits:
+        raise SteerError(f"splits {unknown_splits} not in the tokens dataset; it has {list(tokens.keys())}")
+    vocab = int(engine.llm.llm_engine.model_config.get_vocab_size())
+    created = not Path(out_dir).exists()
+    writer = _Writer(Path(out_dir), meta, overwrite=overwrite)
+    kw = {"family": meta.family, "layers": meta.layers, "model_dtype": meta.model_dtype, "storage_dtype": logits_dtype}
+    ref: dict[str, np.ndarray] = {}
+    report = CaptureReport(out_dir=str(out_dir))
+    params = SamplingParams(max_tokens=1, temperature=0.0)
+    start = time.perf_counter()
+    STATE.reset()
+    STATE.capture_layers = meta.layers
+    STATE.capture_dtype = getattr(torch, logits_dtype)
+    try:
+        for split in splits:
+            rows_of = _SplitRows(tokens[split])
+            todo = [i for i, tid in enumerate(rows_of.trace_ids) if tid not in writer.done]
+            report.skipped += len(rows_of) - len(todo)
+            if limit is not None:
+                todo = todo[: max(0, limit - report.captured)]
+            for b in range(0, len(todo), batch_size):
+                rows = [rows_of.row(i) for i in todo[b:b + batch_size]]
+                empty = [r["trace_id"] for r in rows if not len(r["input_ids"])]
+                if empty:
+                    raise SteerError(f"{split}: trace(s) {empty[:3]} have no input_ids; re-export them")
+                _check_vocab(rows, vocab, split)
+                if checks and reference and not ref and rows:
+                    ref[rows[0]["trace_id"]] = _reference_rows(engine, rows[0]["input_ids"][:FORWARD_CHECK_ROWS])
+                arrays = _capture_batch(engine, [r["input_ids"] for r in rows], params)
+                if checks:
+                    _check(rows, arrays, ref, meta.top_k, kw)
+                writer.append([({"trace_id": r["trace_id"], "split": split, "dataset": r["dataset"]}, lg, sel, None)
+                               for r, (lg, sel) in zip(rows, arrays)])
+                report.captured += len(rows)
+                report.tokens += sum(len(r["input_ids"]) for r in rows)
+                report.splits[split] = report.splits.get(split, 0) + len(rows)
+                if progress is not None:
+                    progress(len(rows))
+    except CaptureCheckError:
+        _drop_if_empty(writer, created)
+        raise
+    finally:
+        STATE.reset()
+        writer.close()
+    report.seconds = time.perf_counter() - start
+    return report
+
+
+def _check(rows: list[dict], arrays: list[tuple[np.ndarray, np.ndarray]], ref: dict[str, np.ndarray], top_k: int,
+           kw: dict[str, Any]) -> None:
+    """E910-E912 on the batch, E913 on the trace that has a transformers reference."""
+    from .checks import FORWARD_CHECK_ROWS, check_batch, check_forward
+
+    check_batch(np.concatenate([a[0] for a in arrays]), np.concatenate([a[1] for a in arrays]), top_k=top_k, **kw)
+    for r, (lg, _) in zip(rows, arrays):
+        if r["trace_id"] in ref:
+            check_forward(lg[:FORWARD_CHECK_ROWS], ref[r["trace_id"]], trace_id=r["trace_id"], rtol=CROSS_ENGINE_RTOL, **kw)
+
+
+def _capture_batch(engine: VllmEngine, sequences: Sequence[Any], params: Any) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Run one batch of prompts and return each one's ``(logits [T, L, E], selected [T, L, k])`` in order."""
+    from vllm.inputs import TokensPrompt
+
+    STATE.capture = {}
+    prompts = [TokensPrompt(prompt_token_ids=[int(t) for t in seq], cache_salt=uuid.uuid4().hex) for seq in sequences]
+    outputs = engine.llm.generate(prompts, params, use_tqdm=False)
+    chunks, STATE.capture = STATE.capture, None
+    by_prompt: list[tuple[np.ndarray, np.ndarray]] = []
+    for seq, out in zip(sequences, outputs):
+        parts = chunks.get(out.request_id) or _match_request(chunks, out.request_id)
+        n = len(seq)
+        positions = np.concatenate([p for p, _, _ in parts]) if parts else np.zeros(0, dtype=np.int64)
+        if len(positions) != n or not np.array_equal(positions, np.arange(n)):
+            got = f"{len(positions)} rows" + (f", positions {positions[:3].tolist()}..{positions[-3:].tolist()}" if len(positions) else "")
+            raise CaptureCheckError(f"vLLM engine: request {out.request_id} has {n} prompt tokens but its captured rows are "
+                                    f"not exactly positions 0..{n - 1} ({got}); prefix caching or batching lost rows; "
+                                    "nothing was written", code="E920")
+        by_prompt.append((np.concatenate([lg for _, lg, _ in parts]), np.concatenate([s for _, _, s in parts])))
+    return by_prompt
+
+
+def _match_request(chunks: dict, request_id: str) -> list:
+    """The rows of a request whose engine-internal id extends the id the output reports."""
+    keys = [k for k in chunks if k.startswith(f"{request_id}-") or k.split("-")[0] == request_id]
+    return chunks[keys[0]] if len(keys) == 1 else []
+
+
+def _reference_rows(engine: VllmEngine, ids: Sequence[int]) -> np.ndarray:
+    """Router logits of ``ids`` from a plain transformers forward of the same checkpoint (E913)."""
+    from .capture import forward_router_logits, load_model
+
+    hf = load_model(engine.model, device="cpu", dtype=engine.dtype.replace("torch.", ""))
+    ((logits, _),) = forward_router_logits(hf, [list(int(t) for t in ids)])
+    del hf
+    return logits.numpy()
+
+
+# ---------------------------------------------------------------------------------------------- steering
+
+
+def _mask(torch: Any, n_experts: int, ids: Sequence[int]) -> Any:
+    if not ids:
+        return None
+    out = torch.zeros(n_experts, dtype=torch.bool)
+    out[list(ids)] = True
+    return out
+
+
+def _set_edit(engine: VllmEngine, edit: Any, schedule: str, tokenizer: Any = None, pattern: str | None = None) -> None:
+    """Arm the edit for the next ``generate`` calls (``edit`` None or empty: no edit)."""
+    torch = _torch()
+    STATE.reset()
+    if edit is None or edit.empty:
+        return
+    edit.validate(engine.sites)  # type: ignore[arg-type]
+    for site in engine.sites:
+        act, sup = edit.activate.get(site.layer, ()), edit.suppress.get(site.layer, ())
+        if not act and not sup:
+            continue
+
+        STATE.edit_masks[site.layer] = (_mask(torch, site.n_experts, act), _mask(torch, site.n_experts, sup))
+    STATE.eps = float(edit.eps)
+    if schedule == "always":
+        STATE.schedule = lambda runner, rid: True
+    elif schedule == "after_first_answer":
+        from .steering import AfterFirstAnswer
+
+        regex = re.compile(pattern or AfterFirstAnswer.DEFAULT_PATTERN, re.IGNORECASE)
+
+        def after_first_answer(runner: Any, rid: str, window: int = 48) -> bool:
+            state = runner.requests.get(rid)
+            generated = list(getattr(state, "output_token_ids", []) or [])
+            if not generated:
+                return False
+            return bool(regex.search(tokenizer.decode(generated[-window:], skip_special_tokens=True)))
+
+        STATE.schedule = after_first_answer
+    else:
+        raise SteerError(f"unknown schedule {schedule!r}; choose 'always' or 'after_first_answer'")
+
+
+def generate_vllm(engine: VllmEngine, prompts: Sequence[Sequence[int]], *, max_new_tokens: int, edit: Any = None,
+                  schedule: str = "always", record: bool = False, pattern: str | None = None) -> list[dict[str, Any]]:
+    """Greedy generation of a batch of prompts, optionally steered, in one continuous batch.
+
+    Parameters
+    ----------
+    engine : VllmEngine
+    prompts : sequence of sequence of int
+        Prompt token ids.
+    max_new_tokens : int
+    edit : RoutingEdit, optional
+        The routing edit (``None`` or empty: the model as loaded; no row is touched).
+    schedule : {"always", "after_first_answer"}
+        Per request: every step, or only once its generated text holds a first answer.
+    pattern : str, optional
+        The first-answer pattern of ``after_first_answer`` (default: that of
+        :class:`~ror_annotate.steer.steering.AfterFirstAnswer`).
+    record : bool
+        Also return, per request, the experts selected at every row ``[n_rows, n_layers, k]``
+        (prompt and generated tokens but the last) in the order of ``engine.sites``.
+
+    Returns
+    -------
+    list of dict
+        Per prompt: ``token_ids`` (generated, cut after the first EOS as the HF engine does),
+        ``text``, and with ``record`` ``selected`` and ``positions``.
+    """
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    tokenizer = engine.tokenizer
+    _set_edit(engine, edit, schedule, tokenizer, pattern)
+    if record:
+        STATE.capture = {}
+        STATE.capture_layers = [s.layer for s in engine.sites]
+        STATE.capture_dtype = _torch().float32
+    params = SamplingParams(max_tokens=max_new_tokens, temperature=0.0)
+    try:
+        outputs = engine.llm.generate([TokensPrompt(prompt_token_ids=list(map(int, p)), cache_salt=uuid.uuid4().hex)
+                                       for p in prompts], params, use_tqdm=False)
+        chunks = STATE.capture or {}
+    finally:
+        STATE.reset()
+    eos = tokenizer.eos_token_id
+    rows = []
+    for out in outputs:
+        new = list(out.outputs[0].token_ids)
+        if eos is not None and eos in new:
+            new = new[: new.index(eos) + 1]
+        row: dict[str, Any] = {"token_ids": new, "text": tokenizer.decode(new, skip_special_tokens=True)}
+        if record:
+            parts = chunks.get(out.request_id) or _match_request(chunks, out.request_id)
+            row["positions"] = np.concatenate([p for p, _, _ in parts])
+            row["selected"] = np.concatenate([s for _, _, s in parts])
+            row["logits"] = np.concatenate([lg for _, lg, _ in parts])
+        rows.append(row)
+    return rows
+
+
+def run_evaluation_vllm(engine: VllmEngine, problems: Sequence[Any], edit: Any, *, conditions: Sequence[str] | None = None,
+                        schedule: str = "always", max_new_tokens: int = 1024, seed: int = 0,
+                        progress: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
+    """The method's protocol on vLLM: every condition over all problems, each condition one batch.
+
+    Same conditions, prompts, answer extraction and token accounting as
+    :func:`~ror_annotate.steer.evaluate.run_evaluation` (rows of the same shape, so
+    :func:`~ror_annotate.steer.evaluate.summarize` applies).
+
+    Raises
+    ------
+    SteerError
+        Unknown condition or schedule, an invalid or empty edit.
+    """
+    from ..answers import answers_match, extract_answer
+    from .evaluate import CONCISE_SYSTEM_PROMPT, CONDITIONS, build_prompt
+    from .steering import random_expert_sets
+
+    conditions = list(conditions or CONDITIONS)
+    bad = [c for c in conditions if c not in CONDITIONS]
+    if bad:
+        raise SteerError(f"unknown conditions {bad}; choose from {', '.join(CONDITIONS)}")
+    if schedule not in ("always", "after_first_answer"):
+        raise SteerError(f"unknown schedule {schedule!r}; choose 'always' or 'after_first_answer'")
+    edit.validate(engine.sites)
+    if edit.empty and ("steered" in conditions or "random" in conditions):
+        raise SteerError("the steering spec edits no expert; give --spec with activate/suppress sets")
+    edits = {"unmodified": None, "steered": edit, "random": random_expert_sets(edit, engine.sites, seed=seed),  # type: ignore[arg-type]
+             "concise_prompt": None}
+    tokenizer = engine.tokenizer
+    rows = []
+    for condition in conditions:
+        if progress is not None:
+            progress(f"{condition} ({len(problems)} problems)")
+        system = CONCISE_SYSTEM_PROMPT if condition == "concise_prompt" else None
+        prompts = [build_prompt(tokenizer, p.problem, system) for p in problems]
+        outs = generate_vllm(engine, prompts, max_new_tokens=max_new_tokens, edit=edits[condition], schedule=schedule)
+        for problem, out in zip(problems, outs):
+            answer = extract_answer(out["text"])
+            rows.append({"condition": condition, "problem_id": problem.problem_id, "generated_tokens": len(out["token_ids"]),
+                         "answer": answer, "correct": bool(answers_match(answer, problem.answer)), "text": out["text"]})
+    return rows
+
+
+__all__ = ["ENGINE_ENV", "STATE", "VllmEngine", "VllmSite", "build_llm", "capture_router_logits_vllm", "generate_vllm",
+           "install", "require_vllm", "run_evaluation_vllm"]

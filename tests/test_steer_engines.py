@@ -1,0 +1,73 @@
+"""``--engine hf|vllm`` on ``ror capture`` / ``ror steer``: the registry and the refusals that need no vLLM."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("datasets")
+
+from ror_annotate.registry import registry  # noqa: E402
+
+from . import moe_fixtures as mf  # noqa: E402
+from .test_steer_capture import make_tokens  # noqa: E402
+
+pytestmark = pytest.mark.steer
+
+
+def test_engines_registry_names_both_engines() -> None:
+    engines = registry("engines")
+    assert {"hf", "vllm"} <= set(engines.names())
+    assert engines.get("vllm").name == "vllm"
+
+
+@pytest.fixture()
+def workdir(tmp_path, monkeypatch):
+    make_tokens({"train": [7, 5]}).save_to_disk(str(tmp_path / "export" / "tokens"))
+    mf.build("qwen3_moe").save_pretrained(tmp_path / "m")
+    (tmp_path / "spec.json").write_text(json.dumps({"activate": {"0": [1]}, "suppress": {}}))
+    (tmp_path / "p.jsonl").write_text(json.dumps({"id": "a", "problem": "1+1?", "answer": "2"}) + "\n")
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def _invoke(args):
+    from typer.testing import CliRunner
+
+    from ror_annotate.cli import app
+
+    return CliRunner().invoke(app, args)
+
+
+def test_unknown_engine_is_a_did_you_mean_error(workdir) -> None:
+    result = _invoke(["capture", "export", "--model", "m", "--out", "cap", "--engine", "vlm"])
+    assert result.exit_code != 0
+    assert "vllm" in result.output and "engine" in result.output
+    assert not (workdir / "cap").exists()
+
+
+def test_hf_only_options_are_refused_on_vllm_before_vllm_loads(workdir) -> None:
+    result = _invoke(["capture", "export", "--model", "m", "--out", "cap", "--engine", "vllm", "--residual-layers", "0"])
+    assert result.exit_code != 0
+    assert "E924" in result.output and "residual_layers" in result.output
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed here")
+def test_vllm_engine_without_vllm_says_how_to_install(workdir) -> None:
+    for args in (["capture", "export", "--model", "m", "--out", "cap", "--engine", "vllm"],
+                 ["steer", "p.jsonl", "--model", "m", "--spec", "spec.json", "--engine", "vllm"]):
+        result = _invoke(args)
+        assert result.exit_code != 0
+        assert "E922" in result.output and "setup_vllm.sh" in result.output
+
+
+def test_hf_engine_is_still_the_default(workdir) -> None:
+    result = _invoke(["capture", "export", "--model", "m", "--out", "cap"])
+    assert result.exit_code == 0, result.output
+    assert json.loads((workdir / "cap" / "meta.json").read_text())["family"] == "qwen3_moe"
+    explicit = _invoke(["capture", "export", "--model", "m", "--out", "cap2", "--engine", "hf"])
+    assert explicit.exit_code == 0, explicit.output
+    assert (workdir / "cap" / "logits.bin").read_bytes() == (workdir / "cap2" / "logits.bin").read_bytes()

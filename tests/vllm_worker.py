@@ -1,0 +1,155 @@
+"""Subprocess body of tests/test_vllm_engine.py: build a tiny checkpoint, run it in vLLM, report as JSON.
+
+Run as ``python tests/vllm_worker.py FAMILY {eager|compiled} WORKDIR``; prints one JSON line prefixed
+``RESULT `` with every measured quantity (the test asserts on them). A subprocess because building
+an ``LLM`` binds the process's OpenMP threads and seeds its global RNG (../shared/notes/vllm-cpu.md).
+
+Expected values come from an independent source: a plain transformers forward of the same
+checkpoint (``output_router_logits``-free: the router modules' own outputs through the HF engine's
+hooks, which tests/test_steer_capture.py checks against transformers itself).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+TINY = dict(hidden_size=64, head_dim=32, num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=512)
+
+
+def make_checkpoint(family: str, folder: Path, seed: int = 0) -> Path:
+    """Save a tiny random MoE checkpoint of ``family`` (head_dim 32) with a byte-level BPE tokenizer."""
+    from tests.moe_fixtures import build
+    from tests.tokenizers_fixtures import byte_level_bpe
+
+    if (folder / "config.json").exists():
+        return folder
+    tok = byte_level_bpe()
+    extra = {"intermediate_size": 64} if family == "gpt_oss" else {}  # vLLM's CPU experts need aligned widths
+    model = build(family, seed=seed, **extra, vocab_size=len(tok), pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id,
+                  bos_token_id=tok.pad_token_id, **TINY)
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return folder
+
+
+def prompts(n: int, seed: int = 0) -> list[list[int]]:
+    """``n`` token sequences of varied lengths 5..60 (ids from the tokenizer's ordinary range)."""
+    import random
+
+    rng = random.Random(seed)
+    return [[rng.randrange(3, 300) for _ in range(rng.randrange(5, 61))] for _ in range(n)]
+
+
+def main() -> None:
+    family, mode, workdir = sys.argv[1], sys.argv[2], Path(sys.argv[3])
+    import numpy as np
+    import torch
+
+    from ror_annotate.steer.capture import forward_router_logits, load_model
+    from ror_annotate.steer.steering import RoutingEdit
+    from ror_annotate.steer.vllm_engine import STATE, _capture_batch, build_llm, generate_vllm
+
+    ckpt = make_checkpoint(family, workdir / family)
+    seqs = prompts(8)
+    hf = load_model(str(ckpt), dtype="float32")
+    refs = [forward_router_logits(hf, [s])[0] for s in seqs]
+    reference = [r[0].numpy() for r in refs]
+    ref_selected = [r[1].numpy() for r in refs]
+    del hf
+    engine = build_llm(ckpt, dtype="float32", enforce_eager=(mode == "eager"), max_num_seqs=8, max_model_len=512,
+                       gpu_memory_utilization=0.1) if torch.cuda.is_available() else \
+        build_llm(ckpt, dtype="float32", enforce_eager=(mode == "eager"), max_num_seqs=8, max_model_len=512)
+    out: dict = {"family": engine.family, "layers": [s.layer for s in engine.sites],
+                 "expected_layers": engine.expected_layers, "n_experts": engine.sites[0].n_experts,
+                 "top_k": engine.sites[0].top_k}
+    from vllm import SamplingParams
+
+    params = SamplingParams(max_tokens=1, temperature=0.0)
+    STATE.reset()
+    STATE.capture_layers = out["layers"]
+    STATE.capture_dtype = torch.float32
+    batch1 = [_capture_batch(engine, [s], params)[0] for s in seqs[:2]]
+    batch8 = _capture_batch(engine, seqs, params)
+    STATE.reset()
+    out["batch1_max_diff"] = max(float(np.abs(lg - reference[i]).max()) for i, (lg, _) in enumerate(batch1))
+    out["batch8_max_diff"] = max(float(np.abs(lg - reference[i]).max()) for i, (lg, _) in enumerate(batch8))
+    out["batch8_rows"] = [int(lg.shape[0]) for lg, _ in batch8]
+    out["lengths"] = [len(s) for s in seqs]
+    # selections: vLLM's chosen set equals the HF top-k set wherever the k-th and (k+1)-th logits are apart
+    agree = total = 0
+    for i, (_lg, sel) in enumerate(batch8):
+        k = sel.shape[-1]
+        srt = np.sort(reference[i], axis=-1)
+        clear = (srt[..., -k] - srt[..., -k - 1]) > 1e-3
+        same = (np.sort(sel, axis=-1) == np.sort(ref_selected[i], axis=-1)).all(axis=-1)
+        agree += int((same | ~clear).sum())
+        total += int(same.size)
+    out["selection_agree"], out["selection_total"] = agree, total
+
+    # steering invariants: generation with records of every selection
+    layer = out["layers"][0]
+    k, e = out["top_k"], out["n_experts"]
+    edit = RoutingEdit.from_sets({layer: [e - 1]}, {layer: list(range(k))})
+    gen_prompts = seqs[:4]
+    plain = generate_vllm(engine, gen_prompts, max_new_tokens=12, record=True)
+    empty = generate_vllm(engine, gen_prompts, max_new_tokens=12, edit=RoutingEdit(), record=True)
+    steered = generate_vllm(engine, gen_prompts, max_new_tokens=12, edit=edit, record=True)
+    out["empty_identical"] = all(a["token_ids"] == b["token_ids"] for a, b in zip(plain, empty))
+    out["empty_selections_identical"] = all(np.array_equal(a["selected"], b["selected"]) for a, b in zip(plain, empty))
+    j = out["layers"].index(layer)
+    sel = np.concatenate([r["selected"][:, j] for r in steered])
+    out["activated_always"] = bool((sel == e - 1).any(axis=-1).all())
+    out["suppressed_never"] = bool(~np.isin(sel, list(range(k))).any())
+    out["plain_selects_suppressed"] = bool(np.isin(np.concatenate([r["selected"][:, j] for r in plain]), list(range(k))).any())
+    others = [i for i in range(len(out["layers"])) if i != j]
+    # the edited layer's raw logits over the prompt are those of the unedited run, bit for bit (the edit
+    # changes only the routing computed from them; later layers see other hidden states)
+    out["edited_layer_raw_logits_equal"] = all(np.array_equal(a["logits"][: len(p), j], b["logits"][: len(p), j])
+                                               for a, b, p in zip(plain, steered, gen_prompts))
+    out["other_layers"] = len(others)
+    out["steered_changed_tokens"] = any(a["token_ids"] != b["token_ids"] for a, b in zip(plain, steered))
+    # after_first_answer: no generated text matches the pattern on random weights -> no row is edited
+    late = generate_vllm(engine, gen_prompts, max_new_tokens=12, edit=edit, schedule="after_first_answer", record=True)
+    out["after_first_answer_untouched"] = all(a["token_ids"] == b["token_ids"] and np.array_equal(a["selected"], b["selected"])
+                                              for a, b in zip(plain, late))
+
+    # the library capture: same files as the HF engine (index, meta, arrays), self-checks E910-E913 on
+    from ror_annotate.steer.capture import Capture, capture_router_logits
+    from ror_annotate.steer.vllm_engine import capture_router_logits_vllm
+    from tests.test_steer_capture import make_tokens
+
+    dd = make_tokens({"train": [9, 30, 17, 5, 22], "test": [12, 8]}, vocab=300)
+    vdir, hdir = workdir / f"{family}-{mode}-cap-vllm", workdir / f"{family}-{mode}-cap-hf"
+    report = capture_router_logits_vllm(engine, dd, vdir, model_name="tiny", logits_dtype="float32", overwrite=True, batch_size=4)
+    hf = load_model(str(ckpt), dtype="float32")
+    capture_router_logits(hf, dd, hdir, model_name="tiny", logits_dtype="float32", overwrite=True)
+    v, h = Capture(vdir), Capture(hdir)
+    out["capture_captured"] = report.captured
+    out["capture_index_equal"] = sorted((r["trace_id"], r["split"], r["n_tokens"]) for r in v.index) == \
+        sorted((r["trace_id"], r["split"], r["n_tokens"]) for r in h.index)
+    out["capture_meta_diff"] = v.meta.compatible(h.meta)
+    out["capture_max_diff"] = max(float(np.abs(v.trace(t)[0] - h.trace(t)[0]).max()) for t in (r["trace_id"] for r in h.index))
+    # after_first_answer with a pattern any text matches: prompt rows untouched, later rows edited
+    fires = generate_vllm(engine, gen_prompts, max_new_tokens=12, edit=edit, schedule="after_first_answer",
+                          record=True, pattern=r"\S")
+    prompt_same = later_edited = True
+    for a, b, p in zip(plain, fires, gen_prompts):
+        n = len(p)
+        prompt_same &= bool(np.array_equal(a["selected"][:n], b["selected"][:n]))
+        later = b["selected"][n + 4:, j]  # a few tokens in, the generated text holds a non-space character
+        later_edited &= bool((later == e - 1).any(axis=-1).all() and not np.isin(later, list(range(k))).any())
+    out["after_first_answer_prompt_untouched"] = prompt_same
+    out["after_first_answer_edits_later_rows"] = later_edited
+    print("RESULT " + json.dumps(out), flush=True)
+
+
+if __name__ == "__main__":
+    main()
+    # the in-process engine's teardown can hang after a compiled run (seen on the CPU build): the result is out
+    sys.stdout.flush()
+    os._exit(0)
