@@ -1565,6 +1565,62 @@ class Store:
             for r in rows
         ]
 
+    def segmented_trace_overview(self, trace_ids: Sequence[str] | None = None) -> list[tuple[str, str | None, str | None, str | None, int, str | None]]:
+        """``(trace_id, model, dataset, source, n_segments, token_counter)`` of every segmented trace (or of
+        ``trace_ids``), in ingestion order then id; traces without segments are left out."""
+        sql = (
+            "SELECT t.trace_id, t.model, t.dataset, t.source, s.n, g.token_counter FROM traces t "
+            "JOIN (SELECT trace_id, count(*) AS n FROM segments GROUP BY trace_id) s USING (trace_id) "
+            "LEFT JOIN segmentations g USING (trace_id)"
+        )
+        params: list[Any] = []
+        if trace_ids is not None:
+            sql += " WHERE t.trace_id IN (SELECT unnest(?::VARCHAR[]))"
+            params.append(list(trace_ids))
+        with duckdb_errors(self.path, "read traces"):
+            rows = self.con.execute(sql + " ORDER BY t.ingested_at, t.trace_id", params).fetchall()
+        return [(r[0], r[1], r[2], r[3], int(r[4]), r[5]) for r in rows]
+
+    def label_sources(self, trace_ids: Sequence[str]) -> set[str]:
+        """Distinct label sources stored for these traces."""
+        with duckdb_errors(self.path, "read labels"):
+            rows = self.con.execute(f"SELECT DISTINCT source FROM labels WHERE {_IDS_FILTER}", [list(trace_ids)]).fetchall()
+        return {r[0] for r in rows}
+
+    def labelled_segment_indices(self, trace_id: str, *, annotator: str, codebook_version: str, source: str) -> set[int]:
+        """Segment indices of ``trace_id`` that ``annotator`` labelled under ``codebook_version`` as ``source``."""
+        with duckdb_errors(self.path, "read labels"):
+            rows = self.con.execute(
+                "SELECT segment_index FROM labels WHERE trace_id = ? AND annotator = ? AND codebook_version = ? AND source = ?",
+                [trace_id, annotator, codebook_version, source],
+            ).fetchall()
+        return {int(r[0]) for r in rows}
+
+    def count_unlabelled_segments(self, trace_ids: Sequence[str], *, annotator: str, codebook_version: str, source: str,
+                                  exclude: tuple[str, Sequence[Any]] | None = None) -> int:
+        """Segments of ``trace_ids`` without a label of ``annotator`` under ``codebook_version`` as ``source``.
+
+        ``exclude`` is ``(condition, params)``: an SQL condition on the segment row ``s`` of a stage's own
+        table (e.g. ``EXISTS (SELECT 1 FROM judge_failures f WHERE f.trace_id = s.trace_id ...)``) whose
+        segments are not counted; the stage owns that table, the store the core ones.
+        """
+        sql = ("SELECT count(*) FROM segments s WHERE list_contains(?, s.trace_id) AND NOT EXISTS ("
+               "SELECT 1 FROM labels l WHERE l.trace_id = s.trace_id AND l.segment_index = s.segment_index "
+               "AND l.annotator = ? AND l.codebook_version = ? AND l.source = ?)")
+        params: list[Any] = [list(trace_ids), annotator, codebook_version, source]
+        if exclude is not None:
+            sql += f" AND NOT ({exclude[0]})"
+            params.extend(exclude[1])
+        with duckdb_errors(self.path, "count segments"):
+            row = self.con.execute(sql, params).fetchone()
+        return int(row[0]) if row else 0
+
+    def run_ids_with_status(self, statuses: Sequence[str]) -> list[str]:
+        """Ids of the runs whose status is one of ``statuses`` (``running``, ``interrupted``, ``failed``, ``ok``)."""
+        with duckdb_errors(self.path, "read runs"):
+            rows = self.con.execute("SELECT run_id FROM runs WHERE list_contains(?, status) ORDER BY started_at", [list(statuses)]).fetchall()
+        return [r[0] for r in rows]
+
     def label_counts(self, trace_ids: Sequence[str] | None = None) -> dict[tuple[str, str], dict[str, int]]:
         """``{(source, annotator): {label: n_labels}}`` over all traces or ``trace_ids`` (counted in SQL)."""
         sql = "SELECT source, annotator, label, count(*) FROM labels"

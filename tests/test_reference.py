@@ -206,3 +206,21 @@ def test_rule_properties(labels, rnd):
     # 5. a later adjudication always becomes the reference of its segment
     late = _lab(0, "conclusion", "adjudicated", "adjudicator:z", "s9", 10)
     assert reference_labels_from([*labels, late])[("t", 0)].label == "conclusion"
+
+
+def test_the_export_uses_the_one_recency_rule_whatever_the_arrival_order() -> None:
+    """Two labels of one annotator share a timestamp: the export's vote is the same in both arrival orders."""
+    from datetime import datetime, timezone
+
+    from ror_annotate.export.labels import _latest_per_annotator
+    from ror_annotate.records import Label
+    from ror_annotate.reference import latest_per_annotator
+
+    t = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    a = Label(trace_id="t", segment_index=0, label="fact", source="human", annotator="h1", codebook_version="cb", created_at=t)
+    b = Label(trace_id="t", segment_index=0, label="planning", source="human", annotator="h1", codebook_version="cb", created_at=t)
+    first = _latest_per_annotator([a, b])
+    second = _latest_per_annotator([b, a])
+    assert [x.label for x in first] == [x.label for x in second] == [x.label for x in latest_per_annotator([a, b])]
+    # by hand: the tie is broken by the largest (annotator, study, codebook_version, label): "planning" > "fact"
+    assert first[0].label == "planning"

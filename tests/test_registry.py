@@ -82,7 +82,6 @@ BUILTINS = {
     "strategies": {"random", "stratified", "disagreement", "trace", "uncertainty"},
     "aggregators": {"majority-vote", "dawid-skene", "one-coin-dawid-skene", "glad", "mace"},
     "crosswalks": {"six-behaviors@v1", "thought-anchors@v1", "reasoningflow@v1", "venhoff@v1"},
-    "engines": {"hf", "vllm"},
 }
 
 

@@ -8,6 +8,7 @@ judge labelled nothing or too little (E506); a traceback means a bug in ror_anno
 
 from __future__ import annotations
 
+import io
 import os
 from contextlib import contextmanager
 import sys
@@ -267,7 +268,9 @@ def progress_display() -> Any:
         BarColumn(),
         MofNCompleteColumn(table_column=Column(no_wrap=True, min_width=3)),
         TimeElapsedColumn(table_column=Column(no_wrap=True, min_width=7)),
-        console=err_console, transient=True, disable=not err_console.is_terminal,
+        # on a non-terminal the display goes nowhere (rich 13.0 still wrote a newline when merely disabled)
+        console=err_console if err_console.is_terminal else Console(file=io.StringIO()), transient=True,
+        disable=not err_console.is_terminal,
     )
 
 

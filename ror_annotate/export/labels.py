@@ -79,12 +79,10 @@ def joined(values: Sequence[str | None]) -> str | None:
 
 
 def _latest_per_annotator(labels: Sequence[Label]) -> list[Label]:
-    latest: dict[str, Label] = {}
-    for lab in labels:
-        cur = latest.get(lab.annotator)
-        if cur is None or lab.created_at > cur.created_at:
-            latest[lab.annotator] = lab
-    return [latest[a] for a in sorted(latest)]
+    # the one recency rule (ror_annotate.reference): exact-time ties never depend on arrival order
+    from ..reference import latest_per_annotator
+
+    return latest_per_annotator(labels)
 
 
 def _own_distribution(lab: Label) -> tuple[float, ...] | None:

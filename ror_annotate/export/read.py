@@ -17,7 +17,7 @@ from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import timezone
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..errors import ExportError
 from ..records import BEHAVIORS, LABEL_SOURCES, Label, Segment, Trace
@@ -65,23 +65,12 @@ def trace_keys(store: "Store", trace_ids: Sequence[str] | None = None) -> list[T
     list of TraceKey
         Traces without segments are left out.
     """
-    sql = (
-        "SELECT t.trace_id, t.model, t.dataset, t.source, s.n, g.token_counter FROM traces t "
-        "JOIN (SELECT trace_id, count(*) AS n FROM segments GROUP BY trace_id) s USING (trace_id) "
-        "LEFT JOIN segmentations g USING (trace_id)"
-    )
-    params: list[Any] = []
-    if trace_ids is not None:
-        sql += " WHERE " + _ids_filter("t.trace_id")
-        params.append(list(trace_ids))
-    rows = store.execute(sql + " ORDER BY t.ingested_at, t.trace_id", params).fetchall()
-    return [TraceKey(r[0], r[1], r[2], r[3], int(r[4]), r[5]) for r in rows]
+    return [TraceKey(*row) for row in store.segmented_trace_overview(trace_ids)]
 
 
 def label_sources(store: "Store", trace_ids: Sequence[str]) -> set[str]:
     """Distinct label sources stored for these traces."""
-    rows = store.execute(f"SELECT DISTINCT source FROM labels WHERE {_ids_filter('trace_id')}", [list(trace_ids)]).fetchall()
-    return {r[0] for r in rows}
+    return store.label_sources(trace_ids)
 
 
 def _has_column(store: "Store", table: str, column: str) -> bool:

@@ -451,11 +451,7 @@ class LLMJudge:
     # ------------------------------------------------------------------ store helpers
     def labeled_segments(self, store: "Store", trace_id: str, annotator: str) -> set[int]:
         """Segment indices of ``trace_id`` this annotator already labeled under this codebook (skipped on re-runs)."""
-        rows = store.execute(
-            "SELECT segment_index FROM labels WHERE trace_id = ? AND annotator = ? AND codebook_version = ? AND source = 'judge'",
-            [trace_id, annotator, self.codebook_version],
-        ).fetchall()
-        return {int(r[0]) for r in rows}
+        return store.labelled_segment_indices(trace_id, annotator=annotator, codebook_version=self.codebook_version, source="judge")
 
     def failed_segments(self, store: "Store", trace_id: str, annotator: str) -> dict[int, tuple[int, str | None, str]]:
         """Segment index -> ``(attempts, cause, reason)`` for segments of ``trace_id`` this annotator left judge-failed."""
@@ -586,17 +582,12 @@ class LLMJudge:
     def _count_pending(self, store: "Store", trace_ids: Sequence[str]) -> int:
         total = 0
         for k in range(1, self.samples + 1):
-            row = store.execute(
-                "SELECT count(*) FROM segments s WHERE list_contains(?, s.trace_id) AND NOT EXISTS ("
-                "SELECT 1 FROM labels l WHERE l.trace_id = s.trace_id AND l.segment_index = s.segment_index "
-                "AND l.annotator = ? AND l.codebook_version = ? AND l.source = 'judge')"
-                + ("" if self.retry_failed else
-                   " AND NOT EXISTS (SELECT 1 FROM judge_failures f WHERE f.trace_id = s.trace_id "
-                   "AND f.segment_index = s.segment_index AND f.annotator = ? AND f.codebook_version = ?)"),
-                [list(trace_ids), self.annotator_for(k), self.codebook_version]
-                + ([] if self.retry_failed else [self.annotator_for(k), self.codebook_version]),
-            ).fetchone()
-            total += int(row[0]) if row else 0
+            annotator = self.annotator_for(k)
+            failed = None if self.retry_failed else (
+                "EXISTS (SELECT 1 FROM judge_failures f WHERE f.trace_id = s.trace_id AND f.segment_index = s.segment_index "
+                "AND f.annotator = ? AND f.codebook_version = ?)", [annotator, self.codebook_version])
+            total += store.count_unlabelled_segments(trace_ids, annotator=annotator, codebook_version=self.codebook_version,
+                                                     source="judge", exclude=failed)
         return total
 
     async def _judge_trace(self, ctx: "_RunContext", trace_id: str, sample: int) -> None:
@@ -862,11 +853,10 @@ def reconcile_run_ledger(store: "Store", run_id: str | None = None) -> list[str]
     if run_id is not None:
         ids = [run_id]
     else:
-        rows = store.execute(
-            "SELECT DISTINCT c.run_id FROM judge_cache c JOIN runs r ON r.run_id = c.run_id "
-            "WHERE r.status IN ('running', 'interrupted', 'failed') AND coalesce(r.counts, '') NOT LIKE '%\"ledger\":%'"
-        ).fetchall()
-        ids = [r[0] for r in rows]
+        unfinished = store.run_ids_with_status(("running", "interrupted", "failed"))
+        done = {r.run_id for r in store.runs() if r.run_id in set(unfinished) and "ledger" in r.counts}
+        rows = store.execute("SELECT DISTINCT run_id FROM judge_cache WHERE list_contains(?, run_id)", [unfinished]).fetchall()
+        ids = [r[0] for r in rows if r[0] not in done]
     for rid in ids:
         store.update_run_counts(rid, run_ledger(store, rid))
     return ids
