@@ -1,6 +1,6 @@
 """Tiny random-weight MoE models built from transformers config classes (no downloads).
 
-Every model has 2 decoder layers, hidden size 32-64, 4-8 experts and a vocabulary of 128 tokens,
+Every model has 2 decoder layers, hidden size 32-64, 4-16 experts and a vocabulary of 128 tokens,
 so that a forward pass takes milliseconds on a shared CPU. Router weights are redrawn from
 ``N(0, ROUTER_STD)`` after construction: with the default 0.02 initialisation every router is
 nearly uniform, top-k ties are common and steering would change nothing measurable
@@ -146,6 +146,32 @@ def _gemma4_vl():
     return Gemma4ForConditionalGeneration(cfg)
 
 
+def _mla_attn() -> dict:
+    kw = _attn(kv=2)
+    kw.pop("head_dim")
+    return dict(**kw, kv_lora_rank=16, q_lora_rank=None, qk_rope_head_dim=8, v_head_dim=16, qk_nope_head_dim=8)
+
+
+def _deepseek_v3():
+    """16 routed experts in 4 groups of 4, 2 groups kept, top-3, renormalised, scaled by 2.5, 1 shared expert."""
+    from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
+
+    cfg = DeepseekV3Config(**_mla_attn(), intermediate_size=64, moe_intermediate_size=16, n_routed_experts=16,
+                           n_shared_experts=1, num_experts_per_tok=3, n_group=4, topk_group=2, first_k_dense_replace=0,
+                           norm_topk_prob=True, routed_scaling_factor=2.5)
+    return DeepseekV3ForCausalLM(cfg)
+
+
+def _glm4_moe():
+    """8 routed experts in 2 groups of 4, 1 group kept, top-2, not renormalised, scaled by 1.5, 1 shared expert."""
+    from transformers import Glm4MoeConfig, Glm4MoeForCausalLM
+
+    cfg = Glm4MoeConfig(**_attn(kv=2), intermediate_size=64, moe_intermediate_size=16, n_routed_experts=8,
+                        n_shared_experts=1, num_experts_per_tok=2, n_group=2, topk_group=1, first_k_dense_replace=0,
+                        norm_topk_prob=False, routed_scaling_factor=1.5)
+    return Glm4MoeForCausalLM(cfg)
+
+
 #: name -> builder of an untrained tiny model of that family.
 BUILDERS: dict[str, Callable] = {
     "qwen3_moe": _qwen3_moe,
@@ -159,6 +185,8 @@ BUILDERS: dict[str, Callable] = {
     "gemma4": _gemma4,
     "qwen3_5_moe_vl": _qwen3_5_moe_vl,
     "gemma4_vl": _gemma4_vl,
+    "deepseek_v3": _deepseek_v3,
+    "glm4_moe": _glm4_moe,
 }
 
 
@@ -180,6 +208,11 @@ def scale_routers(model, std: float = ROUTER_STD, seed: int = 0) -> None:
                 weight.copy_(torch.randn(weight.shape, generator=gen, dtype=torch.float32).to(weight.dtype) * std)
             if cls.endswith("TopKRouter") and getattr(module, "bias", None) is not None:
                 module.bias.copy_(torch.randn(module.bias.shape, generator=gen) * std)
+            if cls.endswith("TopkRouter") and hasattr(module, "e_score_correction_bias"):  # sigmoid, grouped routers
+                module.weight.copy_(torch.randn(module.weight.shape, generator=gen, dtype=torch.float32).to(
+                    module.weight.dtype) * std)
+                # a bias of the size of the sigmoid scores' spread, so that it changes selections
+                module.e_score_correction_bias.copy_(torch.randn(module.e_score_correction_bias.shape, generator=gen) * 0.3)
 
 
 def build(name: str, *, seed: int = 0, dtype=None, **config):

@@ -105,7 +105,7 @@ def test_capture_matches_unbatched_forward(model, tokens, tmp_path):
             assert np.array_equal(np.sort(top, -1), np.sort(selected, -1))
 
 
-@pytest.mark.parametrize("name", ["qwen3_next", "gemma4_vl", "gpt_oss"])
+@pytest.mark.parametrize("name", ["qwen3_next", "gemma4_vl", "gpt_oss", "deepseek_v3"])
 def test_left_and_right_padding_give_unbatched_logits(name):
     lm = mf.build(name)
     rng = np.random.default_rng(1)

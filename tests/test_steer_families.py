@@ -11,7 +11,7 @@ pytest.importorskip("transformers")
 from . import moe_fixtures as mf  # noqa: E402
 
 from ror_annotate.errors import SteerError  # noqa: E402
-from ror_annotate.steer.families import find_router_sites, log_probs, route  # noqa: E402
+from ror_annotate.steer.families import find_router_sites, log_probs, route, selection_scores  # noqa: E402
 from ror_annotate.steer.hooks import RouterHooks  # noqa: E402
 from ror_annotate.steer.steering import RoutingEdit, steer_routing  # noqa: E402
 
@@ -30,6 +30,8 @@ EXPECTED = {
     "gemma4": ("gemma4", 8, 2, True, False, "model.layers."),
     "qwen3_5_moe_vl": ("qwen3_5_moe", 8, 2, True, True, "model.language_model.layers."),
     "gemma4_vl": ("gemma4", 8, 2, True, False, "model.language_model.layers."),
+    "deepseek_v3": ("deepseek_v3", 16, 3, True, True, "model.layers."),
+    "glm4_moe": ("glm4_moe", 8, 2, False, True, "model.layers."),
 }
 
 
@@ -79,7 +81,7 @@ def test_no_edit_recomputation_equals_router_output(tiny):
     assert len(own) == len(sites)
     for site in sites:
         weights, indices, logits = own[site.position]
-        new_w, new_i = route(site, log_probs(logits))
+        new_w, new_i = route(site, selection_scores(site, logits))
         assert torch.equal(new_i, indices)
         torch.testing.assert_close(new_w.to(weights.dtype), weights, rtol=1e-5, atol=1e-6)
         assert torch.equal(handle.selections[0][site.position].reshape(-1, site.top_k), indices)
@@ -152,8 +154,9 @@ def test_mxfp4_bypass_parent_is_refused():
         find_router_sites(model)
 
 
-def test_sigmoid_router_is_refused():
-    class DeepseekV3TopkRouter(torch.nn.Module):
+def test_unregistered_sigmoid_router_is_refused():
+    """A router carrying a correction bias that is not a registered family (its rule may differ) is refused."""
+    class Dots1TopkRouter(torch.nn.Module):
         def __init__(self):
             super().__init__()
             self.weight = torch.nn.Parameter(torch.zeros(4, 8))
@@ -162,8 +165,8 @@ def test_sigmoid_router_is_refused():
     model = torch.nn.Module()
     model.layers = torch.nn.ModuleList([torch.nn.Module()])
     model.layers[0].mlp = torch.nn.Module()
-    model.layers[0].mlp.gate = DeepseekV3TopkRouter()
-    with pytest.raises(SteerError, match="sigmoid/grouped top-k.*e_score_correction_bias"):
+    model.layers[0].mlp.gate = Dots1TopkRouter()
+    with pytest.raises(SteerError, match="sigmoid/grouped top-k.*e_score_correction_bias.*deepseek_v3, glm4_moe"):
         find_router_sites(model)
 
 

@@ -122,7 +122,7 @@ def test_recompute_follows_the_routers_own_order_and_dtype(name, dtype):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
-@pytest.mark.parametrize("name", ["qwen3_moe", "qwen2_moe", "gpt_oss", "gemma4"])
+@pytest.mark.parametrize("name", ["qwen3_moe", "qwen2_moe", "gpt_oss", "gemma4", "deepseek_v3"])
 def test_inactive_rows_of_a_partly_steered_batch_keep_the_routers_output(name, dtype):
     """Row 0 is not steered: the routing the experts receive for it is the router's own, bit for bit.
 

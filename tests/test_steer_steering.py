@@ -26,7 +26,7 @@ from . import moe_fixtures as mf  # noqa: E402
 pytestmark = pytest.mark.steer
 
 FAMILIES = ["qwen3_moe", "qwen2_moe", "mixtral", "olmoe", "gpt_oss", "qwen3_5_moe", "qwen3_next", "gemma4",
-            "qwen3_5_moe_vl", "gemma4_vl"]
+            "qwen3_5_moe_vl", "gemma4_vl", "deepseek_v3", "glm4_moe"]
 
 
 def _prompt(seed=0, n=6):
@@ -137,10 +137,11 @@ def test_generate_with_kv_cache_respects_the_edit_at_every_step(name):
             assert (chosen == expert).any(dim=-1).all(), f"activated expert {expert} missed at layer {layer}"
     # shared experts are not routed: they still run at every forward of every layer
     assert all(count == new_tokens for count in shared_calls.values())
-    assert bool(shared_calls) == (name in ("qwen2_moe", "qwen3_5_moe", "qwen3_next", "qwen3_5_moe_vl"))
+    assert bool(shared_calls) == (name in ("qwen2_moe", "qwen3_5_moe", "qwen3_next", "qwen3_5_moe_vl",
+                                                  "deepseek_v3", "glm4_moe"))
 
 
-@pytest.mark.parametrize("name", ["qwen3_moe", "gemma4"])
+@pytest.mark.parametrize("name", ["qwen3_moe", "gemma4", "deepseek_v3"])
 def test_bf16_model_steering_is_exact(name):
     model = mf.build(name, dtype=torch.bfloat16)
     ids = _prompt(seed=3, n=12)

@@ -34,7 +34,7 @@ import numpy as np
 from ..errors import CaptureCheckError, SteerError
 from ..options import StageOptions
 from . import require_torch
-from .checks import FORWARD_CHECK_ROWS, check_batch, check_forward, check_layers_found, moe_layers_of
+from .checks import FORWARD_CHECK_ROWS, GroupedSelection, check_batch, check_forward, check_layers_found, moe_layers_of
 from .families import RouterSite, find_router_sites
 from .hooks import RouterHooks
 
@@ -870,11 +870,12 @@ def _batch_checker(model: Any, tokens: Any, splits: Sequence[str], done: set, si
             reference[row["trace_id"]] = ref.numpy()
             break
     kw: dict[str, Any] = {"family": meta.family, "layers": meta.layers, "model_dtype": meta.model_dtype, "storage_dtype": meta.logits_dtype}
+    grouped = GroupedSelection.from_sites(sites)  # sigmoid, grouped families: E912 checks their own rule
 
     def check(infos: list[dict], logits: np.ndarray, selected: np.ndarray, slices: list[slice]) -> None:
         real_logits = np.concatenate([logits[row, sl] for row, sl in enumerate(slices)])
         real_selected = np.concatenate([selected[row, sl] for row, sl in enumerate(slices)])
-        check_batch(real_logits, real_selected, top_k=meta.top_k, **kw)
+        check_batch(real_logits, real_selected, top_k=meta.top_k, grouped=grouped, **kw)
         for row, (info, sl) in enumerate(zip(infos, slices)):
             ref = reference.get(info["trace_id"])
             if ref is not None:

@@ -13,7 +13,10 @@ E911 ``layers``   every MoE layer of the model (counted from its expert paramete
                   of router discovery) has a router site, and every captured layer was written
 E912 ``top-k``    the selected experts are ``k`` distinct ids in ``[0, n_experts)`` per token and
                   layer, and each scores at least the ``k``-th largest logit (ties within the
-                  storage precision accepted): the family's top-k of the logits
+                  storage precision accepted): the family's top-k of the logits. For sigmoid,
+                  grouped routers (:class:`GroupedSelection`) the family's rule instead: each
+                  selected expert lies in one of the ``topk_group`` best groups of
+                  ``sigmoid(logits) + bias`` and scores at least the ``k``-th best inside them
 E913 ``forward``  the first rows of the first captured trace equal a plain, unbatched forward of
                   the same tokens within the storage precision
 ================  ==================================================================================
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -32,6 +36,32 @@ from ..errors import CaptureCheckError
 #: Rows of the first trace compared with a plain unbatched forward (E913).
 FORWARD_CHECK_ROWS = 16
 _LAYER_RE = re.compile(r"(?:^|\.)layers\.(\d+)\.(?:.*\.)?experts(?:\.|$)")
+
+
+@dataclass(frozen=True)
+class GroupedSelection:
+    """The selection rule of a sigmoid, grouped top-k router family (DeepSeek-V3 style), for E912.
+
+    Attributes
+    ----------
+    bias : numpy.ndarray ``[n_layers, n_experts]``, float32
+        Each captured layer's score-correction bias (selection only).
+    n_group, topk_group : int
+        Expert groups (contiguous, ``n_experts // n_group`` each) and groups kept per token.
+    """
+
+    bias: np.ndarray
+    n_group: int
+    topk_group: int
+
+    @classmethod
+    def from_sites(cls, sites: Sequence[Any]) -> "GroupedSelection | None":
+        """The rule of captured router sites (:class:`~ror_annotate.steer.families.RouterSite`, one per
+        layer, in capture order), or ``None`` when their family selects by plain top-k of the logits."""
+        if not sites or not sites[0].family.grouped:
+            return None
+        bias = np.stack([s.bias.detach().float().cpu().numpy() for s in sites]).astype(np.float32)
+        return cls(bias, int(sites[0].n_group), int(sites[0].topk_group))
 
 
 def _eps(dtype: Any) -> float:
@@ -71,7 +101,7 @@ def check_layers_found(expected: Sequence[int], found: Sequence[int], *, family:
 
 
 def check_batch(logits: np.ndarray, selected: np.ndarray, *, family: str, layers: Sequence[int], top_k: int,
-                model_dtype: Any, storage_dtype: Any) -> None:
+                model_dtype: Any, storage_dtype: Any, grouped: GroupedSelection | None = None) -> None:
     """Run checks E910-E912 on one batch of captured rows.
 
     Parameters
@@ -88,12 +118,15 @@ def check_batch(logits: np.ndarray, selected: np.ndarray, *, family: str, layers
     top_k : int
     model_dtype, storage_dtype : dtype or str
         Precision of the forward and of the stored logits (tolerances).
+    grouped : GroupedSelection, optional
+        The family's grouped rule when it routes by sigmoid, grouped top-k; ``None`` (softmax
+        families): the selection is the top-k of the logits.
 
     Raises
     ------
     CaptureCheckError
         ``E911`` a layer never written; ``E910`` values that are not logits; ``E912`` selections that
-        are not the top-k of the logits.
+        are not the family's top-k of the logits.
     """
     if logits.shape[0] == 0:
         return
@@ -106,8 +139,12 @@ def check_batch(logits: np.ndarray, selected: np.ndarray, *, family: str, layers
             raise CaptureCheckError(f"capture check 'layers' failed ({where}): the router hook never fired for this layer; "
                                     "nothing was written", code="E911")
         _check_values(lx, where)
-        _check_selection(lx, selected[:, j].astype(np.int64), top_k, n_experts, where,
-                         tolerance(lx[:, None, :], model_dtype=model_dtype, storage_dtype=storage_dtype)[:, 0])
+        tol = tolerance(lx[:, None, :], model_dtype=model_dtype, storage_dtype=storage_dtype)[:, 0]
+        sel = selected[:, j].astype(np.int64)
+        if grouped is None:
+            _check_selection(lx, sel, top_k, n_experts, where, tol)
+        else:
+            _check_grouped_selection(lx, sel, top_k, n_experts, where, tol, grouped, j)
 
 
 def _check_values(lx: np.ndarray, where: str) -> None:
@@ -137,6 +174,17 @@ def _check_selection(lx: np.ndarray, sel: np.ndarray, top_k: int, n_experts: int
     def fail(why: str) -> None:
         raise CaptureCheckError(f"capture check 'top-k' failed ({where}): {why}; nothing was written", code="E912")
 
+    _check_distinct(sel, top_k, n_experts, fail)
+    kth = np.partition(lx, n_experts - top_k, axis=-1)[:, n_experts - top_k]
+    chosen = np.take_along_axis(lx, sel, axis=-1)
+    below = (chosen < (kth - tol)[:, None]).any(axis=-1)
+    if below.any():
+        row = int(np.flatnonzero(below)[0])
+        top = np.argsort(-lx[row])[:top_k].tolist()
+        fail(f"token {row} selects experts {sorted(sel[row].tolist())} but the top-{top_k} of its logits are {sorted(top)}")
+
+
+def _check_distinct(sel: np.ndarray, top_k: int, n_experts: int, fail: Any) -> None:
     if sel.shape[-1] != top_k:
         fail(f"{sel.shape[-1]} experts selected per token, the family selects {top_k}")
     if (sel < 0).any() or (sel >= n_experts).any():
@@ -145,13 +193,45 @@ def _check_selection(lx: np.ndarray, sel: np.ndarray, top_k: int, n_experts: int
     if (np.diff(ordered, axis=-1) == 0).any():
         row = int(np.flatnonzero((np.diff(ordered, axis=-1) == 0).any(axis=-1))[0])
         fail(f"token {row} selects the same expert twice: {sel[row].tolist()}")
-    kth = np.partition(lx, n_experts - top_k, axis=-1)[:, n_experts - top_k]
-    chosen = np.take_along_axis(lx, sel, axis=-1)
-    below = (chosen < (kth - tol)[:, None]).any(axis=-1)
+
+
+def _check_grouped_selection(lx: np.ndarray, sel: np.ndarray, top_k: int, n_experts: int, where: str, tol: np.ndarray,
+                             rule: GroupedSelection, j: int) -> None:
+    """E912 on one layer of a sigmoid, grouped router (DeepSeek-V3 rule, ``modeling_deepseek_v3.py``).
+
+    ``c = sigmoid(logits) + bias``; a group's score is the sum of its two largest ``c``; the
+    ``topk_group`` best groups are kept; the selection is the top-k of ``c`` inside them. The
+    sigmoid is 1/4-Lipschitz, so a logit tolerance bounds the error of ``c`` (twice that of a group
+    score): near-ties within it are accepted either way.
+    """
+    def fail(why: str) -> None:
+        raise CaptureCheckError(f"capture check 'top-k' failed ({where}): {why}; nothing was written", code="E912")
+
+    _check_distinct(sel, top_k, n_experts, fail)
+    n_group, size = rule.n_group, n_experts // rule.n_group
+    choice = 1.0 / (1.0 + np.exp(-lx.astype(np.float64))) + rule.bias[j].astype(np.float64)
+    groups = choice.reshape(len(lx), n_group, size)
+    group_scores = np.sort(groups, axis=-1)[..., -2:].sum(axis=-1)
+    kth_group = np.partition(group_scores, n_group - rule.topk_group, axis=-1)[:, n_group - rule.topk_group]
+    kept = group_scores >= (kth_group - 2 * tol)[:, None]
+    sel_groups = sel // size
+    outside = ~np.take_along_axis(kept, sel_groups, axis=-1)
+    if outside.any():
+        row = int(np.flatnonzero(outside.any(axis=-1))[0])
+        best = np.argsort(-group_scores[row])[: rule.topk_group].tolist()
+        fail(f"token {row} selects experts {sorted(sel[row].tolist())} in groups {sorted(set(sel_groups[row].tolist()))} "
+             f"but the top-{rule.topk_group} groups of sigmoid(logits)+bias are {sorted(best)}")
+    # the k-th best choice score inside the kept groups, on rows where the kept groups are unambiguous
+    # (a near-tie between groups may go either way; those rows get the group check above only)
+    inside = np.where(np.repeat(kept, size, axis=-1), choice, -np.inf)
+    kth = np.partition(inside, n_experts - top_k, axis=-1)[:, n_experts - top_k]
+    chosen = np.take_along_axis(choice, sel, axis=-1)
+    below = (chosen < (kth - 2 * tol)[:, None]).any(axis=-1) & (kept.sum(axis=-1) == rule.topk_group)
     if below.any():
         row = int(np.flatnonzero(below)[0])
-        top = np.argsort(-lx[row])[:top_k].tolist()
-        fail(f"token {row} selects experts {sorted(sel[row].tolist())} but the top-{top_k} of its logits are {sorted(top)}")
+        top = np.argsort(-inside[row])[:top_k].tolist()
+        fail(f"token {row} selects experts {sorted(sel[row].tolist())} but the grouped top-{top_k} of "
+             f"sigmoid(logits)+bias is {sorted(top)}")
 
 
 def check_forward(captured: np.ndarray, reference: np.ndarray, *, family: str, layers: Sequence[int], trace_id: str,
@@ -188,4 +268,4 @@ def check_forward(captured: np.ndarray, reference: np.ndarray, *, family: str, l
         )
 
 
-__all__ = ["FORWARD_CHECK_ROWS", "check_batch", "check_forward", "check_layers_found", "moe_layers_of", "tolerance"]
+__all__ = ["FORWARD_CHECK_ROWS", "GroupedSelection", "check_batch", "check_forward", "check_layers_found", "moe_layers_of", "tolerance"]

@@ -8,6 +8,15 @@ softmax and the top-k with the family's own rules (:func:`~ror_annotate.steer.fa
 The edit runs in fp32 whatever the model dtype: in bf16 ``min - eps`` rounds back onto ``min``.
 Shared experts are separate modules beside the router and are never touched.
 
+Sigmoid, grouped top-k routers (DeepSeek-V3/R1, GLM-4-MoE; ``scoring="sigmoid_grouped"``) get the
+same logit edit (``max + eps`` / ``min - eps``, so an activated expert's weight is the row's largest
+sigmoid score), and the edit also acts inside the grouped selection, where a logit edit alone could
+be overruled by the score-correction bias or by the group ranking: an activated expert's group is
+always kept and the expert always selected; a suppressed expert is never selected nor counted in its
+group's score. The bias selects only; the weights are the unbiased sigmoid scores, renormalised per
+``norm_topk_prob``, times ``routed_scaling_factor`` (:func:`~ror_annotate.steer.families.route`).
+Edits the groups cannot honour for every token are refused before generation (``E952``-``E954``).
+
 Schedules decide, per sequence of the batch, whether the edit applies at a forward:
 :class:`AlwaysOn`, or :class:`AfterFirstAnswer` (only once the generated text contains a first
 answer, where the method found almost all of the token savings).
@@ -79,7 +88,10 @@ class RoutingEdit:
         SteerError
             If a layer is not an MoE layer, an expert id is out of range, an expert is both
             activated and suppressed, ``|activate| > top_k``, fewer than ``top_k`` experts remain
-            after suppression, or ``eps`` is not positive.
+            after suppression, or ``eps`` is not positive. For sigmoid, grouped routers also
+            (:func:`_validate_grouped`): ``E952`` the activated experts span more than ``topk_group``
+            groups; ``E953`` fewer than ``topk_group`` groups keep an unsuppressed expert; ``E954``
+            some choice of kept groups holds fewer than ``top_k`` selectable experts.
         """
         if not self.eps > 0:
             raise SteerError(f"eps must be positive, got {self.eps}")
@@ -102,6 +114,43 @@ class RoutingEdit:
             if site.n_experts - len(sup) < site.top_k:
                 raise SteerError(f"layer {layer}: suppressing {len(sup)} of {site.n_experts} experts leaves fewer than "
                                  f"top-{site.top_k} to select")
+            if site.family.grouped and (act or sup):
+                _validate_grouped(site, act, sup)
+
+
+def _validate_grouped(site: RouterSite, act: set[int], sup: set[int]) -> None:
+    """Refuse an edit a sigmoid, grouped router cannot honour for every token.
+
+    The router keeps ``topk_group`` of ``n_group`` groups, then selects ``top_k`` experts inside them.
+    Under the edit (:func:`~ror_annotate.steer.families.route`) the groups of activated experts are
+    always kept, a group with no unsuppressed expert scores ``-inf``, and which other groups are kept
+    depends on the token. So the edit is honoured for every token iff the activated experts span at
+    most ``topk_group`` groups, at least ``topk_group`` groups keep an unsuppressed expert, and the
+    worst case (the activated groups plus the kept groups with the fewest unsuppressed experts)
+    still holds ``top_k`` selectable experts.
+
+    Raises
+    ------
+    SteerError
+        ``E952``, ``E953`` or ``E954`` as listed in :meth:`RoutingEdit.validate`.
+    """
+    size, layer = site.group_size, site.layer
+    act_groups = sorted({e // size for e in act})
+    if len(act_groups) > site.topk_group:
+        raise SteerError(f"layer {layer}: activated experts {sorted(act)} lie in {len(act_groups)} expert groups "
+                         f"{act_groups} but the router keeps only topk_group={site.topk_group} of {site.n_group} groups "
+                         f"(groups of {size} experts)", code="E952")
+    free = [size - sum(1 for e in sup if e // size == g) for g in range(site.n_group)]
+    live = [g for g in range(site.n_group) if free[g] > 0]
+    if len(live) < site.topk_group:
+        raise SteerError(f"layer {layer}: the suppressed experts empty all but {len(live)} expert groups; the router "
+                         f"keeps topk_group={site.topk_group} groups", code="E953")
+    others = sorted(free[g] for g in live if g not in act_groups)
+    worst = sum(free[g] for g in act_groups) + sum(others[: site.topk_group - len(act_groups)])
+    if worst < site.top_k:
+        raise SteerError(f"layer {layer}: with experts {sorted(sup)} suppressed, some tokens would keep groups holding only "
+                         f"{worst} selectable experts (unsuppressed experts per group: {free}), fewer than "
+                         f"top-{site.top_k}", code="E954")
 
 
 def edit_log_probs(logp, activate: Sequence[int], suppress: Sequence[int], eps: float, rows=None):
@@ -226,7 +275,13 @@ def random_expert_sets(edit: RoutingEdit, sites: Sequence[RouterSite], *, seed: 
     Returns
     -------
     RoutingEdit
-        Disjoint random activate/suppress sets, same sizes and eps.
+        Disjoint random activate/suppress sets, same sizes and eps. For sigmoid, grouped routers the
+        sets are redrawn (same seeded generator) until the groups can honour them.
+
+    Raises
+    ------
+    SteerError
+        ``E952``-``E954`` when no valid draw was found for a grouped router in 1000 tries.
     """
     rng = random.Random(seed)
     by_layer = {s.layer: s for s in sites}
@@ -234,9 +289,23 @@ def random_expert_sets(edit: RoutingEdit, sites: Sequence[RouterSite], *, seed: 
     suppress: dict[int, list[int]] = {}
     for layer in sorted(set(edit.activate) | set(edit.suppress)):
         n_act, n_sup = len(edit.activate.get(layer, ())), len(edit.suppress.get(layer, ()))
-        drawn = rng.sample(range(by_layer[layer].n_experts), n_act + n_sup)
-        activate[layer], suppress[layer] = drawn[:n_act], drawn[n_act:]
+        site = by_layer[layer]
+        for attempt in range(_GROUPED_DRAWS):
+            drawn = rng.sample(range(site.n_experts), n_act + n_sup)
+            activate[layer], suppress[layer] = drawn[:n_act], drawn[n_act:]
+            if not site.family.grouped:
+                break
+            try:  # a sigmoid, grouped router: redraw sets its groups cannot honour
+                _validate_grouped(site, set(activate[layer]), set(suppress[layer]))
+                break
+            except SteerError:
+                if attempt == _GROUPED_DRAWS - 1:
+                    raise
     return RoutingEdit.from_sets(activate, suppress, eps=edit.eps)
+
+
+#: Draws of a random control set per layer before giving up on a grouped router's constraints.
+_GROUPED_DRAWS = 1000
 
 
 @dataclass
@@ -285,6 +354,8 @@ def edited_routing(layer: LayerEdit, logits, output: tuple, token_rows=None) -> 
     spares a log-softmax and keeps the router's own order: softmax in fp32 over the (edited) logits,
     top-k, normalisation as the family does (:func:`~ror_annotate.steer.families.route`), cast to the
     router's weight dtype last. fp32 because in bf16 ``min - eps`` rounds back onto ``min``.
+    Sigmoid, grouped routers get the masks as well, so that the edit holds inside the grouped
+    selection (module docstring); their selection bias is never edited.
 
     No host synchronisation, no ``.item()``, no host-side index lists: the masks are device tensors
     prepared once per context, and rows outside ``token_rows`` get the router's own weights and
@@ -312,7 +383,10 @@ def edited_routing(layer: LayerEdit, logits, output: tuple, token_rows=None) -> 
         x = torch.where(layer.suppress, lo - layer.eps, x)
     if layer.activate is not None:
         x = torch.where(layer.activate, hi + layer.eps, x)
-    weights, indices = route(layer.site, x)
+    if layer.site.family.grouped:
+        weights, indices = route(layer.site, x, activate=layer.activate, suppress=layer.suppress)
+    else:
+        weights, indices = route(layer.site, x)
     weights, indices = weights.to(output[1].dtype), indices.to(output[2].dtype)
     if token_rows is not None:
         if token_rows.device != weights.device:  # layers spread over devices (device_map)

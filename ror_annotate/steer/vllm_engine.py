@@ -323,10 +323,22 @@ class VllmEngine:
 
 
 def _family_name(model_type: str) -> str:
+    """The registered family of ``model_type`` (or ``model_type`` itself).
+
+    Raises
+    ------
+    SteerError
+        ``E955`` for a sigmoid, grouped top-k family (DeepSeek-V3, GLM-4-MoE): this engine's edit
+        and capture check are the softmax ones, so it refuses them rather than steer them wrongly;
+        the HF engine supports them.
+    """
     from .families import FAMILIES
 
     for name, spec in FAMILIES.items():
         if name == model_type or model_type in spec.model_types:
+            if spec.grouped:
+                raise SteerError(f"family {name} routes with sigmoid, grouped top-k; the vLLM engine does not define "
+                                 "its steering edit or capture check yet: use the HF engine (--engine hf)", code="E955")
             return name
     return model_type
 
