@@ -71,3 +71,17 @@ def test_hf_engine_is_still_the_default(workdir) -> None:
     explicit = _invoke(["capture", "export", "--model", "m", "--out", "cap2", "--engine", "hf"])
     assert explicit.exit_code == 0, explicit.output
     assert (workdir / "cap" / "logits.bin").read_bytes() == (workdir / "cap2" / "logits.bin").read_bytes()
+
+
+def test_an_edit_validates_against_the_vllm_engines_sites() -> None:
+    # VllmSite carries no family (the vLLM engine refuses grouped routers itself): validation must not need one
+    import pytest as _pytest
+
+    from ror_annotate.errors import SteerError
+    from ror_annotate.steer.steering import RoutingEdit
+    from ror_annotate.steer.vllm_engine import VllmSite
+
+    sites = [VllmSite(layer=0, n_experts=8, top_k=2), VllmSite(layer=1, n_experts=8, top_k=2, position=1)]
+    RoutingEdit(activate={0: (1,)}, suppress={1: (2, 3)}).validate(sites)  # type: ignore[arg-type]
+    with _pytest.raises(SteerError, match="3 experts to activate but only top-2"):
+        RoutingEdit(activate={0: (1, 2, 3)}).validate(sites)  # type: ignore[arg-type]

@@ -114,7 +114,9 @@ class RoutingEdit:
             if site.n_experts - len(sup) < site.top_k:
                 raise SteerError(f"layer {layer}: suppressing {len(sup)} of {site.n_experts} experts leaves fewer than "
                                  f"top-{site.top_k} to select")
-            if site.family.grouped and (act or sup):
+            # an engine's site without a family (vLLM's VllmSite) has no grouped router: that engine refuses them (E955)
+            family = getattr(site, "family", None)
+            if family is not None and family.grouped and (act or sup):
                 _validate_grouped(site, act, sup)
 
 
