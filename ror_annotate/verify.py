@@ -43,7 +43,7 @@ from .errors import ConfigError, VerifyError, VerifyOutcomeError
 from .judge import JudgeReport
 from .judge.client import Completion, RefusalError, ResponseParseError, TruncatedOutputError, parse_answer
 from .judge.config import JudgeConfig
-from .judge.llm import _RETRY_PROBLEMS, ChunkResult, LLMJudge
+from .judge.llm import _RETRY_PROBLEMS, ChunkResult, LLMJudge, answered_once, cap_rationale
 from .judge.outcome import MaxFailed
 from .judge.prompt import RETRY_TEMPLATE, TRACE_TEMPLATE, build_messages, trace_block
 from .judge.schema import BehaviorName, response_format
@@ -119,28 +119,9 @@ def validate_verdicts(data: dict[str, Any], requested: Sequence[int], labels: Se
     if not isinstance(items, list):
         result.bad = {i: "answer has no 'verdicts' list" for i in requested}
         return result
-    wanted = set(requested)
-    seen: dict[int, list[dict[str, Any]]] = {}
-    for item in items:
-        sid = item.get("segment_id") if isinstance(item, dict) else None
-        if not isinstance(sid, int) or isinstance(sid, bool):
-            result.notes.append(f"ignored malformed item {str(item)[:60]!r}")
-            continue
-        if sid not in wanted:
-            result.notes.append(f"ignored unrequested id {sid}")
-            continue
-        seen.setdefault(sid, []).append(item)
-    for sid in requested:
-        got = seen.get(sid)
-        if not got:
-            result.bad[sid] = "id missing from the answer"
-            continue
-        if len(got) > 1:
-            result.bad[sid] = f"id answered {len(got)} times"
-            continue
-        item = got[0]
+    for sid, item in answered_once(items, requested, result).items():
         verdict = item.get("verdict")
-        reason = item.get("reason") if isinstance(item.get("reason"), str) else None
+        reason = cap_rationale(item["reason"]) if isinstance(item.get("reason"), str) else None
         if verdict == "accept":
             result.good[sid] = ("accept", None, reason)
         elif verdict == "revise":

@@ -190,6 +190,34 @@ class ChunkResult:
     notes: list[str] = field(default_factory=list)
 
 
+def answered_once(items: list[Any], requested: Sequence[int], result: ChunkResult) -> dict[int, dict[str, Any]]:
+    """The answer item of each requested id that the answer gives exactly once (``{segment_id: item}``,
+    in ``requested`` order). Malformed and unrequested items are noted in ``result.notes``; ids
+    missing or answered more than once go to ``result.bad`` with the reason. Shared by the
+    labeller's and the verifier's answer checks."""
+    wanted = set(requested)
+    seen: dict[int, list[dict[str, Any]]] = {}
+    for item in items:
+        sid = item.get("segment_id") if isinstance(item, dict) else None
+        if not isinstance(sid, int) or isinstance(sid, bool):
+            result.notes.append(f"ignored malformed item {str(item)[:60]!r}")
+            continue
+        if sid not in wanted:
+            result.notes.append(f"ignored unrequested id {sid}")
+            continue
+        seen.setdefault(sid, []).append(item)
+    once: dict[int, dict[str, Any]] = {}
+    for sid in requested:
+        got = seen.get(sid)
+        if not got:
+            result.bad[sid] = "id missing from the answer"
+        elif len(got) > 1:
+            result.bad[sid] = f"id answered {len(got)} times"
+        else:
+            once[sid] = got[0]
+    return once
+
+
 def validate_answer(data: dict[str, Any], requested: Sequence[int], labels: Sequence[str]) -> ChunkResult:
     """Check a parsed answer against the requested ids and the codebook's labels.
 
@@ -202,26 +230,7 @@ def validate_answer(data: dict[str, Any], requested: Sequence[int], labels: Sequ
     items = data.get("labels")
     if not isinstance(items, list):
         return ChunkResult(bad={i: "answer has no 'labels' list" for i in requested})
-    wanted = set(requested)
-    seen: dict[int, list[dict[str, Any]]] = {}
-    for item in items:
-        if not isinstance(item, dict) or not isinstance(item.get("segment_id"), int) or isinstance(item.get("segment_id"), bool):
-            result.notes.append(f"ignored malformed item {str(item)[:60]!r}")
-            continue
-        sid = item["segment_id"]
-        if sid not in wanted:
-            result.notes.append(f"ignored unrequested id {sid}")
-            continue
-        seen.setdefault(sid, []).append(item)
-    for sid in requested:
-        got = seen.get(sid)
-        if not got:
-            result.bad[sid] = "id missing from the answer"
-            continue
-        if len(got) > 1:
-            result.bad[sid] = f"id answered {len(got)} times"
-            continue
-        item = got[0]
+    for sid, item in answered_once(items, requested, result).items():
         label = item.get("label")
         if label not in labels:
             result.bad[sid] = f"label {label!r} is not in the codebook"
