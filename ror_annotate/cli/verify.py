@@ -26,11 +26,12 @@ from .judge_options import (
     JudgeRetryFailedOption,
     JudgeSeedOption,
     JudgeTemperatureOption,
+    JudgeTimeoutOption,
     judge_options,
 )
 
 _NAMES = ("base_url", "chunk_size", "concurrency", "temperature", "seed", "max_tokens", "batch", "batch_id", "prices",
-          "max_attempts", "codebook", "context_tokens", "retry_failed", "batch_poll", "batch_requeue")
+          "max_attempts", "codebook", "context_tokens", "retry_failed", "batch_poll", "batch_requeue", "timeout")
 
 
 @app.command()
@@ -56,6 +57,7 @@ def verify(
     retry_failed: JudgeRetryFailedOption = None,
     batch_poll: JudgeBatchPollOption = None,
     batch_requeue: JudgeBatchRequeueOption = None,
+    timeout: JudgeTimeoutOption = None,
     max_failed: Annotated[str, typer.Option("--max-failed", help="Exit with status 3 (error E524) when more segments than this get "
                                             "no verdict: a fraction (0.1, 10%) or a count. No verdict at all always exits 3.")] = "10%",
     db: DbOption = DEFAULT_DB_PATH,
