@@ -266,7 +266,7 @@ def _body(s: "ExportSummary", data_files: Mapping[str, Mapping[str, list[str]]],
         "pair `labeled_positions` (token indices) / `labeled_classes` (their `ClassLabel`), which lists labelled tokens only.",
         "",
         f"Label source: **{p.get('label_source')}** "
-        "(auto = adjudicated, else human plurality, else LLM judge, else the offline cue-phrase baseline).",
+        "(auto = adjudicated, else human plurality, else the latest aggregate, else LLM judge, else the offline cue-phrase baseline).",
         "",
     ]
     lines += _counts_table("label", s.label_counts, s.n_segments) + [""]
