@@ -62,9 +62,9 @@ def start(
         s = review_start(store, name, options, say=_say)
     p = s.push
     server = "started" if s.server.started else "running"
-    console.print(f"Label Studio {server} at {s.server.url}" + (" (installed now)" if s.server.installed else ""), highlight=False)
+    console.print(f"Label Studio {server} at {s.server.url}" + (" (installed now)" if s.server.installed else ""), highlight=False, soft_wrap=True)
     console.print(f"study {name}: {'created' if s.created else 'exists'} ({s.strategy}); {len(s.annotators)} projects, "
-                  f"{p.projects_created} new; {p.tasks_created} new tasks, {p.tasks_total} in all", highlight=False)
+                  f"{p.projects_created} new; {p.tasks_created} new tasks, {p.tasks_total} in all", highlight=False, soft_wrap=True)
     lines = ["Give each annotator only their own lines:"]
     for a in s.annotators:
         lines.append(f"  {a.email} ({a.pseudonym}): project {a.project_url}")

@@ -218,8 +218,22 @@ def ensure_server(url: str | None = None, *, public: str | None = None, install:
     return ServerStatus(url, started=True, installed=installed, api_key=key)
 
 
+def local_api_key(url: str, script: Path | None = None) -> str | None:
+    """The admin token ``scripts/labelstudio.sh env`` gives for the local server at ``url`` (the one
+    it starts with ``LS_ADMIN_TOKEN``, else its development default), or None when ``url`` is not
+    loopback or the script is not found. Used only when ``$LABEL_STUDIO_API_KEY`` is unset."""
+    parts = urlsplit(url)
+    script = script or find_script()
+    if parts.scheme != "http" or parts.hostname not in LOOPBACK or script is None:
+        return None
+    done = _run_script(script, "env", _script_env(url, None), timeout=60)
+    return next((ln.split("=", 1)[1] for ln in done.stdout.splitlines() if ln.startswith(f"export {KEY_ENV}=")), None)
+
+
 def _client(status: ServerStatus, public: str | None) -> LabelStudioClient:
-    key = os.environ.get(KEY_ENV) or status.api_key
+    """A client of the server: the API key from the environment, else the one of the server this call
+    started, else (a local server ``scripts/labelstudio.sh`` manages) the script's own."""
+    key = os.environ.get(KEY_ENV) or status.api_key or local_api_key(status.url)
     return LabelStudioClient(status.url, key, public=public)
 
 
@@ -257,7 +271,7 @@ class ReviewStartSummary:
 def _check_people(store: "Store", name: str, emails: list[str]) -> None:
     have = study_people(store, name)
     if emails and sorted(pseudonym_for(store, e) for e in emails) != have:
-        listed = ", ".join(person_email(store, p) for p in have)
+        listed = ", ".join(sorted(person_email(store, p) for p in have))
         raise ReviewError(
             f"study {name!r} exists with the annotators {listed}; re-run `ror review start {name}` without -a (or with "
             "exactly those), or pick another study name", code="E742")
@@ -454,5 +468,5 @@ def review_finish(store: "Store", name: str, options: ReviewFinishOptions | None
 
 __all__ = [
     "AnnotatorLink", "ReviewFinishOptions", "ReviewFinishSummary", "ReviewStartOptions", "ReviewStartSummary", "ServerStatus",
-    "create_accounts", "ensure_server", "find_script", "review_finish", "review_start", "server_up", "weighting_possible",
+    "create_accounts", "ensure_server", "find_script", "local_api_key", "review_finish", "review_start", "server_up", "weighting_possible",
 ]
