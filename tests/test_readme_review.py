@@ -35,6 +35,18 @@ class ReadmeJudges(SimJudges):
         return super().answer({**body, "model": AS_SIM.get(body.get("model", ""), body.get("model", ""))}, fault)
 
 
+def human(*, bob: bool):
+    """An annotator's answer per task: the hidden truth; bob gives the confused class on every fifth task."""
+    seen = [0]
+
+    def answer(data: dict) -> str:
+        seen[0] += 1
+        truth = true_label(data["segment"])
+        return CONFUSED_WITH[truth] if bob and seen[0] % 5 == 0 else truth
+
+    return answer
+
+
 def _section() -> str:
     text = README.read_text(encoding="utf-8")
     start = text.index("### From nothing to a calibrated, uncertainty-first two-annotator study")
@@ -81,14 +93,7 @@ def test_readme_review_flow_runs_verbatim(tmp_path):
                 people = started_people(done.stdout)
                 assert len(people) == 2 and all(p["password"] for p in people.values()), done.stdout
                 for email, p in people.items():
-                    seen = [0]
-
-                    def answer(data, bob=email.startswith("bob")):
-                        seen[0] += 1
-                        truth = true_label(data["segment"])
-                        return CONFUSED_WITH[truth] if bob and seen[0] % 5 == 0 else truth
-
-                    assert annotate(email, p["password"], p["project"], answer) == 100
+                    assert annotate(email, p["password"], p["project"], human(bob=email.startswith("bob"))) == 100
 
         finish = outputs["finish"].stdout
         flat = " ".join(finish.split())

@@ -99,6 +99,12 @@ def test_a_new_study_needs_annotators_e743_and_an_existing_one_keeps_its_own_e74
         with pytest.raises(ReviewError) as server:
             review_start(store, "pilot", annotators=people)
         assert server.value.code == "E740"
+    # finish has no --install: its E740 names the script's commands instead
+    from ror_annotate.review.flow import review_finish
+
+    with pytest.raises(ReviewError) as fin:
+        review_finish(store, "pilot")
+    assert fin.value.code == "E740" and "labelstudio.sh install && bash" in fin.value.message and "same command again" not in fin.value.message
     store.close()
 
 

@@ -65,6 +65,11 @@ def start(
     console.print(f"Label Studio {server} at {s.server.url}" + (" (installed now)" if s.server.installed else ""), highlight=False, soft_wrap=True)
     console.print(f"study {name}: {'created' if s.created else 'exists'} ({s.strategy}); {len(s.annotators)} projects, "
                   f"{p.projects_created} new; {p.tasks_created} new tasks, {p.tasks_total} in all", highlight=False, soft_wrap=True)
+    d = s.design
+    if d and s.strategy == "uncertainty":
+        console.print(f"design: {d['m']} least confident ({d['basis']}) with inclusion probability 1, {d['n_control']} control "
+                      f"of the other {d['population'] - d['m']} segments (probability {d['n_control'] / max(1, d['population'] - d['m']):.4g})",
+                      highlight=False, soft_wrap=True)
     lines = ["Give each annotator only their own lines:"]
     for a in s.annotators:
         lines.append(f"  {a.email} ({a.pseudonym}): project {a.project_url}")

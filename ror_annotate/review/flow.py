@@ -155,7 +155,7 @@ def _last_line(done: subprocess.CompletedProcess) -> str:
 
 
 def ensure_server(url: str | None = None, *, public: str | None = None, install: bool = False, script: Path | None = None,
-                  say: Any = None) -> ServerStatus:
+                  say: Any = None, install_flag: bool = True) -> ServerStatus:
     """Make sure a Label Studio server answers at ``url``, starting the local one if needed.
 
     Parameters
@@ -170,6 +170,9 @@ def ensure_server(url: str | None = None, *, public: str | None = None, install:
         ``scripts/labelstudio.sh`` (default: :func:`find_script`).
     say : callable, optional
         ``say(text)`` for progress lines ("starting Label Studio ...").
+    install_flag : bool
+        Whether the calling command has ``--install`` (the E740 message then names it; else the
+        script's own commands).
 
     Returns
     -------
@@ -200,9 +203,10 @@ def ensure_server(url: str | None = None, *, public: str | None = None, install:
     installed = False
     if _run_script(script, "installed", env).returncode != 0:
         if not install:
+            how = (f"run the same command again with --install (about 3-4 minutes), or `bash {script} install`" if install_flag
+                   else f"install and start it with `bash {script} install && bash {script} start` (about 3-4 minutes), or `ror review start NAME --install`")
             raise ReviewError(
-                f"no Label Studio server answers at {scrub_url(url)} and Label Studio is not installed: run the same "
-                f"command again with --install (about 3-4 minutes), or `bash {script} install`", code="E740")
+                f"no Label Studio server answers at {scrub_url(url)} and Label Studio is not installed: {how}", code="E740")
         if say:
             say(f"installing Label Studio with `bash {script} install` (about 3-4 minutes) ...")
         done = _run_script(script, "install", env)
@@ -257,7 +261,11 @@ class AnnotatorLink:
 
 @dataclass
 class ReviewStartSummary:
-    """What :func:`review_start` did: the server, the study (created now or existing), the push, the links."""
+    """What :func:`review_start` did: the server, the study (created now or existing), the push, the links.
+
+    ``design`` is the study's sampling design when its strategy has one (``population``, and for
+    ``uncertainty`` ``m``, ``n_control``, ``basis``; see :func:`~.studies.sample_uncertainty`).
+    """
 
     study: str
     created: bool
@@ -266,6 +274,7 @@ class ReviewStartSummary:
     push: PushReport
     annotators: list[AnnotatorLink]
     strategy: str
+    design: dict[str, Any] | None = None
 
 
 def _check_people(store: "Store", name: str, emails: list[str]) -> None:
@@ -365,7 +374,7 @@ def review_start(store: "Store", name: str, options: ReviewStartOptions | None =
                            new_account=email_of[p] in passwords, password=passwords.get(email_of[p]))
              for p, pid, purl, _, _ in report.projects]
     return ReviewStartSummary(study=name, created=not exists, server=status, public_url=client.public_url, push=report,
-                              annotators=links, strategy=study.strategy)
+                              annotators=links, strategy=study.strategy, design=study.parameters.get("design"))
 
 
 # ------------------------------------------------------------------------------------ finish
@@ -435,7 +444,7 @@ def review_finish(store: "Store", name: str, options: ReviewFinishOptions | None
     o = ReviewFinishOptions.resolve(options, kwargs)
     load_study(store, name)
     if client is None:
-        status = ensure_server(o.url, public=o.public_url, say=say)
+        status = ensure_server(o.url, public=o.public_url, say=say, install_flag=False)
         client = _client(status, o.public_url)
     require_accounts(store, name, client)
     with store.run("review pull", {"study": name, "url": client.url, "strict_offsets": o.strict_offsets, "via": "review finish"}) as run:
