@@ -63,6 +63,9 @@ def start(
     p = s.push
     server = "started" if s.server.started else "running"
     console.print(f"Label Studio {server} at {s.server.url}" + (" (installed now)" if s.server.installed else ""), highlight=False, soft_wrap=True)
+    if s.server.started:
+        console.print("It keeps running after this command (`bash scripts/labelstudio.sh stop` stops it); for the separate "
+                      "`ror review` commands: eval \"$(bash scripts/labelstudio.sh env)\"", highlight=False, soft_wrap=True, markup=False)
     console.print(f"study {name}: {'created' if s.created else 'exists'} ({s.strategy}); {len(s.annotators)} projects, "
                   f"{p.projects_created} new; {p.tasks_created} new tasks, {p.tasks_total} in all", highlight=False, soft_wrap=True)
     d = s.design
