@@ -122,6 +122,53 @@ def test_a_start_that_fails_is_e744_quoting_the_script(tmp_path, monkeypatch):
     assert err.value.code == "E744" and "start` failed" in err.value.message
 
 
+FAKE_LS = """#!{python}
+# A stand-in for the label-studio executable: answers /health/ like Label Studio, on the --port it is given.
+import http.server, json, sys
+port = int(sys.argv[sys.argv.index("--port") + 1])
+host = sys.argv[sys.argv.index("--internal-host") + 1]
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = json.dumps({{"status": "UP"}}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *args):
+        pass
+http.server.HTTPServer((host, port), H).serve_forever()
+"""
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="bash is not installed")
+def test_a_local_server_that_does_not_answer_is_started_with_the_scripts_token(tmp_path, monkeypatch):
+    import subprocess
+    import sys
+
+    from ror_annotate.review.flow import server_up
+
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    exe = venv / "bin" / "label-studio"
+    exe.write_text(FAKE_LS.format(python=sys.executable))
+    exe.chmod(0o755)
+    token = "f" * 40
+    monkeypatch.setenv("LS_VENV", str(venv))
+    monkeypatch.setenv("LS_DATA", str(tmp_path / "data"))
+    monkeypatch.setenv("LS_ADMIN_TOKEN", token)
+    url = f"http://127.0.0.1:{_free_port()}"
+    assert not server_up(url)
+    try:
+        status = ensure_server(url, script=SCRIPT)
+        assert status.started and not status.installed and status.url == url and server_up(url)
+        assert status.api_key == token and token not in repr(status)
+        again = ensure_server(url, script=SCRIPT)  # answers now: nothing started
+        assert not again.started and again.api_key is None
+    finally:
+        subprocess.run(["bash", str(SCRIPT), "stop"], env=dict(os.environ), capture_output=True, timeout=60)
+    assert not server_up(url)
+
+
 @pytest.mark.skipif(shutil.which("bash") is None, reason="bash is not installed")
 def test_script_installed_action(tmp_path):
     import subprocess
