@@ -21,6 +21,7 @@ from collections import Counter
 
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -107,6 +108,43 @@ def agreement_section(store: "Store") -> tuple[str, dict[str, Any] | None]:
     return "\n".join(lines), figures
 
 
+@dataclass(frozen=True)
+class CardFigures:
+    """Figures from the store's review studies that the card states (computed before the card is built).
+
+    Attributes
+    ----------
+    agreement : str
+        Markdown of the agreement section (:func:`agreement_section`).
+    agreement_figures : dict or None
+        ``{comparison name: agreement_summary dict}``: the full reports written next to the card.
+    calibration : dict
+        :func:`ror_annotate.agreement.calibration_summary` with ``ror agree``'s defaults (10 bins,
+        1,000 trace resamples, 95%, seed 0): the same numbers as ``ror agree --json``'s ``calibration``.
+    """
+
+    agreement: str
+    agreement_figures: dict[str, Any] | None
+    calibration: dict[str, Any]
+
+
+def card_figures(store: "Store") -> CardFigures:
+    """Compute the agreement and calibration figures the card states (reads the store; writes nothing).
+
+    Returns
+    -------
+    CardFigures
+
+    Raises
+    ------
+    Whatever the agreement stage raises that is not one of its coded refusals (a bug propagates).
+    """
+    from .agreement import calibration_summary
+
+    text, figures = agreement_section(store)
+    return CardFigures(agreement=text, agreement_figures=figures, calibration=calibration_summary(store))
+
+
 def _fmt(v: Any) -> str:
     if isinstance(v, float):
         return f"{v:.3f}"
@@ -137,6 +175,7 @@ def build_card(
     infos: Mapping[str, tuple[Any, Mapping[str, tuple[int, int]]]],
     agreement: str = NO_STUDY,
     reports: Mapping[str, str] | None = None,
+    calibration: Mapping[str, Any] | None = None,
 ) -> "DatasetCard":
     """Build the dataset card of an export (pure: reads nothing, writes nothing).
 
