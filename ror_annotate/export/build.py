@@ -69,8 +69,12 @@ class ExportSummary:
         annotators in the store, tool version
     uncertainty : dict -- ``raters`` (every rater with labels: annotator, kind, source, model, n_labels,
         crosswalk), ``aggregate`` (the aggregate rater read, or None) and its ``aggregation_method``,
-        ``n_labelled``, ``n_human_verified``, ``human_verified_share``, ``n_with_confidence``,
-        ``mean_label_confidence`` over the exported labelled segments
+        ``ensemble`` (the raters the aggregate combined, with kind and model, and its human mode;
+        None without one), ``n_labelled``, ``n_human_verified``, ``human_verified_share``,
+        ``n_with_confidence``, ``mean_label_confidence`` over the exported labelled segments, and
+        ``calibration`` (:func:`ror_annotate.agreement.calibration_summary` with ``ror agree``'s
+        defaults: ECE and Brier with intervals per machine rater with a confidence, or a ``note``
+        saying why none was measured)
     seconds : float
     """
 
@@ -232,16 +236,33 @@ def _uncertainty(store: Store, stats: _Stats, aggregate: str | None) -> dict[str
             "crosswalk": (d.details.get("crosswalk") if d is not None else None),
         })
     method = None
+    ensemble: dict[str, Any] | None = None
     if aggregate is not None:
         d = declared.get(aggregate)
         method = (d.model if d is not None and d.model else None) or aggregate.split(":", 1)[-1]
+        ensemble = _ensemble(d.details if d is not None else {}, raters)
     n_labelled = sum(v for k, v in stats.labels.items() if k != "unlabeled")
     return {
-        "raters": raters, "aggregate": aggregate, "aggregation_method": method, "n_labelled": n_labelled,
+        "raters": raters, "aggregate": aggregate, "aggregation_method": method, "ensemble": ensemble, "n_labelled": n_labelled,
         "n_human_verified": stats.n_verified,
         "human_verified_share": stats.n_verified / n_labelled if n_labelled else None,
         "n_with_confidence": stats.n_confident,
         "mean_label_confidence": stats.sum_confidence / stats.n_confident if stats.n_confident else None,
+    }
+
+
+def _ensemble(details: Mapping[str, Any], raters: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """The raters an aggregate combined (as its declaration records them, ``ror aggregate``) with their
+    kind and model, and how human labels were used; None when the declaration names no raters."""
+    names = details.get("raters") or []
+    if not names:
+        return None
+    by_name = {r["annotator"]: r for r in raters}
+    return {
+        "raters": [{"annotator": n, "kind": by_name.get(n, {}).get("kind", "machine"), "model": by_name.get(n, {}).get("model")}
+                   for n in names],
+        "human": details.get("human"),
+        "held_out_humans": list(details.get("held_out_humans") or []),
     }
 
 
