@@ -1,18 +1,23 @@
-"""The dataset card (``README.md``) of an export, written through ``huggingface_hub.DatasetCard``.
+"""The dataset card (``README.md``) of an export, rendered through ``huggingface_hub.DatasetCard``.
 
-The YAML header is produced by ``DatasetCardData`` plus ``datasets``' own writers for ``configs:``
-(``MetadataConfigs``) and ``dataset_info:`` (``DatasetInfosDict``), so it is the header the hub
-expects: license, task categories, one config per exported configuration pointing at its parquet
-files, features with the ``ClassLabel`` names in id order, and split sizes.
+The YAML header (:func:`card_data`) is produced by ``DatasetCardData`` plus ``datasets``' own writers
+for ``configs:`` (``MetadataConfigs``) and ``dataset_info:`` (``DatasetInfosDict``), so it is the
+header the hub expects: license, task categories, tags, size category, one config per exported
+configuration pointing at its parquet files, features with the ``ClassLabel`` names in id order, and
+split sizes.
 
-The body is generated from the export summary: configurations and every column, source traces and
-models, which sources' licences allow publishing the text, the token counter behind ``n_tokens``
-and the segment length profile, label distribution, label provenance (codebook version, judge
-model, prompt template hash), agreement figures from any review study, alignment rule and trace
-analytics, and known limitations.
+The body is the Jinja template ``ror_annotate/templates/dataset_card.md`` (:data:`TEMPLATE`),
+rendered by ``DatasetCard.from_template`` with the values of :func:`card_context`: configurations and
+every column (from :data:`ror_annotate.export.columns.COLUMNS`), source traces and models, which
+sources' licences allow publishing the text, the token counter behind ``n_tokens`` and the segment
+length profile, label distribution, label provenance, the raters, the aggregate's ensemble, the
+share of human-verified labels, the calibration of every machine rater with a confidence against
+the human reference, agreement figures from any review study, alignment rule, trace analytics and
+known limitations.
 
-:func:`build_card` is pure: it writes no file. The agreement figures come from
-:func:`agreement_section` (which reads the store) and the export writes their full reports.
+:func:`build_card` is pure: it computes no figure and writes no file. The figures from review
+studies come from :func:`card_figures` (which reads the store: :func:`agreement_section` and
+``ror_annotate.agreement.calibration_summary``), and the export writes their full reports.
 """
 
 from __future__ import annotations
@@ -163,6 +168,18 @@ def _source_formats(s: "ExportSummary") -> tuple[dict[str, int], str]:
 #: The card's Jinja template (package data), rendered by ``huggingface_hub.DatasetCard.from_template``.
 TEMPLATE = Path(__file__).parent / "templates" / "dataset_card.md"
 
+#: What each ``--labels`` choice exports (:mod:`ror_annotate.export.labels`), as the card states it.
+LABEL_RULES = {
+    "auto": "auto = adjudicated, else human plurality, else the latest aggregate, else LLM judge, else the offline cue-phrase baseline",
+    "adjudicated": "the review reference: the latest adjudication, else the humans' label when they all agree",
+    "human": "plurality of the human annotators' latest labels; a tie leaves the segment unlabeled",
+    "judge": "plurality of the LLM judges' latest labels; a tie leaves the segment unlabeled",
+    "baseline": "the offline cue-phrase baseline",
+    "majority": "plurality over every human and LLM-judge annotator; a tie leaves the segment unlabeled",
+    "aggregate": "the label of the newest aggregate rater (`ror aggregate`), with its posterior",
+    "import": "plurality over the raters imported from other projects (`ror labels import`); a tie leaves the segment unlabeled",
+}
+
 _WHAT = {"traces": "one row per trace", "segments": "one row per segment", "tokens": "one row per trace, one entry per token"}
 
 
@@ -280,6 +297,7 @@ def card_context(
     exported_what = "the exported labels" if n_aggregate == n_labelled else f"the exported label of {n_aggregate} of {n_labelled} labelled segments"
     return {
         "s": s, "p": s.parameters, "prov": s.provenance, "tc": tc, "u": u, "a": s.analytics,
+        "label_rule": LABEL_RULES.get(str(s.parameters.get("label_source")), "see `ror export --help`"),
         "name": s.name, "tool_version": s.provenance.get("tool_version", "ror_annotate"), "behaviors": list(BEHAVIORS),
         "data_files": data_files,
         "configurations": [(c, _WHAT[c], COLUMN_DOCS[c]) for c in ("traces", "segments", "tokens") if c in data_files],
