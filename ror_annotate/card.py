@@ -176,7 +176,7 @@ LABEL_RULES = {
     "judge": "plurality of the LLM judges' latest labels; a tie leaves the segment unlabeled",
     "baseline": "the offline cue-phrase baseline",
     "majority": "plurality over every human and LLM-judge annotator; a tie leaves the segment unlabeled",
-    "aggregate": "the label of the newest aggregate rater (`ror aggregate`), with its posterior",
+    "aggregate": "the newest aggregate rater's label, from `ror aggregate`, with its posterior as `label_confidence`",
     "import": "plurality over the raters imported from other projects (`ror labels import`); a tie leaves the segment unlabeled",
 }
 
