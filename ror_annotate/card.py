@@ -16,7 +16,7 @@ the human reference, agreement figures from any review study, alignment rule, tr
 known limitations.
 
 :func:`build_card` is pure: it computes no figure and writes no file. The figures from review
-studies come from :func:`card_figures` (which reads the store: :func:`agreement_section` and
+studies come from :func:`card_figures` (which reads the store: :func:`agreement_figures` and
 ``ror_annotate.agreement.calibration_summary``), and the export writes their full reports.
 """
 
@@ -26,7 +26,7 @@ from collections import Counter
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -54,18 +54,24 @@ def report_slug(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", name.replace(" + ", "_")).strip("_")
 
 
-def agreement_section(store: "Store") -> tuple[str, dict[str, Any] | None]:
-    """Markdown for the agreement section, and the raw figures (None without figures).
+def agreement_figures(store: "Store") -> tuple[bool, dict[str, Any], list[str]]:
+    """The agreement figures the card states: whether human labels exist, figures per comparison, notes.
 
     Calls ``ror_annotate.agreement.agreement_summary`` between the human annotators, and, per review
     study, between the humans plus the LLM judge(s) on that study's segments when judge labels
     exist. A comparison the agreement stage refuses with one of its coded errors (e.g. a single
-    annotator) becomes a note in the section; any other exception is a bug and propagates. Example
-    texts of disagreements are never copied into the card.
+    annotator) becomes a note (``"- NAME: no figures (REASON)"``); any other exception is a bug and
+    propagates. Example texts of disagreements are never copied into the card.
+
+    Returns
+    -------
+    (bool, dict, list of str)
+        Human labels exist; ``{comparison name: agreement_summary dict}`` (the store's path reduced to
+        its name); the notes.
     """
     humans = store.labels(source="human")
     if not humans:
-        return NO_STUDY, None
+        return False, {}, []
     from .agreement import agreement_summary
 
     pools: dict[str, dict[str, Any]] = {"humans": {"sources": ["human"]}}
@@ -89,28 +95,7 @@ def agreement_section(store: "Store") -> tuple[str, dict[str, Any] | None]:
         if isinstance(fig.get("selection"), dict) and fig["selection"].get("store"):
             fig["selection"]["store"] = Path(fig["selection"]["store"]).name  # published: no local path
         figures[name] = fig
-    if not figures:
-        return "Human labels are present, but no agreement figures could be computed:\n" + "\n".join(notes), None
-    lines = []
-    for name, fig in figures.items():
-        lines.append(
-            f"- {name}: {fig.get('n_items')} segments in {fig.get('n_traces')} traces, annotators "
-            + ", ".join(f"`{a}`" for a in fig.get("annotators") or [])
-        )
-    lines += notes + ["", "| statistic | " + " | ".join(figures) + " |", "|---|" + "---|" * len(figures)]
-    stats = [k for k, v in next(iter(figures.values())).items() if isinstance(v, dict) and "value" in v and "ci_low" in v]
-    for key in stats:
-        cells = []
-        for fig in figures.values():
-            est = fig.get(key) or {}
-            if est.get("value") is None:
-                cells.append(f"undefined ({est.get('reason')})")
-            else:
-                ci = f" [{_fmt(est.get('ci_low'))}, {_fmt(est.get('ci_high'))}]" if est.get("ci_low") is not None else ""
-                cells.append(_fmt(est.get("value")) + ci)
-        lines.append(f"| {key} | " + " | ".join(cells) + " |")
-    lines += ["", "Values with 95% trace-level bootstrap intervals; `ror agree` gives the full report."]
-    return "\n".join(lines), figures
+    return True, figures, notes
 
 
 @dataclass(frozen=True)
@@ -119,18 +104,23 @@ class CardFigures:
 
     Attributes
     ----------
-    agreement : str
-        Markdown of the agreement section (:func:`agreement_section`).
-    agreement_figures : dict or None
-        ``{comparison name: agreement_summary dict}``: the full reports written next to the card.
-    calibration : dict
+    human_labels : bool
+        The store holds human labels (else the card says there is no review study).
+    agreement : dict
+        ``{comparison name: agreement_summary dict}`` (:func:`agreement_figures`); the export writes
+        each one's full report next to the card.
+    notes : list of str
+        Comparisons that gave no figures, and why.
+    calibration : dict or None
         :func:`ror_annotate.agreement.calibration_summary` with ``ror agree``'s defaults (10 bins,
         1,000 trace resamples, 95%, seed 0): the same numbers as ``ror agree --json``'s ``calibration``.
+        None leaves the calibration section out.
     """
 
-    agreement: str
-    agreement_figures: dict[str, Any] | None
-    calibration: dict[str, Any]
+    human_labels: bool = False
+    agreement: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    calibration: dict[str, Any] | None = None
 
 
 def card_figures(store: "Store") -> CardFigures:
@@ -142,12 +132,13 @@ def card_figures(store: "Store") -> CardFigures:
 
     Raises
     ------
-    Whatever the agreement stage raises that is not one of its coded refusals (a bug propagates).
+    Exception
+        Whatever the agreement stage raises that is not one of its coded refusals (a bug propagates).
     """
     from .agreement import calibration_summary
 
-    text, figures = agreement_section(store)
-    return CardFigures(agreement=text, agreement_figures=figures, calibration=calibration_summary(store))
+    human_labels, figures, notes = agreement_figures(store)
+    return CardFigures(human_labels=human_labels, agreement=figures, notes=notes, calibration=calibration_summary(store))
 
 
 def _fmt(v: Any) -> str:
@@ -188,9 +179,8 @@ def build_card(
     *,
     data_files: Mapping[str, Mapping[str, list[str]]],
     infos: Mapping[str, tuple[Any, Mapping[str, tuple[int, int]]]],
-    agreement: str = NO_STUDY,
+    figures: CardFigures | None = None,
     reports: Mapping[str, str] | None = None,
-    calibration: Mapping[str, Any] | None = None,
 ) -> "DatasetCard":
     """Build the dataset card of an export (pure: reads nothing but its template, writes nothing).
 
@@ -205,13 +195,10 @@ def build_card(
         ``{config: {split: [relative parquet glob]}}``.
     infos : mapping
         ``{config: (datasets.Features, {split: (n_rows, n_bytes)})}``.
-    agreement : str
-        Markdown of the agreement section (:func:`agreement_section`).
+    figures : CardFigures, optional
+        Agreement and calibration figures (:func:`card_figures`); default none (no review study).
     reports : mapping, optional
         ``{comparison name: relative path of its full report}``, linked from the agreement section.
-    calibration : mapping, optional
-        :func:`ror_annotate.agreement.calibration_summary` of the store (:func:`card_figures`); None
-        leaves the calibration section out.
 
     Returns
     -------
@@ -224,7 +211,7 @@ def build_card(
     """
     from huggingface_hub import DatasetCard
 
-    context = card_context(summary, data_files=data_files, agreement=agreement, reports=reports, calibration=calibration)
+    context = card_context(summary, data_files=data_files, figures=figures, reports=reports)
     return DatasetCard.from_template(card_data(summary, data_files, infos), template_path=str(TEMPLATE), **context)
 
 
@@ -274,18 +261,27 @@ def _known(counts: Mapping[str, int] | None, limit: int = 30) -> dict[str, int]:
     return dict(list(counts.items())[:limit])
 
 
+def _agreement_stats(figures: Mapping[str, Any]) -> list[str]:
+    """The statistics (keys with a value and an interval) of the first comparison, in its order."""
+    if not figures:
+        return []
+    first = next(iter(figures.values()))
+    return [k for k, v in first.items() if isinstance(v, dict) and "value" in v and "ci_low" in v]
+
+
 def card_context(
     s: "ExportSummary",
     *,
     data_files: Mapping[str, Mapping[str, list[str]]],
-    agreement: str = NO_STUDY,
+    figures: CardFigures | None = None,
     reports: Mapping[str, str] | None = None,
-    calibration: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The values :data:`TEMPLATE` renders (pure): the summary and the figures, picked and named for the template."""
     from .export.features import COLUMN_DOCS
     from .segment import METHOD_LENGTH_PROFILE
 
+    f = figures or CardFigures()
+    calibration = f.calibration
     tc = s.token_counter or {}
     u = dict(s.uncertainty or {})
     u.pop("calibration", None)  # stated from ``calibration``
@@ -310,7 +306,8 @@ def card_context(
         "n_machine": kinds.get("machine", 0), "n_human": kinds.get("human", 0), "ensemble": ensemble,
         "calibration": calibration, "exported_rater": exported, "exported_what": exported_what,
         "calibrated": {r["annotator"] for r in (calibration or {}).get("raters") or []},
-        "agreement": agreement, "reports": dict(reports or {}),
+        "human_labels": f.human_labels, "agreement": f.agreement, "agreement_notes": f.notes, "no_study": NO_STUDY,
+        "agreement_stats": _agreement_stats(f.agreement), "reports": dict(reports or {}),
         "fa": s.analytics.get("first_answer_fraction", {}), "rr": s.analytics.get("recheck_rounds_after_first_answer", {}),
         "flip": s.analytics.get("flip", {}),
         "token_share": [(k, v) for k, v in (s.analytics.get("token_share_per_behavior") or {}).items() if v],

@@ -16,7 +16,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -31,6 +31,9 @@ from .columns import BEHAVIOR_ID, CONFIGS, Rows, SegmentRow, TraceRow, token_row
 from .labels import LABEL_CHOICES, SOURCES_USED, ChosenLabel, choose_label
 from .splits import check_fractions, split_traces
 from .write import MANIFEST, WRITE_FAILED, ExportWriter, check_replaceable, license_allows_publishing, new_tmp_dir, swap_in, write_json
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..card import CardFigures
 
 #: Code of the error for ``--labels aggregate`` / ``--labels import`` on a store without such labels.
 MISSING_RATER = "E830"
@@ -573,23 +576,21 @@ def _token_counter(stats: _Stats, aligner: Any, counter: str) -> dict[str, Any]:
 
 
 def _write_files(
-    tmp: Path, summary: ExportSummary, per_trace: list[Any], figures: Any,
+    tmp: Path, summary: ExportSummary, per_trace: list[Any], figures: "CardFigures",
     data_files: Mapping[str, Mapping[str, list[str]]], infos: Mapping[str, Any], run_record: Mapping[str, Any] | None,
 ) -> None:
     """Write the agreement reports, the card, the analytics and the manifest into ``tmp``."""
     from ..card import build_card, report_slug
 
     reports: dict[str, str] = {}
-    if figures.agreement_figures:
+    if figures.agreement:
         from ..agreement_report import write_report
 
-        for fig_name, fig in figures.agreement_figures.items():
+        for fig_name, fig in figures.agreement.items():
             slug = report_slug(fig_name)
             write_report(fig, tmp / "agreement" / slug)
             reports[fig_name] = f"agreement/{slug}/agreement.md"
-    card = build_card(
-        summary, data_files=data_files, infos=infos, agreement=figures.agreement, reports=reports, calibration=figures.calibration,
-    )
+    card = build_card(summary, data_files=data_files, infos=infos, figures=figures, reports=reports)
     card.save(str(tmp / "README.md"))
     write_json(tmp / "analytics.json", {"overall": summary.analytics, "per_trace": [a.to_dict() for a in per_trace]}, indent=1)
     manifest = summary.to_dict()
