@@ -108,10 +108,12 @@ def test_card_says_why_calibration_could_not_be_measured(tmp_path):
     export_dataset(store, tmp_path / "none", split_fractions=(1, 0, 0))
     card = (tmp_path / "none" / "README.md").read_text(encoding="utf-8")
     assert "Calibration could not be measured: no human reference (no human or adjudicated labels)" in card
+    assert "Review a sample of segments" in card
     # humans now, but no machine rater with a confidence (the baseline gives none)
     store.upsert_labels([Label(trace_id="tr-a", segment_index=i, label="planning", source="human", annotator=h,
                                codebook_version="cb", study="s1") for h in ("h-1", "h-2") for i in range(4)])
     export_dataset(store, tmp_path / "humans", split_fractions=(1, 0, 0))
     card = (tmp_path / "humans" / "README.md").read_text(encoding="utf-8")
     assert "Calibration could not be measured: no machine rater with a confidence" in card
+    assert "Run `ror aggregate` (a posterior)" in card and "Review a sample of segments" not in card
     assert "| rater | confidence | segments |" not in card
