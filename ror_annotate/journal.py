@@ -8,8 +8,8 @@ cannot tell, so the evidence has to live outside it:
 
 * the store holds a commit counter (table ``store_journal``: ``store_id``, ``seq``), raised by one in
   every transaction :meth:`ror_annotate.store.Store.transaction` commits;
-* after the ``COMMIT`` the new value is appended to the journal file ``<db>.commits`` (JSON lines)
-  and flushed to disk (``fsync``), with the notes the transaction attached
+* after the ``COMMIT`` the new value is appended to the journal file ``<db>.commits`` (JSON lines),
+  with the notes the transaction attached
   (:meth:`~ror_annotate.store.Store.journal_note`; the LLM judge attaches each paid response's cache
   row, so the response survives the loss of the log);
 * a checkpoint (each pipeline stage ends with one; DuckDB makes one when the last connection closes)
@@ -21,8 +21,9 @@ judge responses among them and the recovery (``ror recover``, which restores tho
 journal into the judge's response cache; :func:`restore_lost`). A kill between a ``COMMIT`` and its
 journal line leaves the journal one behind the store, which is not a loss.
 
-Costs on the undamaged path: one ``UPDATE`` of a one-row table per transaction and one appended,
-fsynced line per commit (``benchmarks/bench_journal.py`` measures it).
+Costs on the undamaged path: one ``UPDATE`` of a one-row table per transaction and one appended
+line per commit, flushed to disk (``fsync``) only when it carries a paid judge response
+(``benchmarks/bench_journal.py`` measures it). ``ROR_COMMIT_JOURNAL=off`` turns the journal off.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from typing import Any
 
 from .errors import StoreError
 
-__all__ = ["JOURNAL_MIGRATIONS", "JOURNAL_SUFFIX", "LOST_COMMITS", "CommitJournal", "JournalState", "lost_commits_error", "restore_lost"]
+__all__ = ["JOURNAL_ENV", "JOURNAL_MIGRATIONS", "JOURNAL_SUFFIX", "LOST_COMMITS", "CommitJournal", "JournalState", "journal_enabled", "lost_commits_error", "restore_lost"]
 
 #: Suffix of the journal file beside the store file.
 JOURNAL_SUFFIX = ".commits"
@@ -48,6 +49,10 @@ BAD_JOURNAL = "E221"
 JOURNAL_MIGRATIONS: tuple[str, ...] = (
     "CREATE TABLE store_journal (store_id VARCHAR NOT NULL, seq BIGINT NOT NULL)",
 )
+#: Environment variable that turns the journal off (``off``, ``0``, ``false``, ``no``): then a log
+#: cut short goes undetected again, as DuckDB alone leaves it (for a store whose folder takes no
+#: second file, or where an ``fsync`` per paid response is slow).
+JOURNAL_ENV = "ROR_COMMIT_JOURNAL"
 #: Note kind of a paid LLM judge response (its ``judge_cache`` row, column -> value).
 JUDGE_CACHE_NOTE = "judge_cache"
 
@@ -129,7 +134,13 @@ class CommitJournal:
         return state
 
     def append(self, store_id: str, seq: int, notes: list[tuple[str, Any]]) -> None:
-        """Append the record of commit ``seq`` and flush it to disk (``fsync``).
+        """Append the record of commit ``seq``; one with notes (a paid judge response) is also flushed to disk.
+
+        Every line is written to the file before this returns, so it survives the process being
+        killed (the operating system keeps it); a line with notes is also ``fsync``-ed, so a paid
+        response survives a power cut too. Lines without notes are not, because an ``fsync`` per
+        commit cost up to ~15 ms on a loaded disk (``benchmarks/bench_journal.py``): after a power
+        cut such a line may be missing, which leaves the journal behind the store, never ahead.
 
         Best effort: an error writing the journal (a full disk) is not raised, since the commit
         itself is made; the journal then stays behind the store, which is never reported as a loss.
@@ -139,7 +150,8 @@ class CommitJournal:
             fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
             try:
                 os.write(fd, (line + "\n").encode("utf-8"))
-                os.fsync(fd)
+                if notes:
+                    os.fsync(fd)
             finally:
                 os.close(fd)
         except OSError:
@@ -165,6 +177,11 @@ class CommitJournal:
                 tmp.unlink()
             except OSError:
                 pass
+
+
+def journal_enabled() -> bool:
+    """False when :data:`JOURNAL_ENV` turns the journal off."""
+    return os.environ.get(JOURNAL_ENV, "").strip().lower() not in ("off", "0", "false", "no")
 
 
 def new_store_id() -> str:

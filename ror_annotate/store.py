@@ -1943,10 +1943,10 @@ class Store:
 
     def _journal_open(self) -> None:
         """Compare the store's commit counter with its journal; raise ``E220`` when commits were lost."""
-        from .journal import JOURNAL_MIGRATIONS, CommitJournal, lost_commits_error, new_store_id
+        from .journal import JOURNAL_MIGRATIONS, CommitJournal, journal_enabled, lost_commits_error, new_store_id
 
         shared = self._shared
-        if self.path == ":memory:" or shared.journal is not None:
+        if self.path == ":memory:" or shared.journal is not None or not journal_enabled():
             return
         if shared.read_only:
             found = self._count("SELECT count(*) FROM information_schema.tables WHERE table_name = 'store_journal'")
