@@ -74,8 +74,18 @@ class RecoveryReport:
         return self.wal_bytes - self.replayed_bytes
 
 
+def _connect(path: str, *, read_only: bool) -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection; a store held by another process is a :class:`StoreError`, not a traceback."""
+    try:
+        return duckdb.connect(path, read_only=read_only)
+    except duckdb.Error as exc:
+        if "lock" in str(exc).lower() and "WAL" not in str(exc):
+            raise StoreError(f"the store {path} is in use by another process; recover it after that process ends: {exc}") from None
+        raise
+
+
 def _counts(path: str) -> dict[str, int]:
-    con = duckdb.connect(path, read_only=True)
+    con = _connect(path, read_only=True)
     try:
         present = {r[0] for r in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
         counts = {}
@@ -164,7 +174,7 @@ def _restore_from_journal(report: RecoveryReport) -> None:
     """Fill ``report``'s journal fields by :func:`ror_annotate.journal.restore_lost` on the store."""
     from .journal import restore_lost
 
-    con = duckdb.connect(report.path)
+    con = _connect(report.path, read_only=False)
     try:
         done = restore_lost(con, report.path)
     finally:
