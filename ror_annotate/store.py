@@ -1925,8 +1925,8 @@ class Store:
     def journal_note(self, kind: str, payload: dict[str, Any]) -> None:
         """Attach a note to the open transaction's record in the commit journal (``<db>.commits``).
 
-        The note is written, fsynced, after the ``COMMIT``, and kept until the next checkpoint, so it
-        survives a write-ahead log cut short. The LLM judge notes each paid response's cache row
+        The note is written (and ``fsync``-ed) after the ``COMMIT``, and kept until the next checkpoint,
+        so it survives a write-ahead log cut short. The LLM judge notes each paid response's cache row
         (kind ``"judge_cache"``: column -> value), which ``ror recover`` restores. Outside a
         transaction, on ``:memory:`` or read-only stores, it does nothing.
 
@@ -1971,9 +1971,17 @@ class Store:
             shared.journal_state = [store_id, seq, []]
 
     def _journal_count_commit(self) -> None:
+        """Raise the store's commit counter inside the transaction about to commit (rolled back on failure)."""
         shared = self._shared
         if shared.journal is not None:
-            self.con.execute("UPDATE store_journal SET seq = ?", [shared.journal_state[1] + 1])
+            try:
+                self.con.execute("UPDATE store_journal SET seq = ?", [shared.journal_state[1] + 1])
+            except duckdb.Error:
+                try:
+                    self.con.execute("ROLLBACK")
+                except duckdb.Error:
+                    pass
+                raise
 
     def _journal_committed(self) -> None:
         shared = self._shared
