@@ -1912,6 +1912,23 @@ class Store:
             for t in ("traces", "segments", "labels", "runs")
         }
 
+    def labelled_indices_by_trace(self, trace_ids: Sequence[str], *, annotator: str, codebook_version: str,
+                                  source: str) -> dict[str, set[int]]:
+        """:meth:`labelled_segment_indices` of many traces in one query: ``{trace_id: {segment_index}}``
+        (a trace without such labels is absent)."""
+        out: dict[str, set[int]] = {}
+        if not trace_ids:
+            return out
+        with duckdb_errors(self.path, "read labels"):
+            rows = self.con.execute(
+                f"SELECT trace_id, segment_index FROM labels WHERE {_IDS_FILTER} AND annotator = ? AND codebook_version = ? "
+                "AND source = ?",
+                [list(trace_ids), annotator, codebook_version, source],
+            ).fetchall()
+        for tid, index in rows:
+            out.setdefault(tid, set()).add(int(index))
+        return out
+
 
 def _arrow_of(result: Any) -> pa.Table:
     """A DuckDB result as one ``pyarrow.Table`` (``to_arrow_table`` in DuckDB 2, ``fetch_arrow_table`` before)."""
