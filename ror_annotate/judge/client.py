@@ -570,6 +570,9 @@ class ChatClient:
         ``await sleep(seconds)``; tests pass a recorder instead of :func:`asyncio.sleep`.
     seed : int, optional
         Seed of the jitter generator.
+    connections : int, optional
+        Size of the HTTP connection pool, all kept alive (the judge passes its concurrency); ``None``
+        keeps the ``openai`` client's default pool.
     """
 
     def __init__(

@@ -350,11 +350,17 @@ class LLMJudge:
     def make_labels(self, trace: Trace, sample: int, run_id: str | None, result: ChunkResult, extra: dict[str, Any]) -> list[Label]:
         """The labels one validated answer yields (written by :meth:`commit_response`)."""
         annotator = self.annotator_for(sample)
-        return [
-            Label(trace_id=trace.trace_id, segment_index=sid, label=lab, source="judge", annotator=annotator,
-                  codebook_version=self.codebook_version, run_id=run_id, confidence=conf, rationale=why, extra=extra)
-            for sid, (lab, conf, why) in sorted(result.good.items())
-        ]
+        good = sorted(result.good.items())
+        if not good:
+            return []
+        # The first label is validated; the others are its shallow copies with their own segment,
+        # label, confidence and rationale (checked by validate_answer), sharing its ``extra`` dict
+        # and time: a chunk's labels cost one validation, and the store writes the JSON of ``extra`` once.
+        sid, (lab, conf, why) = good[0]
+        first = Label(trace_id=trace.trace_id, segment_index=sid, label=lab, source="judge", annotator=annotator,
+                      codebook_version=self.codebook_version, run_id=run_id, confidence=conf, rationale=why, extra=extra)
+        return [first] + [first.model_copy(update={"segment_index": sid, "label": lab, "confidence": conf, "rationale": why})
+                          for sid, (lab, conf, why) in good[1:]]
 
     # ------------------------------------------------------------------ store helpers
     def labeled_segments(self, store: "Store", trace_id: str, annotator: str) -> set[int]:
@@ -438,7 +444,7 @@ class LLMJudge:
         report.extra["price"] = "known" if usage.price else "unknown"
         reconcile_run_ledger(store)  # runs an earlier process left unfinished (kill -9) get their totals back
         client = ChatClient(self.base_url, max_attempts=self.max_attempts, timeout=self.timeout,
-                            backoff_base=self.backoff_base, sleep=self.sleep)
+                            backoff_base=self.backoff_base, sleep=self.sleep, connections=self.concurrency)
         ctx = _RunContext(store=store, run_id=run.run_id if run else None, client=client, usage=usage,
                           req_sem=asyncio.Semaphore(self.concurrency), progress=progress, writer=self.writer(store),
                           prefetch=_Prefetch(self, store, trace_ids),
@@ -453,7 +459,9 @@ class LLMJudge:
                 await self._judge_trace(ctx, trace_id, sample)
 
         try:
-            await asyncio.gather(*(one(t, k) for k in range(1, self.samples + 1) for t in trace_ids))
+            # A trace id given twice is judged once (two concurrent passes would send the same requests).
+            unique = list(dict.fromkeys(trace_ids))
+            await asyncio.gather(*(one(t, k) for k in range(1, self.samples + 1) for t in unique))
         finally:
             report.extra["retries"]["transport"] += len(client.waits)
             if client.abandoned:
@@ -748,8 +756,12 @@ class _RunContext:
     _flush_error: BaseException | None = None
 
     def may_be_cached(self, trace_id: str) -> bool:
-        """Whether a request of ``trace_id`` may have a stored response (else the lookup is skipped)."""
-        return trace_id in self.cached_traces or trace_id in self.writer.traces_written
+        """Whether a request of ``trace_id`` may have a stored response (else the lookup is skipped).
+
+        Only responses stored before the run began count: within a run no request is sent twice
+        (each trace and sample is judged once, and a retry differs from its first try in the attempt
+        number of its cache key)."""
+        return trace_id in self.cached_traces
 
     def record(self, answer: Answer) -> None:
         """Queue one answer's writes; commit the group now when due (:meth:`.persist.AnswerWriter.due`),

@@ -7,11 +7,12 @@ it imports neither of them, so ``llm`` and ``batch`` no longer import each other
 Exactly-once bookkeeping: every paid response is stored in ``judge_cache`` in the same transaction
 as the labels and failure rows it yields (an :class:`Answer`). :class:`AnswerWriter` holds answers
 for a moment and commits them together (group commit): with several requests in flight it commits
-at most every :data:`COMMIT_EVERY_S` seconds or :data:`COMMIT_EVERY_ANSWERS` answers, and at once
-whenever no other request is in flight, so a slow or sequential run commits each answer as it
-arrives, as before. A process killed with SIGKILL loses at most the answers of the last
-:data:`COMMIT_EVERY_S` seconds (they are asked again on the next run, never half-written); every
-committed answer is replayed from the cache, never paid twice.
+at most every :data:`COMMIT_EVERY_S` seconds (longer, up to :data:`MAX_COMMIT_GAP_S`, when a commit
+takes more than a ninth of that) or every :data:`COMMIT_EVERY_ANSWERS` answers, and at once whenever
+no other request is in flight, so a slow or sequential run commits each answer as it arrives, as
+before. A process killed with SIGKILL loses at most the answers of the last second (they are asked
+again on the next run, never half-written); every committed answer is replayed from the cache,
+never paid twice.
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ if TYPE_CHECKING:  # pragma: no cover
 COMMIT_EVERY_S = 0.2
 #: ... or until this many are waiting, before one transaction writes them all.
 COMMIT_EVERY_ANSWERS = 512
+#: The longest wait between commits when a commit is slow (:attr:`AnswerWriter.gap_s`), in seconds.
+MAX_COMMIT_GAP_S = 1.0
 
 #: The judge component's own tables (declared through Store.migrate("judge", ...)).
 JUDGE_MIGRATIONS: tuple[str, ...] = (
@@ -223,25 +226,29 @@ class AnswerWriter:
         self.commits = 0
         self.written = 0
         self.commit_s = 0.0
-        #: Traces whose responses this writer stored (their lookups must go to the store).
-        self.traces_written: set[str] = set()
+        self.last_commit_s = 0.0
 
     def add(self, answer: Answer) -> None:
         """Hold ``answer`` for the next :meth:`flush`."""
         self.pending.append(answer)
-        if answer.cache_row is not None:
-            self.traces_written.add(answer.trace_id)
+
+    @property
+    def gap_s(self) -> float:
+        """Least time between two commits while requests are in flight: :attr:`every_s`, or nine times
+        the last commit's duration when that is longer (capped at :data:`MAX_COMMIT_GAP_S`), so that
+        commits take at most about a tenth of the time on a slow or busy machine."""
+        return min(max(self.every_s, 9.0 * self.last_commit_s), max(self.every_s, MAX_COMMIT_GAP_S))
 
     def due(self, *, idle: bool) -> bool:
         """Whether the waiting answers should be committed now: nothing else in flight (``idle``), the
-        last commit :attr:`every_s` ago or more, or :attr:`every_answers` waiting."""
+        last commit :attr:`gap_s` ago or more, or :attr:`every_answers` waiting."""
         if not self.pending:
             return False
-        return idle or len(self.pending) >= self.every_answers or time.monotonic() - self.last_commit >= self.every_s
+        return idle or len(self.pending) >= self.every_answers or time.monotonic() - self.last_commit >= self.gap_s
 
     def wait_s(self) -> float:
         """Seconds until the waiting answers are due by time (0 when they are)."""
-        return max(self.every_s - (time.monotonic() - self.last_commit), 0.0)
+        return max(self.gap_s - (time.monotonic() - self.last_commit), 0.0)
 
     def write(self, answer: Answer) -> None:
         """Commit ``answer`` (with any waiting ones) now."""
@@ -290,7 +297,8 @@ class AnswerWriter:
         self.last_commit = time.monotonic()
         self.commits += 1
         self.written += len(group)
-        self.commit_s += time.perf_counter() - t0
+        self.last_commit_s = time.perf_counter() - t0
+        self.commit_s += self.last_commit_s
         return len(group)
 
     def _cache_values(self, a: Answer, now: Any) -> tuple[Any, ...]:
