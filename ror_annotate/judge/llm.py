@@ -18,10 +18,19 @@ a re-run asks again for it with ``max_attempts`` new tries (``retry_failed``, th
 
 Exactly-once bookkeeping: every response is cached in ``judge_cache`` under a key of (codebook
 hash, prompt template hash, model, parameters, trace hash, segment ids, attempt), and the cache row,
-the labels it yields and any failure rows are written in ONE store transaction from the event-loop
-thread. A process killed at any point (kill -9) and started again loses no label, writes none twice
-and re-sends no request whose response was stored: segments with labels are skipped and every
-stored response is replayed from the cache.
+the labels it yields and any failure rows are written in the same store transaction from the
+event-loop thread (:mod:`.persist`: answers that arrive together share one transaction, at most
+about a second apart while other requests are in flight, at once when none is). A process killed at
+any point (kill -9) and started again loses no committed label, writes none twice and re-sends no
+request whose response was stored: segments with labels are skipped and every stored response is
+replayed from the cache (answers received in the last moment before the kill and not yet committed
+are asked again).
+
+Speed: the trace, its segments and its labelled and failed segments are read for blocks of 64
+traces in one query each, cache lookups happen only for traces that had stored responses when the
+run began, the prompt's token estimates are computed once per trace, requests are posted without
+the ``openai`` client's type transform, and one HTTP pool holds ``concurrency`` kept-alive
+connections (``benchmarks/bench_judge.py --throughput``).
 
 Fatal or local is decided by the kind of error, never by the order of the requests: a request
 refused as longer than the model's context fails that trace only (its other chunks are not sent),
