@@ -19,7 +19,8 @@ server of ``tests/fast_openai_server.py`` (its own process, one asyncio loop), e
 fresh process on a copy of one store of ``--copies`` copies of the traces:
   1. the server alone: requests/s it answers from a bare asyncio load generator (its own process)
      sending the judge's request bodies, next to the tests' in-process ``FakeOpenAI``;
-  2. the judge against the zero-latency server at ``--concurrency`` (chunked and per-segment);
+  2. the judge against the zero-latency server at ``--concurrency`` (chunked; ``--per-segment`` adds
+     per-segment mode), the client's ceiling;
   3. the judge with ``--latency-ms`` (200) per request at each concurrency, against Little's law
      (throughput = concurrency / latency), and against min(Little, the zero-latency ceiling).
 With ``--against TREE`` (a checkout of another commit, e.g. /work/wt/_base) every judge figure is
@@ -104,6 +105,7 @@ def run_mode(tmp: Path, traces: list[Trace], name: str, *, latency: float, style
 _JUDGE_WORKER = """
 import json, sys, time
 import openai  # imported before the clock starts (about 1.5 s)
+import ror_annotate
 from ror_annotate.judge import make_judge
 from ror_annotate.store import Store
 db, url, concurrency, mode = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
@@ -114,7 +116,7 @@ judge = make_judge("openai:gpt-4.1-mini", base_url=url, concurrency=concurrency,
 t0, c0 = time.perf_counter(), time.process_time()
 report = judge.label(store, ids)
 wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-print(json.dumps({"wall": wall, "cpu": cpu, "requests": report.requests, "labeled": report.labeled}))
+print(json.dumps({"wall": wall, "cpu": cpu, "requests": report.requests, "labeled": report.labeled, "code": ror_annotate.__file__}))
 """
 
 #: A bare asyncio HTTP/1.1 load generator (no client library): keep-alive connections, each sending
@@ -155,7 +157,9 @@ asyncio.run(main())
 def _run_json(code: str, args: list[str], *, pythonpath: Path, timeout: float = 900) -> dict:
     env = {**os.environ, "PYTHONPATH": str(pythonpath)}
     env.pop("OPENAI_API_KEY", None)
-    out = subprocess.run([sys.executable, "-c", code, *args], env=env, capture_output=True, text=True, timeout=timeout, check=False)
+    # cwd: ``python -c`` puts the working directory first on sys.path, before PYTHONPATH
+    out = subprocess.run([sys.executable, "-c", code, *args], env=env, capture_output=True, text=True, timeout=timeout, check=False,
+                         cwd=str(pythonpath))
     if out.returncode != 0:
         raise SystemExit(f"worker failed ({pythonpath}):\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -200,6 +204,7 @@ def judge_rate(tmp: Path, db: Path, tree: Path, *, latency: float, concurrency: 
     shutil.copy(db, run_db)
     with FastOpenAI(latency=latency) as srv:
         got = _run_json(_JUDGE_WORKER, [str(run_db), srv.base_url, str(concurrency), mode], pythonpath=tree)
+    assert Path(got["code"]).resolve().is_relative_to(tree.resolve()), (got["code"], tree)
     return got["requests"] / got["wall"], got["requests"] / got["cpu"]
 
 
@@ -256,7 +261,8 @@ def throughput(args: argparse.Namespace, traces: list[Trace]) -> None:
         for conc in concurrencies:
             measure(f"chunked K=24, 0 ms, c={conc}", 0.0, conc, "24", None)
             ceiling["new"] = max(ceiling.get("new", 0.0), rows[-1][2]["new"])  # the zero-latency ceiling
-        measure(f"per-segment, 0 ms, c={concurrencies[0]}", 0.0, concurrencies[0], "per-segment", None)
+        if args.per_segment:
+            measure(f"per-segment, 0 ms, c={concurrencies[0]}", 0.0, concurrencies[0], "per-segment", None)
         for conc in concurrencies:
             measure(f"chunked K=24, {args.latency_ms:.0f} ms, c={conc}", latency, conc, "24", conc / latency)
 
@@ -274,6 +280,7 @@ def main() -> None:
     ap.add_argument("--latency-ms", type=float, default=200.0, help="throughput: server latency for Little's law")
     ap.add_argument("--repeat", type=int, default=1, help="throughput: runs per figure (the best is kept)")
     ap.add_argument("--server-seconds", type=float, default=3.0, help="throughput: seconds of the server-alone load")
+    ap.add_argument("--per-segment", action="store_true", help="throughput: add per-segment mode at zero latency")
     ap.add_argument("--against", type=Path, help="throughput: another checkout measured in the same run (the baseline)")
     args = ap.parse_args()
     os.environ.pop("OPENAI_API_KEY", None)

@@ -621,13 +621,11 @@ class ChatClient:
             if self.connections:
                 # One pool sized to the requests in flight, every connection kept alive between them
                 # (the client's default keeps 100 alive: at a concurrency of 256 the rest reconnect).
-                try:
-                    from openai import DefaultAsyncHttpxClient
-                except ImportError:  # pragma: no cover - openai before 1.17
-                    DefaultAsyncHttpxClient = None  # noqa: N806
-                if DefaultAsyncHttpxClient is not None:
-                    kwargs["http_client"] = DefaultAsyncHttpxClient(
-                        limits=_limits(self.connections), timeout=self.timeout)
+                import openai
+
+                http_client: Any = getattr(openai, "DefaultAsyncHttpxClient", None)  # openai >= 1.17
+                if http_client is not None:
+                    kwargs["http_client"] = http_client(limits=_limits(self.connections), timeout=self.timeout)
             self._client = AsyncOpenAI(api_key=self._api_key, base_url=self.base_url, max_retries=0, timeout=self.timeout, **kwargs)
         return self._client
 
@@ -766,11 +764,13 @@ def run_interruptible(coro: Any) -> Any:
 def _limits(connections: int) -> Any:
     """Connection limits of ``connections`` connections, all kept alive, in the HTTP library the
     installed ``openai`` uses (``httpx``, or ``httpx2`` in later releases)."""
+    limits_type: Any = httpx.Limits
     try:
         from openai._constants import DEFAULT_CONNECTION_LIMITS
+
         limits_type = type(DEFAULT_CONNECTION_LIMITS)
     except ImportError:  # pragma: no cover
-        limits_type = httpx.Limits
+        pass
     return limits_type(max_connections=connections, max_keepalive_connections=connections)
 
 
