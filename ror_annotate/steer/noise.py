@@ -443,7 +443,21 @@ def draw_labels(table: Any, tokens_path: str | Path | None, options: LabelNoiseO
         file; E936/E937 an inconsistent export.
     """
     opts = LabelNoiseOptions.resolve(options, keywords)
-    seg = segment_labels(table, tokens_path)
+    no_segments = tokens_path is None or _segments_table(tokens_path) is None
+    return draws_for(segment_labels(table, tokens_path), opts,
+                     where=" (it has no segments configuration next to tokens/)" if no_segments else "")
+
+
+def draws_for(seg: SegmentLabels, options: LabelNoiseOptions, *, where: str = "") -> LabelDraws:
+    """:func:`draw_labels` from :class:`SegmentLabels` already read.
+
+    Raises
+    ------
+    LabelNoiseError
+        E930 segments with neither a distribution nor ``options.confusion``; E931-E935 a bad
+        confusion file.
+    """
+    opts = options
     has = seg.has_distribution
     probs = seg.distribution.copy()
     source = None
@@ -451,10 +465,8 @@ def draw_labels(table: Any, tokens_path: str | Path | None, options: LabelNoiseO
     if (~has).any():
         if opts.confusion is None:
             raise LabelNoiseError(
-                f"{int((~has).sum())} of {len(has)} labeled segments have no label_distribution in the export"
-                + ("" if tokens_path is None or _segments_table(tokens_path) is not None else
-                   " (it has no segments configuration next to tokens/)")
-                + "; label resampling needs one: aggregate several raters (`ror label --judge A --judge B` or "
+                f"{int((~has).sum())} of {len(has)} labeled segments have no label_distribution in the export{where}"
+                "; label resampling needs one: aggregate several raters (`ror label --judge A --judge B` or "
                 "`ror labels import`, then `ror aggregate`) and `ror export --labels aggregate`, or pass "
                 "--label-confusion FILE (P(true | judge label), e.g. the `ror agree --json` output)", code="E930")
         matrix, source = load_confusion(opts.confusion, rater=opts.confusion_rater)
@@ -890,6 +902,7 @@ __all__ = [
     "auc_from_ranks",
     "draw_from",
     "draw_labels",
+    "draws_for",
     "expert_label_noise",
     "fmt_interval",
     "interval",
