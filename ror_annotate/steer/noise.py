@@ -888,9 +888,9 @@ def write_probe_noise(rows: Sequence[Any], draws: LabelDraws, out_dir: str | Pat
         figures.append((f"majority baseline, {r.features} {r.layers}", fmt_interval(r.baseline_f1, n.get("baseline_f1"))))
     path_md = out / "report.md"
     path_md.write_text(_markdown("Behavior probes under label noise", draws, figures, data=data, extra=(
-        "Per resample every row's features are fixed (the layer or window chosen on the stored labels); the probe "
-        "is refitted on the redrawn train labels with C chosen on the redrawn validation labels and scored on the "
-        "redrawn test labels.")), encoding="utf-8")
+        "Per resample every row keeps its features and hyperparameters (the layer or window and C chosen on the "
+        "stored labels); the probe is refitted on the redrawn train labels and scored on the redrawn test labels "
+        "(macro-F1 over the behaviors present in that resample's test labels).")), encoding="utf-8")
     return [path_json, path_md]
 
 

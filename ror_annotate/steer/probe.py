@@ -293,9 +293,10 @@ def run_probes(capture: Capture, table: TokenTable, *, level: str = "token", win
         Called with a short description before each candidate.
     label_draws : LabelDraws, optional
         Redrawn segment labels (:func:`ror_annotate.steer.noise.draw_labels` on ``table``). Each
-        reported row is then refitted per resample on its fixed features (the layer or window chosen
-        on the stored labels; C re-chosen on the redrawn validation labels) and scored on the
-        redrawn test labels; :attr:`ProbeRow.label_noise` holds the percentile intervals.
+        reported row is then refitted per resample on its fixed features and hyperparameters (the
+        layer or window and C chosen on the stored labels: one fit per row and resample) with the
+        redrawn train labels, and scored on the redrawn test labels; :attr:`ProbeRow.label_noise`
+        holds the percentile intervals.
 
     Returns
     -------
@@ -354,7 +355,7 @@ def run_probes(capture: Capture, table: TokenTable, *, level: str = "token", win
         for r in range(label_draws.n_resamples):
             y_train, y_dev, y_test = (drawn[r][m] for m in masks)
             try:
-                fit = fit_probe(x_train, y_train, x_dev, y_dev, x_test, y_test, Cs=Cs, seed=seed)
+                fit = fit_probe(x_train, y_train, x_dev, y_dev, x_test, y_test, Cs=(row.C,), seed=seed)
                 test_f1.append(fit.test_f1)
                 base_f1.append(fit.baseline_f1)
             except SteerError:  # a resample whose train split holds one behavior only: no probe, no figure
