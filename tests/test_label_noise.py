@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -339,3 +340,84 @@ def test_export_join_refuses_a_label_the_segments_configuration_does_not_have(ex
     with pytest.raises(LabelNoiseError) as info:
         draw_labels(table, bad, resamples=2)
     assert info.value.code == "E936" and "train-0#5" in str(info.value)
+
+
+# ---------------------------------------------------------------- the CLI end to end on the tiny model
+
+
+@pytest.mark.steer
+@pytest.mark.slow
+def test_cli_on_the_tiny_model_with_an_aggregate_export(tmp_path):
+    """ror run -> two simulated judges imported -> ror aggregate -> export -> capture -> experts / probe with
+    --label-resamples; a baseline-only export is refused (E930) until --label-confusion is given."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    import os
+    import subprocess
+    import sys
+
+    from ror_annotate.store import Store
+
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": "200", "NO_COLOR": "1",
+           "PYTHONPATH": f"{root}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+
+    def ror(*args: str, ok: bool = True) -> subprocess.CompletedProcess:
+        done = subprocess.run([sys.executable, "-m", "ror_annotate", *args], cwd=tmp_path, env=env, capture_output=True,
+                              text=True, timeout=600)
+        if ok:
+            assert done.returncode == 0, f"ror {' '.join(args)}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+            assert "Traceback" not in done.stderr
+        return done
+
+    ror("run")
+    ror("tiny-model", "tiny-moe")
+    with Store(tmp_path / "ror.duckdb") as store:
+        base = store.labels()
+    rng = np.random.default_rng(0)
+    for name, acc in (("a", 0.8), ("b", 0.65)):  # noisy views of the baseline's labels
+        with (tmp_path / f"{name}.jsonl").open("w") as fh:
+            for lab in base:
+                label = lab.label if rng.random() < acc else BEHAVIORS[rng.integers(6)]
+                fh.write(json.dumps({"trace_id": lab.trace_id, "segment_index": lab.segment_index, "label": label}) + "\n")
+        ror("labels", "import", f"{name}.jsonl", "--annotator", f"sim:{name}", "--kind", "machine")
+    ror("aggregate", "--method", "dawid-skene")
+    ror("export", "sample_traces", "--tokenizer", "tiny-moe", "--labels", "aggregate", "--out", "agg")
+    ror("export", "sample_traces", "--tokenizer", "tiny-moe", "--labels", "baseline", "--out", "base")
+    ror("capture", "agg", "--model", "tiny-moe", "--out", "cap")
+
+    # the aggregate's posteriors are real distributions: some segments are uncertain
+    segs = [r for split in datasets.load_from_disk(str(tmp_path / "agg" / "segments")).values() for r in split]
+    assert all(r["label_distribution"] is not None for r in segs)
+    assert sum(max(r["label_distribution"]) < 0.9 for r in segs) > 50
+
+    done = ror("experts", "agg", "--capture", "cap", "--out", "ex", "--top-k", "2", "--permutations", "3",
+               "--label-resamples", "6", "--label-seed", "4")
+    assert "percentile interval over 6 label resamples" in done.stdout
+    assert re.search(r"transfer AUC \(mean, cross-dataset\)\s*│\s*[0-9.]+ \[[0-9.]+, [0-9.]+\]", done.stdout)
+    doc = json.loads((tmp_path / "ex" / "label_noise.json").read_text())
+    assert doc["settings"]["n_resamples"] == 6 and doc["settings"]["n_from_confusion"] == 0
+    assert doc["settings"]["n_from_distribution"] == len(segs)
+    headline = {r["statistic"]: r for r in doc["headline"]}
+    iv = headline["cross-dataset top-k Jaccard"]["interval"]
+    assert iv["n"] == 6 and iv["lo"] <= iv["hi"]
+    assert "Resamples: 6 (seed 4)" in (tmp_path / "ex" / "report.md").read_text()
+    rows = list(csv.DictReader((tmp_path / "ex" / "transfer_auc.csv").open()))
+    assert rows and all(float(r["auc_noise_lo"]) <= float(r["auc_noise_hi"]) for r in rows if r["auc_noise_lo"])
+
+    done = ror("probe", "agg", "--capture", "cap", "--controls", "position", "--max-train", "3000",
+               "--label-resamples", "3", "--out", "pr")
+    probe = list(csv.DictReader((tmp_path / "pr" / "probe.csv").open()))
+    assert probe and all(float(r["test_f1_noise_lo"]) <= float(r["test_f1_noise_hi"]) for r in probe)
+    assert all(r["n_label_resamples"] == "3" for r in probe)
+    assert "label noise only" in (tmp_path / "pr" / "report.md").read_text()
+
+    # baseline labels carry no distribution: refused with a coded error that says how to get one
+    done = ror("experts", "base", "--capture", "cap", "--out", "exb", "--top-k", "2", "--label-resamples", "3", ok=False)
+    assert done.returncode != 0 and "error [E930]" in done.stderr + done.stdout and "ror aggregate" in done.stderr + done.stdout
+    (tmp_path / "conf.json").write_text(json.dumps({"behaviors": list(BEHAVIORS), "matrix": (
+        np.full((6, 6), 0.02) + np.eye(6) * 0.88).tolist()}))
+    done = ror("experts", "base", "--capture", "cap", "--out", "exb", "--top-k", "2", "--permutations", "3",
+               "--label-resamples", "3", "--label-confusion", "conf.json")
+    settings = json.loads((tmp_path / "exb" / "label_noise.json").read_text())["settings"]
+    assert settings["n_from_confusion"] == len(segs) and "conf.json" in settings["confusion_source"]
