@@ -445,7 +445,7 @@ def draw_labels(table: Any, tokens_path: str | Path | None, options: LabelNoiseO
     opts = LabelNoiseOptions.resolve(options, keywords)
     no_segments = tokens_path is None or _segments_table(tokens_path) is None
     return draws_for(segment_labels(table, tokens_path), opts,
-                     where=" (it has no segments configuration next to tokens/)" if no_segments else "")
+                     where=" (no segments configuration with label_distribution next to tokens/)" if no_segments else "")
 
 
 def draws_for(seg: SegmentLabels, options: LabelNoiseOptions, *, where: str = "") -> LabelDraws:
@@ -572,12 +572,12 @@ def risk_difference_draws(selected: np.ndarray, dataset: np.ndarray, segment: np
             onto = sparse.csr_matrix((np.ones(len(ukeys)), (cell, np.arange(len(ukeys)))), shape=(cells, len(ukeys)))
             sums[r] += onto @ seg_sum
             counts[r] += np.bincount(cell, weights=seg_tok, minlength=cells)
-    sums = sums.reshape(R, n_datasets, n_behaviors, n_layers, n_experts)
-    counts = counts.reshape(R, n_datasets, n_behaviors)
+    by_cell = sums.reshape(R, n_datasets, n_behaviors, n_layers, n_experts)
+    n_cell = counts.reshape(R, n_datasets, n_behaviors)
     with np.errstate(invalid="ignore", divide="ignore"):
-        p_b = sums / counts[..., None, None]
-        p_d = sums.sum(axis=2) / counts.sum(axis=2)[..., None, None]
-    return p_b - p_d[:, :, None], counts.astype(np.int64)
+        p_b = by_cell / n_cell[..., None, None]
+        p_d = by_cell.sum(axis=2) / n_cell.sum(axis=2)[..., None, None]
+    return p_b - p_d[:, :, None], n_cell.astype(np.int64)
 
 
 def _membership(top: np.ndarray, n_experts: int) -> np.ndarray:
