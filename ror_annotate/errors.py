@@ -282,7 +282,8 @@ class LabelNoiseError(SteerError, ValueError):
     E934 it names an unknown behavior; E935 an ``ror agree --json`` file without a usable confusion
     matrix (none, or several raters and no ``--label-confusion-rater``); E936 the export's
     ``segments`` configuration is missing or disagrees with its ``tokens``; E937 a stored
-    ``label_distribution`` is malformed. The message names the file (and the record).
+    ``label_distribution`` is malformed; E938 ``--label-confusion`` without ``--label-resamples``. The
+    message names the file (and the record).
     """
 
     code = "E930"

@@ -421,3 +421,13 @@ def test_cli_on_the_tiny_model_with_an_aggregate_export(tmp_path):
                "--label-resamples", "3", "--label-confusion", "conf.json")
     settings = json.loads((tmp_path / "exb" / "label_noise.json").read_text())["settings"]
     assert settings["n_from_confusion"] == len(segs) and "conf.json" in settings["confusion_source"]
+
+
+def test_cli_refuses_a_confusion_file_without_resamples(export, tmp_path):
+    from typer.testing import CliRunner
+
+    from ror_annotate.cli import app
+
+    res = CliRunner().invoke(app, ["experts", str(export / "export"), "--capture", str(export / "capture"), "--out",
+                                   str(tmp_path / "ex"), "--top-k", "2", "--label-confusion", "conf.json"])
+    assert res.exit_code == 2 and "E938" in res.output and not (tmp_path / "ex").exists()

@@ -40,6 +40,11 @@ LabelSeedOption = Annotated[int, typer.Option("--label-seed", rich_help_panel=_N
 def _label_draws(table, tokens: Path, resamples: int, confusion: Optional[Path], rater: Optional[str], seed: int):
     """The label draws of ``--label-resamples`` (None when 0), announced on stderr."""
     if not resamples:
+        if confusion is not None or rater is not None:
+            from ..errors import LabelNoiseError
+
+            raise LabelNoiseError("--label-confusion / --label-confusion-rater take effect with --label-resamples N "
+                                  "(N > 0); add it, or leave them out", code="E938")
         return None
     from ..steer.noise import LabelNoiseOptions, draw_labels
 

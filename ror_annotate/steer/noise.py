@@ -440,7 +440,7 @@ def draw_labels(table: Any, tokens_path: str | Path | None, options: LabelNoiseO
     ------
     LabelNoiseError
         E930 segments with neither a distribution nor a confusion matrix; E931-E935 a bad confusion
-        file; E936/E937 an inconsistent export.
+        file; E936/E937 an inconsistent export (E938: the CLI refuses a confusion file without resamples).
     """
     opts = LabelNoiseOptions.resolve(options, keywords)
     no_segments = tokens_path is None or _segments_table(tokens_path) is None
