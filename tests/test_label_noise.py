@@ -415,12 +415,12 @@ def test_cli_on_the_tiny_model_with_an_aggregate_export(tmp_path):
     # baseline labels carry no distribution: refused with a coded error that says how to get one
     done = ror("experts", "base", "--capture", "cap", "--out", "exb", "--top-k", "2", "--label-resamples", "3", ok=False)
     assert done.returncode != 0 and "error [E930]" in done.stderr + done.stdout and "ror aggregate" in done.stderr + done.stdout
-    (tmp_path / "conf.json").write_text(json.dumps({"behaviors": list(BEHAVIORS), "matrix": (
-        np.full((6, 6), 0.02) + np.eye(6) * 0.88).tolist()}))
+    # ... and accepted with the measured confusion that `ror agree --json` writes (here: the baseline against sim:a)
+    (tmp_path / "agree.json").write_text(ror("agree", "--json", "--reference", "sim:a", "--resamples", "10").stdout)
     done = ror("experts", "base", "--capture", "cap", "--out", "exb", "--top-k", "2", "--permutations", "3",
-               "--label-resamples", "3", "--label-confusion", "conf.json")
+               "--label-resamples", "3", "--label-confusion", "agree.json", "--label-confusion-rater", "baseline:cue-v1")
     settings = json.loads((tmp_path / "exb" / "label_noise.json").read_text())["settings"]
-    assert settings["n_from_confusion"] == len(segs) and "conf.json" in settings["confusion_source"]
+    assert settings["n_from_confusion"] == len(segs) and "baseline:cue-v1 vs sim:a" in settings["confusion_source"]
 
 
 def test_cli_refuses_a_confusion_file_without_resamples(export, tmp_path):
