@@ -435,10 +435,8 @@ def profile_labels(report: ExpertReport) -> list[str]:
 
 
 def _plots(report: ExpertReport, out: Path) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    # figures with their own Agg canvas: no pyplot, no global backend switch (a notebook's stays as it was)
+    from ..agreement_report import _figure
 
     paths = []
     rd = report.rd["rd"]
@@ -446,7 +444,8 @@ def _plots(report: ExpertReport, out: Path) -> list[Path]:
         with np.errstate(invalid="ignore"):
             strength = np.nanmax(np.abs(rd[d]), axis=(0, 2)) if not np.isnan(rd[d]).all() else np.zeros(rd.shape[2])
         li = int(np.nanargmax(strength)) if not np.isnan(strength).all() else 0
-        fig, ax = plt.subplots(figsize=(max(6, rd.shape[3] * 0.12), 3.2))
+        fig = _figure(max(6, rd.shape[3] * 0.12), 3.2)
+        ax = fig.subplots()
         lim = float(np.nanmax(np.abs(rd[d, :, li]))) if not np.isnan(rd[d, :, li]).all() else 1.0
         im = ax.imshow(rd[d, :, li], aspect="auto", cmap="RdBu_r", vmin=-lim, vmax=lim, interpolation="nearest")
         ax.set_yticks(range(len(BEHAVIORS)), BEHAVIORS)
@@ -456,11 +455,11 @@ def _plots(report: ExpertReport, out: Path) -> list[Path]:
         fig.tight_layout()
         path = out / f"rd_{stem}.png"
         fig.savefig(path, dpi=120)
-        plt.close(fig)
         paths.append(path)
     labels = profile_labels(report)
     side = max(6.0, 0.32 * len(labels) + 2.5)
-    fig, ax = plt.subplots(figsize=(side + 1.0, side))
+    fig = _figure(side + 1.0, side)
+    ax = fig.subplots()
     im = ax.imshow(report.corr, cmap="RdBu_r", vmin=-1, vmax=1, interpolation="nearest")
     ax.set_xticks(range(len(labels)), labels, rotation=90, fontsize=7)
     ax.set_yticks(range(len(labels)), labels, fontsize=7)
@@ -471,7 +470,6 @@ def _plots(report: ExpertReport, out: Path) -> list[Path]:
     fig.tight_layout()
     path = out / "profile_correlation.png"
     fig.savefig(path, dpi=120)
-    plt.close(fig)
     paths.append(path)
     return paths
 
