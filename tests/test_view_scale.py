@@ -134,6 +134,6 @@ def test_index_and_cells_are_sharded(rich_store, tmp_path, monkeypatch):
                     continue
                 cell = _payload(path)
                 assert cell["n"] == v and len(cell["items"]) == min(v, 3)
-                for trace_id, index, text, n in cell["items"]:
+                for trace_id, _index, _text, n in cell["items"]:
                     assert by_n[trace_id] == n
     assert INDEX_SHARD_SIZE >= 1000  # the real shard size keeps the file count small at 10,000 traces

@@ -157,7 +157,11 @@ def order_raters(pairs: Sequence[tuple[str, str]], kinds: dict[str, str]) -> lis
 
 
 def store_batches(store: "Store", batch_size: int) -> Iterator[TraceBundle]:
-    """Every segmented trace of ``store`` with its segments and labels, read ``batch_size`` traces at a time."""
+    """Every segmented trace of ``store`` with its segments and labels, read ``batch_size`` traces at a time.
+
+    Between batches the store's cached table blocks are released (:meth:`Store.release_cache`), so
+    memory stays at one batch whatever the corpus size.
+    """
     segmented = store.segmentations()
     ids = [t for t in store.trace_ids() if t in segmented]
     for start in range(0, len(ids), batch_size):
@@ -168,6 +172,8 @@ def store_batches(store: "Store", batch_size: int) -> Iterator[TraceBundle]:
             by_trace.setdefault(lab.trace_id, []).append(lab)
         for trace in store.iter_traces(batch):
             yield TraceBundle(trace, sorted(segs.get(trace.trace_id, []), key=lambda s: s.segment_index), by_trace.get(trace.trace_id, []))
+        del segs, by_trace
+        store.release_cache()  # DuckDB keeps every block read until its memory_limit: drop them as the corpus streams by
 
 
 def js_payload(callback: str, data: Any) -> str:
