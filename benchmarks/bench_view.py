@@ -147,7 +147,7 @@ def inflate_index(site: Path, out: Path, n_rows: int) -> None:
 def site_figures(site: Path) -> dict:
     """Bytes and files of the site, and the largest file of each kind (KiB)."""
     kinds = {"trace shard": "data/t/", "index shard": "data/rows/", "cell shard": "data/cells/", "index.js": "data/index.js",
-             "dashboard.js": "data/dashboard.js"}
+             "dashboard.js": "data/dashboard.js", "cells.js (before sharding)": "data/cells.js"}
     files = [(f, f.stat().st_size) for f in site.rglob("*") if f.is_file()]
     largest = {}
     for kind, prefix in kinds.items():

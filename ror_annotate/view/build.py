@@ -234,7 +234,8 @@ class _IndexWriter:
     """
 
     def __init__(self, out: Path) -> None:
-        self.out, self.rows, self.shards, self.count = out, [], 0, 0
+        self.out, self.shards, self.count = out, 0, 0
+        self.rows: list[list[Any]] = []
         self.size = INDEX_SHARD_SIZE
         self.compare: dict[tuple[int, int], tuple[int, int]] = {}
 
