@@ -137,3 +137,15 @@ def test_index_and_cells_are_sharded(rich_store, tmp_path, monkeypatch):
                 for trace_id, _index, _text, n in cell["items"]:
                     assert by_n[trace_id] == n
     assert INDEX_SHARD_SIZE >= 1000  # the real shard size keeps the file count small at 10,000 traces
+
+
+def test_compact_agreement_without_confidences_counts_the_reference(tmp_path, rich_store):
+    """No rater with a confidence: calibration only counts the human reference (machine labels are not read)."""
+    db = tmp_path / "noconf.duckdb"
+    db.write_bytes(rich_store.read_bytes())
+    with Store(db) as store:
+        store.delete_labels([lab.label_id for lab in store.labels() if lab.annotator in ("ds", "openai:m", "openai:m@s2")])
+        want = agreement_summary(store, n_resamples=RESAMPLES)
+        got = view_agreement(store, n_resamples=RESAMPLES, batch_size=2)
+    assert want["calibration"]["raters"] == [] and want["calibration"]["n_reference_items"] > 0
+    assert json.loads(json.dumps(got, default=str)) == json.loads(json.dumps(want, default=str))

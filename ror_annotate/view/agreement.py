@@ -183,6 +183,11 @@ def view_agreement(
     boot: dict[str, Any] = {"n_resamples": n_resamples, "confidence_level": confidence_level, "seed": seed}
     codes = store.label_codes(BEHAVIORS)
     all_traces = codes.trace_ids
+    # a rater scored by calibration has a label with a confidence, or is a K-sample judge (``name@sK`` beside ``name``)
+    from ..agreement.reliability import _SAMPLE
+
+    names = set(codes.annotators)
+    scored = bool(codes.with_confidence) or any((m := _SAMPLE.match(a)) is not None and m["base"] in names for a in names)
     # adjudications are the reference (never an annotator) with reference="adjudicated", as in ror agree
     ratings, source_of = compact_ratings(codes, exclude_sources=("adjudicated",) if reference == "adjudicated" else (), origin=str(store.path))
     del codes  # the ratings hold what is needed
@@ -211,7 +216,7 @@ def view_agreement(
     out["selection"]["rater_kinds"] = {a: kinds.get(a, "machine") for a in ratings.annotators}
     raters = [a for a in ratings.annotators if source_of.get(a) != "adjudicated"]
     out["by_kind"] = agreement_by_kind(ratings.subset_annotators(raters), kinds, **boot)
-    out["calibration"] = streamed_calibration(store, all_traces, batch_size=batch_size, **boot)
+    out["calibration"] = streamed_calibration(store, all_traces, batch_size=batch_size, machine=scored, **boot)
     return out
 
 
@@ -229,7 +234,7 @@ def _segment_texts(store: "Store", item_ids: Sequence[str]) -> dict[str, str]:
 
 def streamed_calibration(
     store: "Store", trace_ids: Sequence[str], *, batch_size: int = 200, n_bins: int = 10,
-    n_resamples: int = 1000, confidence_level: float = 0.95, seed: int | None = 0,
+    n_resamples: int = 1000, confidence_level: float = 0.95, seed: int | None = 0, machine: bool = True,
 ) -> dict[str, Any]:
     """:func:`ror_annotate.agreement.reliability.calibration_summary` (every study), reading ``batch_size`` traces at a time.
 
@@ -237,7 +242,9 @@ def streamed_calibration(
     batch by trace batch (:func:`~ror_annotate.agreement.reliability.rater_confidences` on each
     batch's reference) and concatenating gives the same items; they are put back in the global order
     (sorted item ids) before the same :func:`~ror_annotate.agreement.reliability.calibration_error`.
-    Memory: one batch's labels plus, per machine rater with a confidence, its reviewed items.
+    Memory: one batch's labels plus, per machine rater with a confidence, its reviewed items. With
+    ``machine=False`` (the caller knows no label has a confidence and no K-sample judge exists) only
+    the human reference is read, to count it.
 
     Returns
     -------
@@ -256,6 +263,8 @@ def streamed_calibration(
         if not refs:
             continue
         n_ref += len(refs)
+        if not machine:
+            continue
         raters, ref = rater_confidences(store, reference=refs)
         for r in raters:
             key = (r.annotator, 1 if r.confidence_kind == "vote" else 0)
