@@ -2028,6 +2028,90 @@ class Store:
         for tid, index in rows:
             out.setdefault(tid, set()).add(int(index))
         return out
+    # ------------------------------------------------------------------ compact label reads (viewer at corpus scale)
+    def label_codes(self, categories: Sequence[str]) -> "LabelCodes":
+        """Every stored label as integer codes, for agreement over a million labels without Label objects.
+
+        Rows are ordered as :meth:`labels` orders them (trace id, segment index, source, annotator);
+        each row holds small integers only, so 2,000,000 labels take about 50 MB. The codes come from
+        joins with the (small) tables of distinct names, and rows are put in order in NumPy, so DuckDB
+        neither sorts nor hashes the labels table.
+
+        Parameters
+        ----------
+        categories : sequence of str
+            The label set; ``label_code`` is the index of the label in it (-1 for a label not in it).
+
+        Returns
+        -------
+        LabelCodes
+            ``table`` with columns ``trace_code`` (int32, index into ``trace_ids``), ``segment_index``
+            (int32), ``annotator_code`` (int32, index into ``annotators``), ``source_code`` (int32, index
+            into ``sources``), ``label_code`` (int32) and ``n_tokens`` (int32, the segment's token count,
+            0 when the segment is no longer stored); the sorted distinct ``trace_ids``, ``annotators``
+            and ``sources`` of the labels; and ``with_confidence``, the annotators with at least one
+            label that has a confidence.
+        """
+        import numpy as np
+
+        with duckdb_errors(self.path, "read labels"):
+            names = {
+                col: [r[0] for r in self.con.execute(f"SELECT DISTINCT {col} FROM labels ORDER BY 1").fetchall()]
+                for col in ("trace_id", "annotator", "source")
+            }
+            confident = [r[0] for r in self.con.execute(
+                "SELECT DISTINCT annotator FROM labels WHERE confidence IS NOT NULL ORDER BY 1").fetchall()]
+            codes = {}
+
+            def arrow(sql: str, params: list[Any] | None = None) -> pa.Table:
+                relation = self.con.sql(sql, params=params)  # a relation hands Arrow over without a copy
+                fetch = next(getattr(relation, n) for n in ("to_arrow_table", "fetch_arrow_table", "arrow") if hasattr(relation, n))
+                got = fetch()
+                return got if isinstance(got, pa.Table) else got.read_all()
+
+            for col in names:
+                view = f"_ror_codes_{col}"
+                self._register(view, pa.table({col: pa.array(names[col], pa.string()), "code": pa.array(range(len(names[col])), pa.int32())}))
+            try:
+                labels = arrow(
+                    "SELECT t.code AS trace_code, l.segment_index::INTEGER AS segment_index, a.code AS annotator_code, s.code AS source_code, "
+                    "(coalesce(list_position(?, l.label), 0) - 1)::INTEGER AS label_code "
+                    "FROM labels l JOIN _ror_codes_trace_id t ON t.trace_id = l.trace_id JOIN _ror_codes_annotator a ON a.annotator = l.annotator "
+                    "JOIN _ror_codes_source s ON s.source = l.source", [list(categories)])
+                segs = arrow(
+                    "SELECT t.code AS trace_code, s.segment_index::INTEGER AS segment_index, s.n_tokens::INTEGER AS n_tokens "
+                    "FROM segments s JOIN _ror_codes_trace_id t ON t.trace_id = s.trace_id")
+            finally:
+                for col in names:
+                    self._unregister(f"_ror_codes_{col}")
+        for col in labels.column_names:
+            codes[col] = labels.column(col).to_numpy()
+        del labels
+        order = np.lexsort((codes["annotator_code"], codes["source_code"], codes["segment_index"], codes["trace_code"]))
+        codes = {k: v[order] for k, v in codes.items()}
+        # each label's segment token count: look its (trace, segment) key up among the segments' sorted keys
+        width = int(max(codes["segment_index"].max(initial=0), segs.column("segment_index").to_numpy().max(initial=0))) + 1
+        seg_key = segs.column("trace_code").to_numpy().astype(np.int64) * width + segs.column("segment_index").to_numpy()
+        seg_tokens = segs.column("n_tokens").to_numpy()
+        del segs
+        by_key = np.argsort(seg_key)
+        seg_key, seg_tokens = seg_key[by_key], seg_tokens[by_key]
+        lab_key = codes["trace_code"].astype(np.int64) * width + codes["segment_index"]
+        at = np.clip(np.searchsorted(seg_key, lab_key), 0, max(len(seg_key) - 1, 0))
+        found = (seg_key[at] == lab_key) if len(seg_key) else np.zeros(len(lab_key), dtype=bool)
+        codes["n_tokens"] = np.where(found, seg_tokens[at] if len(seg_key) else 0, 0).astype(np.int32)
+        table = pa.table({k: pa.array(codes[k], pa.int32()) for k in ("trace_code", "segment_index", "annotator_code", "source_code", "label_code", "n_tokens")})
+        return LabelCodes(table, names["trace_id"], names["annotator"], names["source"], confident)
+
+
+class LabelCodes(NamedTuple):
+    """What :meth:`Store.label_codes` returns: the labels as integer columns and the names the codes index."""
+
+    table: pa.Table
+    trace_ids: list[str]
+    annotators: list[str]
+    sources: list[str]
+    with_confidence: list[str]
 
 
 def _arrow_of(result: Any) -> pa.Table:

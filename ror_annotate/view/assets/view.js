@@ -1,12 +1,15 @@
 /* ror_annotate viewer: one small script for every page of the static site.
  *
- * Data arrive as JSONP-style files (data/*.js call ROR.index / ROR.shard / ROR.dashboard / ROR.cells)
- * because a page opened from file:// may load <script src> but not fetch() a file.
+ * Data arrive as JSONP-style files (data/*.js call ROR.index / ROR.rows / ROR.shard / ROR.dashboard / ROR.cell)
+ * because a page opened from file:// may load <script src> but not fetch() a file. Everything that grows
+ * with the corpus is sharded and loaded on demand: index rows (data/rows/K.js, loaded one after another
+ * while the first ones are shown; only the rows in view are in the DOM), one file per trace, one per
+ * confusion cell.
  * Safety: data only ever reach the DOM through textContent / attributes, never innerHTML.
  */
 "use strict";
 var ROR = (function () {
-  var S = { index: null, dashboard: null, cells: null, shards: {}, waiting: {} };
+  var S = { index: null, dashboard: null, shards: {}, waiting: {}, onRows: null, onCell: null };
   var SHORT = { planning: "PLAN", execution: "EXEC", restatement: "REST", fact: "FACT", reflection: "REFL", conclusion: "CONC" };
 
   function el(tag, attrs, text) {
@@ -54,19 +57,55 @@ var ROR = (function () {
     S.index.behaviors.forEach(function (b) { box.appendChild(chip(b)); });
     box.appendChild(el("span", { "class": "chip unl", "data-mark": "----" }, "no label"));
   }
-  function traceById(id) {
-    if (!S.byId) { S.byId = {}; S.index.traces.forEach(function (t) { S.byId[t.id] = t.n; }); }
-    return S.byId[id];
+  function loadScript(src, onerror) {
+    var s = el("script", { src: src });
+    if (onerror) s.onerror = onerror;
+    document.body.appendChild(s);
   }
 
   // ------------------------------------------------------------------------------------- index
   function pageIndex() {
-    var rows = S.index.traces, key = "n", dir = 1, limit = 1000;
-    $("summary").textContent = rows.length + " traces, " + S.index.raters.length + " raters (" +
-      S.index.raters.map(function (r) { return r.name; }).join(", ") + ")" + (S.index.origin ? " from " + S.index.origin : "");
+    // Rows arrive shard by shard (data/rows/K.js); filtering and sorting run over the rows loaded so far and
+    // again as each shard arrives. The table is virtualised: only the rows in view (plus a margin) are in the
+    // DOM, the rest of the list's height is padding on its wrapper, so 10,000 or 1,000,000 rows scroll alike.
+    var M = S.index, cols = M.columns, rows = [], hits = [], key = "n", dir = 1, loaded = 0, rowH = 0, queued = false;
+    var wrap = $("traces-wrap"), table = $("traces"), body = table.tBodies[0], OVER = 30;
+    $("summary").textContent = M.n_traces + " traces, " + M.raters.length + " raters (" +
+      M.raters.map(function (r) { return r.name; }).join(", ") + ")" + (M.origin ? " from " + M.origin : "");
+    function rowEl(t) {
+      var tr = el("tr", { "data-n": t.n });
+      var td = el("td"); td.appendChild(el("a", { href: "trace.html" + hash({ t: t.n }) }, t.id)); tr.appendChild(td);
+      tr.appendChild(el("td", null, t.model || ""));
+      tr.appendChild(el("td", null, t.dataset || ""));
+      tr.appendChild(el("td", { "class": "num" }, t.chars));
+      tr.appendChild(el("td", { "class": "num" }, t.segments));
+      tr.appendChild(el("td", null, t.correct === null ? "" : t.correct ? "yes" : "no"));
+      tr.appendChild(el("td", { "class": "num" }, t.agreement === null ? "" : pct(t.agreement)));
+      tr.appendChild(el("td", { "class": "num" }, t.disagreements));
+      return tr;
+    }
+    function draw() {
+      queued = false;
+      var start = wrap.getBoundingClientRect().top + window.scrollY + (table.tHead ? table.tHead.offsetHeight : 0);
+      var first = 0, last = Math.min(hits.length, 2 * OVER);
+      if (rowH) {
+        first = Math.max(0, Math.floor((window.scrollY - start) / rowH) - OVER);
+        first = Math.min(first, Math.max(0, hits.length - 1));
+        last = Math.min(hits.length, first + Math.ceil(window.innerHeight / rowH) + 2 * OVER);
+      }
+      var frag = document.createDocumentFragment();
+      for (var i = first; i < last; i++) frag.appendChild(rowEl(hits[i]));
+      body.textContent = "";
+      body.appendChild(frag);
+      if (!rowH && body.rows.length) { rowH = body.rows[0].getBoundingClientRect().height || 0; if (rowH) return draw(); }
+      wrap.style.paddingTop = (first * rowH) + "px";
+      wrap.style.paddingBottom = ((hits.length - last) * rowH) + "px";
+      table.setAttribute("data-first", first);
+    }
+    function schedule() { if (!queued) { queued = true; window.requestAnimationFrame(draw); } }
     function render() {
       var q = $("search").value.trim().toLowerCase(), dis = $("only-dis").checked;
-      var hits = rows.filter(function (t) {
+      hits = rows.filter(function (t) {
         if (dis && !t.disagreements) return false;
         if (!q) return true;
         return [t.id, t.model, t.dataset].some(function (v) { return v && String(v).toLowerCase().indexOf(q) >= 0; });
@@ -78,23 +117,9 @@ var ROR = (function () {
         if (y === null || y === undefined) return -1;
         return (x < y ? -1 : 1) * dir;
       });
-      var body = $("traces").tBodies[0], frag = document.createDocumentFragment();
-      body.textContent = "";
-      hits.slice(0, limit).forEach(function (t) {
-        var tr = el("tr", { "data-n": t.n });
-        var td = el("td"); td.appendChild(el("a", { href: "trace.html" + hash({ t: t.n }) }, t.id)); tr.appendChild(td);
-        tr.appendChild(el("td", null, t.model || ""));
-        tr.appendChild(el("td", null, t.dataset || ""));
-        tr.appendChild(el("td", { "class": "num" }, t.chars));
-        tr.appendChild(el("td", { "class": "num" }, t.segments));
-        tr.appendChild(el("td", null, t.correct === null ? "" : t.correct ? "yes" : "no"));
-        tr.appendChild(el("td", { "class": "num" }, t.agreement === null ? "" : pct(t.agreement)));
-        tr.appendChild(el("td", { "class": "num" }, t.disagreements));
-        frag.appendChild(tr);
-      });
-      body.appendChild(frag);
-      $("count").textContent = hits.length + " shown" + (hits.length > limit ? " (first " + limit + " listed)" : "");
-      $("more").hidden = hits.length <= limit;
+      draw();
+      $("count").textContent = hits.length + " shown" + (loaded < M.index_shards ? " (loading: " + rows.length + " of " + M.n_traces + " traces read)" : "");
+      table.setAttribute("data-loaded", loaded < M.index_shards ? "partial" : "all");
     }
     Array.prototype.forEach.call(document.querySelectorAll("#traces th"), function (th) {
       th.tabIndex = 0;
@@ -110,8 +135,21 @@ var ROR = (function () {
     });
     $("search").addEventListener("input", render);
     $("only-dis").addEventListener("change", render);
-    $("more").addEventListener("click", function () { limit += 1000; render(); });
+    window.addEventListener("scroll", schedule);
+    window.addEventListener("resize", schedule);
+    S.onRows = function (d) {
+      if (d.k !== loaded) return;
+      d.rows.forEach(function (r) { var o = {}; for (var i = 0; i < cols.length; i++) o[cols[i]] = r[i]; rows.push(o); });
+      loaded++;
+      render();
+      if (loaded < M.index_shards) next();
+    };
+    function next() {
+      loadScript(index_path(loaded), function () { $("count").textContent = "Cannot load " + index_path(loaded) + "."; });
+    }
+    function index_path(k) { return "data/rows/" + k + ".js"; }
     render();
+    if (M.index_shards) next();
   }
 
   // ------------------------------------------------------------------------------------- trace
@@ -362,7 +400,7 @@ var ROR = (function () {
   }
   function pageDashboard() {
     var D = S.dashboard, A = D.agreement;
-    $("origin").textContent = S.index.traces.length + " traces" + (S.index.origin ? " · " + S.index.origin : "");
+    $("origin").textContent = S.index.n_traces + " traces" + (S.index.origin ? " · " + S.index.origin : "");
     if (!A) {
       $("agree-missing").hidden = false;
       $("agree-missing").textContent = "No agreement figures: " + (D.agreement_missing || "fewer than two raters.");
@@ -379,9 +417,8 @@ var ROR = (function () {
         tr.appendChild(el("td", { "class": "num" }, k.n_items)); estCells(tr, k, "kappa/" + k.annotator_a + "|" + k.annotator_b);
         var td = el("td"), ia = -1, ib = -1;
         S.index.raters.forEach(function (r, i) { if (r.name === k.annotator_a) ia = i; if (r.name === k.annotator_b) ib = i; });
-        var first = S.index.traces.filter(function (t) { return t.raters.indexOf(ia) >= 0 && t.raters.indexOf(ib) >= 0; })
-          .sort(function (x, y) { return y.disagreements - x.disagreements; })[0];
-        if (first) td.appendChild(el("a", { href: "compare.html" + hash({ t: first.n, a: ia, b: ib }) }, "most disagreements"));
+        var first = (D.compare || {})[Math.min(ia, ib) + "," + Math.max(ia, ib)];
+        if (first !== undefined) td.appendChild(el("a", { href: "compare.html" + hash({ t: first, a: ia, b: ib }) }, "most disagreements"));
         tr.appendChild(td);
         return tr;
       }));
@@ -497,23 +534,26 @@ var ROR = (function () {
 
   // ------------------------------------------------------------------------------------- cell
   function pageCell() {
-    var p = params(), cats = S.index.behaviors, r = parseInt(p.r, 10), c = parseInt(p.c, 10);
-    var cell = (S.cells[p.a] || {})[r + "," + c];
-    $("title").textContent = "Reference " + cats[r] + ", " + p.a + " said " + cats[c];
-    if (!cell) { $("meta").textContent = "No segment in this cell."; return; }
-    $("meta").textContent = cell.n + " segments" + (cell.items.length < cell.n ? " (first " + cell.items.length + " listed)" : "");
-    var body = $("cell-items").tBodies[0], ri = -1;
+    // The cell's segments are in their own file, data/cells/<rater>/<r>_<c>.js (loaded only here).
+    var p = params(), cats = S.index.behaviors, r = parseInt(p.r, 10), c = parseInt(p.c, 10), ri = -1;
     S.index.raters.forEach(function (x, i) { if (x.name === p.a) ri = i; });
-    cell.items.forEach(function (it) {
-      var n = traceById(it[0]), tr = el("tr");
-      var td = el("td");
-      if (n === undefined) td.textContent = it[0];
-      else td.appendChild(el("a", { href: "trace.html" + hash({ t: n, s: it[1], r: ri }) }, it[0]));
-      tr.appendChild(td);
-      tr.appendChild(el("td", { "class": "num" }, it[1]));
-      tr.appendChild(el("td", { "class": "pre segtext" }, it[2]));
-      body.appendChild(tr);
-    });
+    $("title").textContent = "Reference " + cats[r] + ", " + p.a + " said " + cats[c];
+    function none() { $("meta").textContent = "No segment in this cell."; }
+    if (ri < 0 || !(r >= 0 && r < cats.length) || !(c >= 0 && c < cats.length)) return none();
+    S.onCell = function (cell) {
+      $("meta").textContent = cell.n + " segments" + (cell.items.length < cell.n ? " (first " + cell.items.length + " listed)" : "");
+      var body = $("cell-items").tBodies[0], frag = document.createDocumentFragment();
+      cell.items.forEach(function (it) {
+        var tr = el("tr"), td = el("td");
+        td.appendChild(el("a", { href: "trace.html" + hash({ t: it[3], s: it[1], r: ri }) }, it[0]));
+        tr.appendChild(td);
+        tr.appendChild(el("td", { "class": "num" }, it[1]));
+        tr.appendChild(el("td", { "class": "pre segtext" }, it[2]));
+        frag.appendChild(tr);
+      });
+      body.appendChild(frag);
+    };
+    loadScript("data/cells/" + ri + "/" + r + "_" + c + ".js", none);
   }
 
   var PAGES = { index: pageIndex, trace: pageTrace, compare: pageCompare, dashboard: pageDashboard, cell: pageCell };
@@ -521,7 +561,6 @@ var ROR = (function () {
     var page = document.body.getAttribute("data-page");
     if (!S.index) return;
     if (page === "dashboard" && !S.dashboard) return;
-    if (page === "cell" && !S.cells) return;
     if (S.started) return;
     S.started = true;
     PAGES[page]();
@@ -530,7 +569,8 @@ var ROR = (function () {
   return {
     index: function (d) { S.index = d; maybeStart(); },
     dashboard: function (d) { S.dashboard = d; maybeStart(); },
-    cells: function (d) { S.cells = d; maybeStart(); },
+    rows: function (d) { if (S.onRows) S.onRows(d); },
+    cell: function (d) { if (S.onCell) S.onCell(d); },
     shard: function (d) {
       S.shards[d.n] = d;
       (S.waiting[d.n] || []).forEach(function (f) { f(d); });
