@@ -1,0 +1,145 @@
+"""Faults found by using the product from outside (issue 27's method applied to the newer stages:
+``ror labels import``, crosswalks, ``ror aggregate``, ``ror agree``, ``ror verify``, ``ror view``):
+each input that once ended in a traceback, a silent wrong result or an unbounded message is kept
+here with the one coded line it now gets."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner
+
+from ror_annotate import pipeline
+from ror_annotate.crosswalks import load_crosswalk
+from ror_annotate.errors import ConfigError, ImportLabelError, ImportRecordError
+from ror_annotate.records import Segment, Trace
+from ror_annotate.store import Store
+
+TEXT = "Let me try. It is 4. So the answer is 4."
+SEGS = [(0, 11), (12, 20), (21, 40)]
+
+
+def _store(path: Path) -> Store:
+    store = Store(path)
+    store.upsert_traces([Trace(trace_id="t-1", text=TEXT)])
+    store.replace_segments("t-1", [Segment(trace_id="t-1", segment_index=i, char_start=a, char_end=b, text=TEXT[a:b], n_tokens=2)
+                                   for i, (a, b) in enumerate(SEGS)], segmenter="hand", token_counter="chars/4")
+    return store
+
+
+def _import(store: Store, path: Path, **extra: object):
+    return pipeline.import_labels(store, path, {"annotator": "other", "kind": "machine", **extra})
+
+
+def _n_labels(store: Store) -> int:
+    return sum(1 for _ in store.labels())
+
+
+# --------------------------------------------------------------------------- labels import: files as users have them
+def test_byte_order_mark_is_read_in_jsonl_and_csv(tmp_path):
+    # Excel's "CSV UTF-8" and Windows tools start the file with U+FEFF: before, the JSONL line was
+    # "not valid JSON" and the CSV's first column was named "\ufefftrace_id" (unit unknown).
+    store = _store(tmp_path / "s.duckdb")
+    (tmp_path / "a.jsonl").write_text("\ufeff" + json.dumps({"trace_id": "t-1", "segment_index": 0, "label": "planning"}) + "\n", encoding="utf-8")
+    assert _import(store, tmp_path / "a.jsonl").labelled == 1
+    (tmp_path / "b.csv").write_bytes("\ufefftrace_id,segment_index,label\r\nt-1,1,execution\r\nt-1,2,conclusion\r\n".encode())
+    summary = _import(store, tmp_path / "b.csv")
+    assert (summary.labelled, summary.label_counts["execution"], summary.label_counts["conclusion"]) == (2, 1, 1)
+
+
+@pytest.mark.parametrize("name, data, match", [
+    # each of these ended in a traceback (UnicodeDecodeError, RecursionError, csv.Error, ArrowInvalid)
+    ("latin1.csv", "trace_id,segment_index,label\nt-1,0,plann\xe9ng\n".encode("latin-1"), r"latin1\.csv:2: byte b'\\xe9' is not valid UTF-8"),
+    ("bin.jsonl", b"\x00\x01\xff\xfe", r"bin\.jsonl:1: byte b'\\xff' is not valid UTF-8"),
+    ("deep.jsonl", b"[" * 100_000 + b"]" * 100_000 + b"\n", r"deep\.jsonl:1: JSON nested too deeply"),
+    ("deep2.jsonl", b'{"a":' * 100_000 + b"1" + b"}" * 100_000 + b"\n", r"deep2\.jsonl:1: JSON nested too deeply"),
+    ("bad.parquet", b"PAR1 not parquet", r"bad\.parquet: cannot be read as parquet"),
+    # an unterminated quote swallowed the rest of the file into one label (silently, or as E130)
+    ("quote.csv", b'trace_id,segment_index,label\nt-1,0,"planning\nt-1,1,execution\n', r"quote\.csv:2: malformed CSV"),
+    # a repeated column kept its last value silently
+    ("dup.csv", b"trace_id,segment_index,label,label\nt-1,0,planning,fact\n", r"dup\.csv:1: column 'label' appears twice"),
+])
+def test_unreadable_label_files_are_one_coded_error(tmp_path, name, data, match):
+    store = _store(tmp_path / "s.duckdb")
+    (tmp_path / name).write_bytes(data)
+    with pytest.raises(ImportRecordError, match=match) as info:
+        _import(store, tmp_path / name)
+    assert info.value.code == "E132"
+    assert _n_labels(store) == 0
+
+
+def test_a_long_field_is_read_and_quoted_short(tmp_path):
+    # a field over csv's default limit (131,072 characters) raised csv.Error; a 200,000-character
+    # label was then quoted in full in the E130 line
+    store = _store(tmp_path / "s.duckdb")
+    (tmp_path / "long.csv").write_text("trace_id,segment_index,label\nt-1,0," + "p" * 200_000 + "\n", encoding="utf-8")
+    with pytest.raises(ImportLabelError) as info:
+        _import(store, tmp_path / "long.csv")
+    assert "200000 characters" in info.value.message and len(info.value.message) < 600
+
+
+def test_text_with_line_separators_inside_json_strings(tmp_path):
+    # U+2028 and U+0085 are legal unescaped inside a JSON string; reading lines with str.splitlines
+    # would cut the record there
+    store = _store(tmp_path / "s.duckdb")
+    (tmp_path / "ls.jsonl").write_text(json.dumps({"trace_id": "t-1", "segment_index": 0, "label": "planning", "note": "a\u2028b\x85c"},
+                                                  ensure_ascii=False) + "\n", encoding="utf-8")
+    assert _import(store, tmp_path / "ls.jsonl").labelled == 1
+
+
+# --------------------------------------------------------------------------- crosswalk files
+def _cw(tmp_path: Path, body: bytes | str, name: str = "cw.yaml") -> Path:
+    path = tmp_path / name
+    path.write_bytes(body if isinstance(body, bytes) else body.encode("utf-8"))
+    return path
+
+
+@pytest.mark.parametrize("body, match", [
+    # PyYAML keeps the last of two equal keys: 'a' was mapped to fact without a word
+    ("name: x\nversion: 1\nsource_taxonomy: t\nmapping: {a: planning, a: fact}\n", r"key 'a' appears twice in one mapping \(line 4\)"),
+    (b"\xff\xfe\x00\x00", r"byte b'\\xff' is not valid UTF-8"),  # was a UnicodeDecodeError traceback
+    ("x: " + "[" * 20_000 + "]" * 20_000 + "\n", r"nested too deeply"),  # was a RecursionError traceback
+    ("1: x\nname: y\nversion: 1\nsource_taxonomy: t\nmapping: {a: planning}\n", r"1: Keys should be strings"),  # was TypeError: keywords must be strings
+    ("!!python/object/apply:os.system ['echo pwned']\n", r"cannot be read as YAML"),
+])
+def test_bad_crosswalk_files_are_one_coded_error(tmp_path, body, match):
+    with pytest.raises(ConfigError, match=match) as info:
+        load_crosswalk(_cw(tmp_path, body))
+    assert info.value.code == "E110"
+
+
+def test_crosswalk_with_a_bom_and_unicode_categories(tmp_path):
+    cw = load_crosswalk(_cw(tmp_path, "\ufeffname: x\nversion: 1\nsource_taxonomy: 日本\nmapping: {計画: planning, \"検算 ✓\": reflection}\n"))
+    assert (cw.lookup("計画"), cw.lookup("検算 ✓")) == ("planning", "reflection")
+
+
+def test_a_huge_crosswalk_gives_a_bounded_message(tmp_path):
+    # 20,000 declared categories were all listed in the E130 line
+    body = "name: big\nversion: 1\nsource_taxonomy: t\nmapping:\n" + "".join(f"  c{i}: planning\n" for i in range(20_000))
+    store = _store(tmp_path / "s.duckdb")
+    (tmp_path / "a.jsonl").write_text(json.dumps({"trace_id": "t-1", "segment_index": 0, "label": "zzz"}) + "\n", encoding="utf-8")
+    with pytest.raises(ImportLabelError) as info:
+        _import(store, tmp_path / "a.jsonl", crosswalk=str(_cw(tmp_path, body)))
+    assert "(19980 more)" in info.value.message and len(info.value.message) < 1000
+
+
+def test_cli_prints_one_line_for_a_bad_file(tmp_path):
+    from ror_annotate.cli import app
+
+    db = tmp_path / "s.duckdb"
+    _store(db).close()
+    (tmp_path / "x.csv").write_bytes(b"trace_id,segment_index,label\nt-1,0,\xe9\n")
+    result = CliRunner().invoke(app, ["labels", "import", str(tmp_path / "x.csv"), "--annotator", "o", "--kind", "human", "--db", str(db)])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert "error [E132]: x.csv:2: byte" in " ".join(result.output.split())
+
+
+def test_parquet_with_a_nested_label_is_refused_by_name(tmp_path):
+    store = _store(tmp_path / "s.duckdb")
+    pq.write_table(pa.table({"trace_id": ["t-1"], "segment_index": [0], "label": [{"x": 1}]}), tmp_path / "n.parquet")
+    with pytest.raises(ImportLabelError, match=r"n\.parquet record 1: label"):
+        _import(store, tmp_path / "n.parquet")
