@@ -374,8 +374,20 @@ def project_spans(
     return out
 
 
+#: Rater-id prefixes of the raters ror_annotate derives (aggregate.py, verify.py).
+_DERIVED_PREFIXES = ("aggregate:", "verify:")
+
+
 def _check_annotator(store: "Store", annotator: str) -> None:
-    """Refuse a rater id that already names a rater of another source (its declaration would be replaced)."""
+    """Refuse a rater id that already names a rater of another source (its declaration would be replaced),
+    or that a derived rater will take (``aggregate:<method>``, ``verify:...``: ``ror aggregate`` would
+    replace the imported rater's declaration and mix its labels with the aggregate's; E750)."""
+    for prefix in _DERIVED_PREFIXES:
+        if annotator.startswith(prefix):
+            raise ConfigError(
+                f"--annotator {_clip(annotator)} starts with {prefix!r}, the name ror_annotate gives its own derived raters "
+                "(aggregates, verifiers); give the imported labels another rater id (e.g. 'thought-anchors:gpt-4o')", code="E750",
+            )
     taken = {name: source for source, name, _ in store.annotators() if source != "import"}
     declared = store.declared_annotators().get(annotator)
     if declared is not None and declared.source != "import":

@@ -143,3 +143,70 @@ def test_parquet_with_a_nested_label_is_refused_by_name(tmp_path):
     pq.write_table(pa.table({"trace_id": ["t-1"], "segment_index": [0], "label": [{"x": 1}]}), tmp_path / "n.parquet")
     with pytest.raises(ImportLabelError, match=r"n\.parquet record 1: label"):
         _import(store, tmp_path / "n.parquet")
+
+
+# --------------------------------------------------------------------------- names a derived rater takes; raters with no overlap
+TEXT2 = "We plan. Then we add. Check it. Done."
+SEGS2 = [(0, 8), (9, 21), (22, 31), (32, 37)]
+
+
+def _store2(path: Path) -> Store:
+    store = _store(path)
+    store.upsert_traces([Trace(trace_id="t-2", text=TEXT2)])
+    store.replace_segments("t-2", [Segment(trace_id="t-2", segment_index=i, char_start=a, char_end=b, text=TEXT2[a:b], n_tokens=2)
+                                   for i, (a, b) in enumerate(SEGS2)], segmenter="hand", token_counter="chars/4")
+    return store
+
+
+def _rows(trace: str, labels: list[str]) -> str:
+    return "".join(json.dumps({"trace_id": trace, "segment_index": i, "label": lab}) + "\n" for i, lab in enumerate(labels))
+
+
+def test_import_refuses_the_name_of_a_derived_rater(tmp_path):
+    # an imported human rater named 'aggregate:dawid-skene' was later taken over by `ror aggregate`:
+    # its declaration became a machine aggregate and its human labels mixed with the aggregate's
+    store = _store(tmp_path / "s.duckdb")
+    (tmp_path / "h.jsonl").write_text(_rows("t-1", ["planning", "execution", "conclusion"]), encoding="utf-8")
+    for name in ("aggregate:dawid-skene", "verify:gpt-4.1:of:x"):
+        with pytest.raises(ConfigError, match="the name ror_annotate gives its own derived raters") as info:
+            pipeline.import_labels(store, tmp_path / "h.jsonl", {"annotator": name, "kind": "human"})
+        assert info.value.code == "E750"
+    assert _n_labels(store) == 0
+
+
+def test_aggregate_does_not_take_over_a_rater_of_another_source(tmp_path):
+    # a store written before the import check (or by another tool) may hold such a rater
+    from ror_annotate.errors import InputError
+    from ror_annotate.records import Annotator, Label
+
+    store = _store(tmp_path / "s.duckdb")
+    for name, labs in (("a", ["planning", "execution", "conclusion"]), ("b", ["planning", "execution", "fact"])):
+        (tmp_path / f"{name}.jsonl").write_text(_rows("t-1", labs), encoding="utf-8")
+        pipeline.import_labels(store, tmp_path / f"{name}.jsonl", {"annotator": name, "kind": "machine"})
+    store.upsert_labels([Label(trace_id="t-1", segment_index=0, label="fact", source="import", annotator="aggregate:dawid-skene",
+                              codebook_version="crosswalk:x@v1")])
+    store.upsert_annotators([Annotator(annotator="aggregate:dawid-skene", kind="human", source="import")])
+    with pytest.raises(InputError, match="already names a rater of source 'import'") as info:
+        pipeline.aggregate(store, {"raters": ("a", "b")})
+    assert info.value.code == "E751"
+    assert store.declared_annotators()["aggregate:dawid-skene"].kind == "human"
+
+
+def test_aggregate_of_raters_that_never_overlap_is_refused(tmp_path):
+    # A on t-1, B on t-2: Dawid-Skene reported accuracy 1.000 for both and confidence 1.000 everywhere
+    from ror_annotate.errors import InputError
+
+    store = _store2(tmp_path / "s.duckdb")
+    (tmp_path / "a.jsonl").write_text(_rows("t-1", ["planning", "execution", "conclusion"]), encoding="utf-8")
+    (tmp_path / "b.jsonl").write_text(_rows("t-2", ["planning", "execution", "reflection", "conclusion"]), encoding="utf-8")
+    pipeline.import_labels(store, tmp_path / "a.jsonl", {"annotator": "A", "kind": "machine"})
+    pipeline.import_labels(store, tmp_path / "b.jsonl", {"annotator": "B", "kind": "machine"})
+    for method in ("dawid-skene", "majority-vote", "glad"):
+        with pytest.raises(InputError, match="never label the same segment") as info:
+            pipeline.aggregate(store, {"raters": ("A", "B"), "method": method})
+        assert info.value.code == "E752"
+    assert not any(lab.annotator.startswith("aggregate:") for lab in store.labels())
+    # one shared segment is enough to estimate: the aggregate runs (A and B agree there)
+    (tmp_path / "b2.jsonl").write_text(_rows("t-1", ["planning"]), encoding="utf-8")
+    pipeline.import_labels(store, tmp_path / "b2.jsonl", {"annotator": "B2", "kind": "machine"})
+    assert pipeline.aggregate(store, {"raters": ("A", "B2"), "method": "majority-vote"}).segments == 3
