@@ -210,3 +210,19 @@ def test_aggregate_of_raters_that_never_overlap_is_refused(tmp_path):
     (tmp_path / "b2.jsonl").write_text(_rows("t-1", ["planning"]), encoding="utf-8")
     pipeline.import_labels(store, tmp_path / "b2.jsonl", {"annotator": "B2", "kind": "machine"})
     assert pipeline.aggregate(store, {"raters": ("A", "B2"), "method": "majority-vote"}).segments == 3
+
+
+def test_reference_human_names_the_imported_humans(tmp_path):
+    # imported human raters (source import) are not a review reference (README); the message said only
+    # "no human labels" although the user had just imported some with --kind human
+    from ror_annotate.agreement.from_store import agreement_summary
+    from ror_annotate.errors import AgreementError
+
+    store = _store(tmp_path / "s.duckdb")
+    (tmp_path / "a.jsonl").write_text(_rows("t-1", ["planning", "execution", "conclusion"]), encoding="utf-8")
+    (tmp_path / "b.jsonl").write_text(_rows("t-1", ["planning", "fact", "conclusion"]), encoding="utf-8")
+    pipeline.import_labels(store, tmp_path / "a.jsonl", {"annotator": "judge-x", "kind": "machine"})
+    pipeline.import_labels(store, tmp_path / "b.jsonl", {"annotator": "alice", "kind": "human"})
+    with pytest.raises(AgreementError, match=r"imported human raters \(alice\) are not a review reference: name one with --reference NAME"):
+        agreement_summary(store, reference="human", n_resamples=0)
+    assert agreement_summary(store, reference="alice", n_resamples=0)["n_items"] == 3
