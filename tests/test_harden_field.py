@@ -226,3 +226,44 @@ def test_reference_human_names_the_imported_humans(tmp_path):
     with pytest.raises(AgreementError, match=r"imported human raters \(alice\) are not a review reference: name one with --reference NAME"):
         agreement_summary(store, reference="human", n_resamples=0)
     assert agreement_summary(store, reference="alice", n_resamples=0)["n_items"] == 3
+
+
+# --------------------------------------------------------------------------- review start: odd names and e-mails
+@pytest.mark.parametrize("name", ["brk-<script>x</script>", "../../etc", "a b", "\u202eevil", "-x", ""])
+def test_a_bad_study_name_is_one_coded_line(tmp_path, name):
+    # was a pydantic ValidationError traceback from deep inside create_study (after sampling)
+    from ror_annotate.review.flow import review_start
+    from ror_annotate.review.studies import create_study
+
+    store = _store(tmp_path / "s.duckdb")
+    with pytest.raises(ConfigError, match="is not allowed: use letters, digits") as info:
+        review_start(store, name, annotators=("alice@lab.org",), url="http://127.0.0.1:9")  # refused before any server is asked
+    assert info.value.code == "E753"
+    with pytest.raises(ConfigError) as info:
+        create_study(store, name, annotators=["alice@lab.org"], strategy="random", n=2, overlap=1)
+    assert info.value.code == "E753"
+
+
+@pytest.mark.parametrize("email", ["<script>alert(1)</script>@x.org", "a b@x.org", "a@b@c.org", "@x.org", "a@", "a@.org", "a@x.org."])
+def test_an_email_label_studio_refuses_is_refused_before_the_study_is_stored(tmp_path, email):
+    # was: the study was stored with the annotator, then Label Studio refused the sign-up (E600 with an
+    # empty reason), leaving a study whose account can never be created
+    from ror_annotate.errors import InputError
+    from ror_annotate.review.flow import review_start
+    from ror_annotate.review.studies import create_study
+
+    store = _store(tmp_path / "s.duckdb")
+    with pytest.raises(InputError, match="is not an e-mail address") as info:
+        review_start(store, "pilot-1", annotators=(email,), url="http://127.0.0.1:9")
+    assert info.value.code == "E100"
+    with pytest.raises(InputError, match="is not an e-mail address"):
+        create_study(store, "pilot-1", annotators=[email], strategy="random", n=2, overlap=1)
+    has = store.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = 'review_studies'").fetchone()[0]
+    assert not has or store.execute("SELECT count(*) FROM review_studies").fetchone()[0] == 0
+
+
+def test_ordinary_emails_still_pass():
+    from ror_annotate.review.studies import check_email
+
+    for email in ("alice@lab.org", "o'brien@x.org", "alice@localhost", " A.B+tag@sub.example.co "):
+        assert check_email(email) == email.strip()
