@@ -244,7 +244,7 @@ def test_a_bad_study_name_is_one_coded_line(tmp_path, name):
     assert info.value.code == "E753"
 
 
-@pytest.mark.parametrize("email", ["<script>alert(1)</script>@x.org", "a b@x.org", "a@b@c.org", "@x.org", "a@", "a@.org", "a@x.org."])
+@pytest.mark.parametrize("email", ["<script>alert(1)</script>@x.org", "a b@x.org", "brk.\u00fcn\u00ef@example.org", "a@b@c.org", "@x.org", "a@", "a@.org", "a@x.org."])
 def test_an_email_label_studio_refuses_is_refused_before_the_study_is_stored(tmp_path, email):
     # was: the study was stored with the annotator, then Label Studio refused the sign-up (E600 with an
     # empty reason), leaving a study whose account can never be created
@@ -267,3 +267,15 @@ def test_ordinary_emails_still_pass():
 
     for email in ("alice@lab.org", "o'brien@x.org", "alice@localhost", " A.B+tag@sub.example.co "):
         assert check_email(email) == email.strip()
+
+
+def test_signup_refusal_reason_is_read_from_the_form():
+    # Label Studio 1.x's refused sign-up page (the part that matters, as served by the lead's server):
+    # the reason sits in <li> inside <ul class="field_errors">; it was read as the white space before <li>
+    from ror_annotate.review.labelstudio import signup_errors
+
+    page = ('<input type="text" class="lsf-input-ls" name="email" id="email" value="x">\n'
+            '  <ul class="field_errors">\n    <li>Enter a valid email address.</li>\n  </ul>\n'
+            '<div class="form-errors"><p>Password &amp; e-mail</p></div>')
+    assert signup_errors(page) == "Enter a valid email address.; Password & e-mail"
+    assert signup_errors("<html><body>fine</body></html>") == ""

@@ -194,7 +194,7 @@ def pseudonym_for(store: "Store", email: str) -> str:
 #: What an annotator e-mail must look like before it is stored or sent to Label Studio: one "@", a
 #: local part and a domain without spaces, control characters or the specials of RFC 5322 that Label
 #: Studio's sign-up (Django's EmailValidator) refuses, so a study is never stored with an annotator
-#: whose account can never be created.
+#: whose account can never be created. The local part must be ASCII (Django's user_regex).
 _EMAIL = re.compile(r"""[^\s\x00-\x1f\x7f@<>()\[\]\\,;:"]+@[^\s\x00-\x1f\x7f@<>()\[\]\\,;:"'.][^\s\x00-\x1f\x7f@<>()\[\]\\,;:"']*""")
 _STUDY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
@@ -202,7 +202,8 @@ _STUDY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 def check_email(email: str) -> str:
     """``email`` stripped, or InputError (E100) naming it when it cannot be a Label Studio account e-mail."""
     email = email.strip()
-    if not _EMAIL.fullmatch(email) or email.endswith("."):
+    # Label Studio's sign-up (Django's EmailValidator) takes an ASCII local part only ("brk.ünï@x.org" is refused)
+    if not _EMAIL.fullmatch(email) or email.endswith(".") or not email.split("@", 1)[0].isascii():
         raise InputError(f"annotator {email[:120]!r} is not an e-mail address; give the annotator's Label Studio account e-mail")
     return email
 
