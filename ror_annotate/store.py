@@ -224,6 +224,9 @@ class _Shared:
         self.temp_components: set[str] = set()
         self.memory_limit: str | None = None  # the configured DuckDB memory_limit; None: DuckDB's default
         self.cache_checked_at = float("-inf")  # time.monotonic() of the last Store.release_cache check
+        # the commit journal (ror_annotate.journal): None until Store._journal_open, and on ":memory:"
+        self.journal: Any = None
+        self.journal_state: list[Any] = ["", 0, []]  # store_id, commit counter, notes of the open transaction
 
 
 _OPEN: dict[str, _Shared] = {}
@@ -654,6 +657,7 @@ class Store:
             else:
                 self._ensure_versions_table()
                 self.migrate("core", CORE_MIGRATIONS)
+            self._journal_open()
         except BaseException:
             self.close()
             raise
@@ -693,6 +697,7 @@ class Store:
         with _OPEN_LOCK:
             self._shared.refs -= 1
             if self._shared.refs <= 0:
+                self._journal_close()
                 self._shared.con.close()
                 if _OPEN.get(self.path) is self._shared:
                     _OPEN.pop(self.path, None)
@@ -720,6 +725,7 @@ class Store:
             if shared.tx_depth == 0:
                 with duckdb_errors(self.path, "begin transaction"):
                     self.con.execute("BEGIN TRANSACTION")
+                shared.journal_state[2] = []
             shared.tx_depth += 1
             try:
                 yield self
@@ -737,7 +743,9 @@ class Store:
                 shared.tx_depth -= 1
                 if shared.tx_depth == 0:
                     with duckdb_errors(self.path, "commit"):
+                        self._journal_count_commit()
                         self.con.execute("COMMIT")
+                    self._journal_committed()
                     self.release_cache()
 
     def release_cache(self, *, keep_bytes: int = CACHE_KEEP_BYTES, force: bool = False) -> int:
@@ -816,6 +824,7 @@ class Store:
                 return False
             with duckdb_errors(self.path, "checkpoint"):
                 self.con.execute("CHECKPOINT").fetchall()
+            self._journal_checkpointed()
         self.release_cache(force=True)
         return True
 
@@ -1911,6 +1920,92 @@ class Store:
             t: self._count(f"SELECT count(*) FROM {t}")
             for t in ("traces", "segments", "labels", "runs")
         }
+
+    # ------------------------------------------------------------------ commit journal (ror_annotate.journal)
+    def journal_note(self, kind: str, payload: dict[str, Any]) -> None:
+        """Attach a note to the open transaction's record in the commit journal (``<db>.commits``).
+
+        The note is written (and ``fsync``-ed) after the ``COMMIT``, and kept until the next checkpoint,
+        so it survives a write-ahead log cut short. The LLM judge notes each paid response's cache row
+        (kind ``"judge_cache"``: column -> value), which ``ror recover`` restores. Outside a
+        transaction, on ``:memory:`` or read-only stores, it does nothing.
+
+        Parameters
+        ----------
+        kind : str
+            What the payload is (``"judge_cache"``).
+        payload : dict
+            JSON-serializable values (datetimes are written as text).
+        """
+        shared = self._shared
+        if shared.journal is not None and shared.tx_depth > 0:
+            shared.journal_state[2].append((kind, payload))
+
+    def _journal_open(self) -> None:
+        """Compare the store's commit counter with its journal; raise ``E220`` when commits were lost."""
+        from .journal import JOURNAL_MIGRATIONS, CommitJournal, journal_enabled, lost_commits_error, new_store_id
+
+        shared = self._shared
+        if self.path == ":memory:" or shared.journal is not None or not journal_enabled():
+            return
+        if shared.read_only:
+            found = self._count("SELECT count(*) FROM information_schema.tables WHERE table_name = 'store_journal'")
+            row = self.con.execute("SELECT store_id, seq FROM store_journal").fetchone() if found else None
+        else:
+            self.migrate("journal", JOURNAL_MIGRATIONS)
+            row = self.con.execute("SELECT store_id, seq FROM store_journal").fetchone()
+            if row is None:
+                row = (new_store_id(), 0)
+                self.con.execute("INSERT INTO store_journal VALUES (?, ?)", list(row))
+        if row is None:
+            return  # a read-only store written before the journal existed
+        journal = CommitJournal(self.path)
+        state = journal.read()
+        store_id, seq = str(row[0]), int(row[1])
+        if state.store_id == store_id and state.seq > seq:
+            raise lost_commits_error(self.path, seq, state)
+        if not shared.read_only:
+            if state.store_id != store_id:
+                journal.reset(store_id, seq)  # the journal of a store deleted since: not this one's
+            shared.journal = journal
+            shared.journal_state = [store_id, seq, []]
+
+    def _journal_count_commit(self) -> None:
+        """Raise the store's commit counter inside the transaction about to commit (rolled back on failure)."""
+        shared = self._shared
+        if shared.journal is not None:
+            try:
+                self.con.execute("UPDATE store_journal SET seq = ?", [shared.journal_state[1] + 1])
+            except duckdb.Error:
+                try:
+                    self.con.execute("ROLLBACK")
+                except duckdb.Error:
+                    pass
+                raise
+
+    def _journal_committed(self) -> None:
+        shared = self._shared
+        if shared.journal is not None:
+            state = shared.journal_state
+            state[1] += 1
+            shared.journal.append(state[0], state[1], state[2])
+            state[2] = []
+
+    def _journal_checkpointed(self) -> None:
+        shared = self._shared
+        if shared.journal is not None:
+            shared.journal.reset(shared.journal_state[0], shared.journal_state[1])
+
+    def _journal_close(self) -> None:
+        """Checkpoint before the last handle closes (DuckDB would at close anyway), then shorten the journal."""
+        shared = self._shared
+        if shared.journal is None or shared.tx_depth:
+            return
+        try:
+            shared.con.execute("CHECKPOINT").fetchall()
+        except duckdb.Error:
+            return  # the log keeps the data; the journal keeps its records
+        self._journal_checkpointed()
 
 
 def _arrow_of(result: Any) -> pa.Table:

@@ -213,7 +213,7 @@ def open_store(db: Path, lock_timeout: float = 10.0, *, must_exist: bool = False
 
 @contextmanager
 def _removed_if_left_empty(store: Any) -> Any:
-    """A store this command created: removed again (file, WAL, progress file) when the command fails
+    """A store this command created: removed again (file, WAL, progress file, commit journal) when the command fails
     before storing any trace with a coded error (a hub that cannot be reached, a bad input), so no empty
     store is left. An interrupted command keeps the store: its run is recorded there as interrupted."""
     try:
@@ -227,7 +227,7 @@ def _removed_if_left_empty(store: Any) -> Any:
             empty = False
         store.close()
         if empty:
-            for suffix in ("", ".wal", ".progress.json"):
+            for suffix in ("", ".wal", ".progress.json", ".commits"):  # .commits: ror_annotate.journal.JOURNAL_SUFFIX
                 Path(store.path + suffix).unlink(missing_ok=True)
         raise
     finally:

@@ -499,16 +499,21 @@ class LLMJudge:
             usage = [cache_row[k] if known else None for k in ("input_tokens", "cached_input_tokens", "output_tokens")]
         with store.transaction():
             if cache_row is not None:
-                store.execute(
-                    "INSERT INTO judge_cache (cache_key, annotator, codebook_version, prompt_template_hash, model, params, "
-                    "trace_id, trace_sha256, segment_ids, attempt, response, input_tokens, cached_input_tokens, output_tokens, "
-                    "cost_usd, created_at, run_id, reasoning, usage_status) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
-                    "ON CONFLICT DO NOTHING",
-                    [cache_row["cache_key"], annotator, self.codebook_version, self.prompt_template_hash, self.model,
+                row = dict(zip(
+                    ("cache_key", "annotator", "codebook_version", "prompt_template_hash", "model", "params", "trace_id",
+                     "trace_sha256", "segment_ids", "attempt", "response", "input_tokens", "cached_input_tokens", "output_tokens",
+                     "cost_usd", "created_at", "run_id", "reasoning", "usage_status"),
+                    (cache_row["cache_key"], annotator, self.codebook_version, self.prompt_template_hash, self.model,
                      json.dumps(cache_row["params"], sort_keys=True), trace.trace_id, trace.text_sha256,
                      json.dumps(cache_row["ids"]), cache_row["attempt"], json.dumps(cache_row["response"], ensure_ascii=False),
-                     *usage, cache_row["cost_usd"], now, run_id, cache_row.get("reasoning"), cache_row.get("usage_status", "ok")],
+                     *usage, cache_row["cost_usd"], now, run_id, cache_row.get("reasoning"), cache_row.get("usage_status", "ok")),
+                ))
+                store.execute(
+                    f"INSERT INTO judge_cache ({', '.join(row)}) VALUES ({', '.join('?' for _ in row)}) ON CONFLICT DO NOTHING",
+                    list(row.values()),
                 )
+                # the paid response also goes to the commit journal, which outlives a write-ahead log cut short
+                store.journal_note("judge_cache", {**row, "created_at": now.isoformat()})
             if labels:
                 store.upsert_labels(labels)
                 store.execute(
