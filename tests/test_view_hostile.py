@@ -166,3 +166,26 @@ def test_site_data_is_ascii_json(hostile):
         text = path.read_text(encoding="ascii")
         assert "</script" not in text.lower()
         json.loads(text[text.index("(") + 1 : text.rindex(")")])
+
+
+def test_dataset_card_shows_hostile_names_as_text(tmp_path):
+    """The export's card (README.md, rendered as Markdown by the Hub, GitHub and editors) once carried
+    rater, model and dataset names as raw HTML (``| m<script> | 1 |``, ``<img onerror>`` in table
+    cells): every data string is now Markdown text, and a ``|`` in a name no longer splits its cell."""
+    from markdown_it import MarkdownIt
+
+    from ror_annotate.export import export_dataset
+
+    db = _store(tmp_path)
+    with Store(db) as store:
+        store.upsert_annotators([Annotator(annotator="pipe | name", kind="machine", source="import", model="a|b\nc")])
+        store.upsert_labels([Label(trace_id="rtl\u202e<i>x</i>", segment_index=0, label="fact", source="import", annotator="pipe | name",
+                                   codebook_version="c`b")])
+        export_dataset(store, tmp_path / "o", split_fractions=(1, 0, 0))
+    card = (tmp_path / "o" / "README.md").read_text(encoding="utf-8")
+    html = MarkdownIt("commonmark", {"html": True}).enable("table").render(card)
+    assert "<script" not in html and "<img" not in html and "<b>" not in html and "<i>" not in html
+    assert "&lt;script&gt;window.__pwned=11&lt;/script&gt;" in html  # shown, as text
+    assert "m\u202e&lt;b&gt;odel&lt;/b&gt;" in html  # the model name of the trace, in the models table
+    # a | in a name stays inside its cell, a line break in a model name does not end the row
+    assert "<td>pipe | name</td>" in html and "<td>a|b c</td>" in html
