@@ -149,7 +149,20 @@ def _read_rows(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
     """
     suffix = path.suffix.lower()
     name = path.name
-    if suffix in (".jsonl", ".ndjson", ".json"):
+    if suffix == ".json" and _decode(path).lstrip().startswith("["):
+        # a .json file holding one JSON array of records (as json.dump writes a list); was read as
+        # JSONL and refused at its first line ("[" is not valid JSON)
+        try:
+            items = json.loads(_decode(path))
+        except json.JSONDecodeError as exc:
+            raise ImportRecordError(f"{name}:{exc.lineno}: not valid JSON ({exc.msg}); give one JSON array of objects, or JSONL") from exc
+        except RecursionError:
+            raise ImportRecordError(f"{name}: JSON nested too deeply to read; give one flat JSON object per record") from None
+        for i, obj in enumerate(items, 1):
+            if not isinstance(obj, dict):
+                raise ImportRecordError(f"{name} record {i}: a record must be a JSON object, got {type(obj).__name__}")
+            yield f"{name} record {i}", obj
+    elif suffix in (".jsonl", ".ndjson", ".json"):
         for lineno, line in enumerate(_decode(path).split("\n"), 1):  # not splitlines: JSON strings may hold U+2028
             if not line.strip():
                 continue

@@ -279,3 +279,15 @@ def test_signup_refusal_reason_is_read_from_the_form():
             '<div class="form-errors"><p>Password &amp; e-mail</p></div>')
     assert signup_errors(page) == "Enter a valid email address.; Password & e-mail"
     assert signup_errors("<html><body>fine</body></html>") == ""
+
+
+def test_a_json_file_holding_an_array_of_records(tmp_path):
+    # json.dump(list_of_records, f, indent=2) -> "x.json: line 1: not valid JSON" before
+    store = _store(tmp_path / "s.duckdb")
+    rows = [{"trace_id": "t-1", "segment_index": i, "label": lab} for i, lab in enumerate(["planning", "execution", "conclusion"])]
+    (tmp_path / "x.json").write_text(json.dumps(rows, indent=2), encoding="utf-8")
+    assert _import(store, tmp_path / "x.json").label_counts == {"planning": 1, "execution": 1, "restatement": 0, "fact": 0,
+                                                                "reflection": 0, "conclusion": 1}
+    (tmp_path / "y.json").write_text(json.dumps([rows[0], ["not", "a", "record"]]), encoding="utf-8")
+    with pytest.raises(ImportRecordError, match=r"y\.json record 2: a record must be a JSON object, got list"):
+        _import(store, tmp_path / "y.json")
