@@ -150,67 +150,94 @@ def _read_rows(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
     suffix = path.suffix.lower()
     name = path.name
     if suffix == ".json" and _decode(path).lstrip().startswith("["):
-        # a .json file holding one JSON array of records (as json.dump writes a list); was read as
-        # JSONL and refused at its first line ("[" is not valid JSON)
-        try:
-            items = json.loads(_decode(path))
-        except json.JSONDecodeError as exc:
-            raise ImportRecordError(f"{name}:{exc.lineno}: not valid JSON ({exc.msg}); give one JSON array of objects, or JSONL") from exc
-        except RecursionError:
-            raise ImportRecordError(f"{name}: JSON nested too deeply to read; give one flat JSON object per record") from None
-        for i, obj in enumerate(items, 1):
-            if not isinstance(obj, dict):
-                raise ImportRecordError(f"{name} record {i}: a record must be a JSON object, got {type(obj).__name__}")
-            yield f"{name} record {i}", obj
+        yield from _json_array_rows(path)
     elif suffix in (".jsonl", ".ndjson", ".json"):
-        for lineno, line in enumerate(_decode(path).split("\n"), 1):  # not splitlines: JSON strings may hold U+2028
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ImportRecordError(f"{name}:{lineno}: not valid JSON ({exc.msg}); each line must be one JSON object") from exc
-            except RecursionError:
-                raise ImportRecordError(f"{name}:{lineno}: JSON nested too deeply to read; each line must be one flat JSON object") from None
-            if not isinstance(obj, dict):
-                raise ImportRecordError(f"{name}:{lineno}: a record must be a JSON object, got {type(obj).__name__}")
-            yield f"{name}:{lineno}", obj
+        yield from _jsonl_rows(path)
     elif suffix in (".csv", ".tsv"):
-        text = _decode(path)
-        # strict: an unterminated quote is an error, not a field that swallows the rest of the file;
-        # the field limit is raised (process-wide, so only while this file is read) for long texts.
-        before = csv.field_size_limit()
-        csv.field_size_limit(max(before, len(text) + 1))
-        try:
-            reader = csv.DictReader(io.StringIO(text, newline=""), delimiter="\t" if suffix == ".tsv" else ",", strict=True)
-            try:
-                header = reader.fieldnames or []
-                repeated = sorted({h for h in header if header.count(h) > 1})
-                if repeated:
-                    raise ImportRecordError(f"{name}:1: column {', '.join(map(repr, repeated))} appears twice in the header; keep one")
-                rows, last = [], 1
-                for row in reader:
-                    rows.append((f"{name}:{reader.line_num}", {k: (v if v != "" else None) for k, v in row.items() if k is not None}))
-                    last = reader.line_num
-            except csv.Error as exc:
-                raise ImportRecordError(
-                    f"{name}:{last + 1}: malformed CSV ({exc}) in the record that starts on this line; a field that opens a quote must close it"
-                ) from None
-        finally:
-            csv.field_size_limit(before)
-        yield from rows
+        yield from _csv_rows(path, "\t" if suffix == ".tsv" else ",")
     elif suffix == ".parquet":
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        try:
-            table = pq.read_table(path)
-        except (OSError, pa.ArrowException) as exc:
-            raise ImportRecordError(f"{name}: cannot be read as parquet ({' '.join(str(exc).split())[:200]})") from None
-        for i, row in enumerate(table.to_pylist(), 1):
-            yield f"{name} record {i}", row
+        yield from _parquet_rows(path)
     else:
         raise ImportRecordError(f"{name}: unknown file type {suffix or '(none)'}; give a .jsonl, .csv or .parquet file")
+
+
+def _json_array_rows(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Records of a ``.json`` file that holds one JSON array of objects."""
+    name = path.name
+    # a .json file holding one JSON array of records (as json.dump writes a list); was read as
+    # JSONL and refused at its first line ("[" is not valid JSON)
+    try:
+        items = json.loads(_decode(path))
+    except json.JSONDecodeError as exc:
+        raise ImportRecordError(f"{name}:{exc.lineno}: not valid JSON ({exc.msg}); give one JSON array of objects, or JSONL") from exc
+    except RecursionError:
+        raise ImportRecordError(f"{name}: JSON nested too deeply to read; give one flat JSON object per record") from None
+    for i, obj in enumerate(items, 1):
+        if not isinstance(obj, dict):
+            raise ImportRecordError(f"{name} record {i}: a record must be a JSON object, got {type(obj).__name__}")
+        yield f"{name} record {i}", obj
+
+
+def _jsonl_rows(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Records of a JSONL file, one JSON object per line."""
+    name = path.name
+    for lineno, line in enumerate(_decode(path).split("\n"), 1):  # not splitlines: JSON strings may hold U+2028
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ImportRecordError(f"{name}:{lineno}: not valid JSON ({exc.msg}); each line must be one JSON object") from exc
+        except RecursionError:
+            raise ImportRecordError(f"{name}:{lineno}: JSON nested too deeply to read; each line must be one flat JSON object") from None
+        if not isinstance(obj, dict):
+            raise ImportRecordError(f"{name}:{lineno}: a record must be a JSON object, got {type(obj).__name__}")
+        yield f"{name}:{lineno}", obj
+
+
+def _csv_rows(path: Path, delimiter: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Records of a CSV/TSV file (read whole and strictly before the first is yielded); empty fields are None."""
+    name = path.name
+    last = 0  # line of the last record (or header) read: a malformed one starts after it
+    text = _decode(path)
+    # strict: an unterminated quote is an error, not a field that swallows the rest of the file;
+    # the field limit is raised (process-wide, so only while this file is read) for long texts.
+    before = csv.field_size_limit()
+    csv.field_size_limit(max(before, len(text) + 1))
+    try:
+        reader = csv.DictReader(io.StringIO(text, newline=""), delimiter=delimiter, strict=True)
+        try:
+            header = reader.fieldnames or []
+            last = reader.line_num
+            repeated = sorted({h for h in header if header.count(h) > 1})
+            if repeated:
+                raise ImportRecordError(f"{name}:1: column {', '.join(map(repr, repeated))} appears twice in the header; keep one")
+            rows = []
+            for row in reader:
+                rows.append((f"{name}:{reader.line_num}", {k: (v if v != "" else None) for k, v in row.items() if k is not None}))
+                last = reader.line_num
+        except csv.Error as exc:
+            raise ImportRecordError(
+                f"{name}:{last + 1}: malformed CSV ({exc}) in the record that starts on this line; a field that opens a quote must close it"
+            ) from None
+    finally:
+        csv.field_size_limit(before)
+    yield from rows
+
+
+def _parquet_rows(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Records of a parquet file."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    name = path.name
+
+    try:
+        table = pq.read_table(path)
+    except (OSError, pa.ArrowException) as exc:
+        raise ImportRecordError(f"{name}: cannot be read as parquet ({' '.join(str(exc).split())[:200]})") from None
+    for i, row in enumerate(table.to_pylist(), 1):
+        yield f"{name} record {i}", row
 
 
 def _clip(value: Any, limit: int = 80) -> str:
