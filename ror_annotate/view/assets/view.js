@@ -41,7 +41,20 @@ var ROR = (function () {
     });
   }
   function known(v) { return v === null || v === undefined ? "unknown" : v; }
-  function fmt(v, d) { return v === null || v === undefined ? "n/a" : Number(v).toFixed(d === undefined ? 3 : d); }
+  // as Python's format (and so `ror agree`'s tables): an exact tie (0.5625 to 3 places) rounds half to
+  // even ("0.562"); toFixed rounds it up ("0.563"). toFixed(100) is the exact decimal value of the double.
+  function fmt(v, d) {
+    if (v === null || v === undefined) return "n/a";
+    d = d === undefined ? 3 : d;
+    var x = Number(v), out = x.toFixed(d);
+    if (!isFinite(x) || Math.abs(x) >= 1e21) return out;
+    var full = Math.abs(x).toFixed(100), cut = full.indexOf(".") + 1 + d;
+    if (/^50*$/.test(full.slice(cut))) {
+      var kept = full.slice(0, d ? cut : cut - 1);
+      if (Number(kept.charAt(kept.length - 1)) % 2 === 0) out = (x < 0 ? "-" : "") + kept;
+    }
+    return out;
+  }
   function pct(v) { return v === null || v === undefined ? "n/a" : (100 * v).toFixed(1) + "%"; }
   function shardPath(n) { return "data/t/" + Math.floor(n / S.index.shard_dir_size) + "/" + n + ".js"; }
   function loadShard(n, done) {
