@@ -349,7 +349,8 @@ def select_raters(store: "Store", options: AggregateOptions) -> tuple[list[str],
     ------
     InputError
         E711: a named rater has no labels; E714: a named rater is an aggregate or a verifier;
-        E715: a named rater is human while humans are held out.
+        E715: a named rater is human while humans are held out; E754: ``human="anchor"`` with no
+        human rater in the store.
     """
     sources: dict[str, set[str]] = {}
     for source, annotator, _ in store.annotators():
@@ -378,6 +379,13 @@ def select_raters(store: "Store", options: AggregateOptions) -> tuple[list[str],
                     "pass --human anchor to let human labels join the estimate", code="E715",
                 )
     if options.human == "anchor":
+        if not humans:
+            # the aggregate would be declared (and the export card would say) "human labels joined the estimate"
+            raise InputError(
+                f"--human anchor: no human rater in {store.path}, so no human label can anchor the estimate; pull reviewed "
+                "labels first (ror review pull) or import them (ror labels import --kind human), or leave --human at held-out",
+                code="E754",
+            )
         chosen += [h for h in humans if h not in chosen]
         return chosen, []
     return chosen, humans

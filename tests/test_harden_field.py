@@ -291,3 +291,21 @@ def test_a_json_file_holding_an_array_of_records(tmp_path):
     (tmp_path / "y.json").write_text(json.dumps([rows[0], ["not", "a", "record"]]), encoding="utf-8")
     with pytest.raises(ImportRecordError, match=r"y\.json record 2: a record must be a JSON object, got list"):
         _import(store, tmp_path / "y.json")
+
+
+def test_human_anchor_without_humans_is_refused(tmp_path):
+    # was: an aggregate declared human="anchor" with no human in it, and the export card then said
+    # "human labels joined the estimate ... so its calibration against them below is optimistic"
+    from ror_annotate.errors import InputError
+
+    store = _store(tmp_path / "s.duckdb")
+    for name, labs in (("a", ["planning", "execution", "conclusion"]), ("b", ["planning", "execution", "fact"])):
+        (tmp_path / f"{name}.jsonl").write_text(_rows("t-1", labs), encoding="utf-8")
+        pipeline.import_labels(store, tmp_path / f"{name}.jsonl", {"annotator": name, "kind": "machine"})
+    with pytest.raises(InputError, match="--human anchor: no human rater") as info:
+        pipeline.aggregate(store, {"human": "anchor"})
+    assert info.value.code == "E754"
+    assert "aggregate:dawid-skene" not in store.declared_annotators()
+    (tmp_path / "h.jsonl").write_text(_rows("t-1", ["planning", "execution", "fact"]), encoding="utf-8")
+    pipeline.import_labels(store, tmp_path / "h.jsonl", {"annotator": "alice", "kind": "human"})
+    assert pipeline.aggregate(store, {"human": "anchor", "method": "majority-vote"}).raters == ["a", "b", "alice"]
