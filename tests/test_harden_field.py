@@ -309,3 +309,18 @@ def test_human_anchor_without_humans_is_refused(tmp_path):
     (tmp_path / "h.jsonl").write_text(_rows("t-1", ["planning", "execution", "fact"]), encoding="utf-8")
     pipeline.import_labels(store, tmp_path / "h.jsonl", {"annotator": "alice", "kind": "human"})
     assert pipeline.aggregate(store, {"human": "anchor", "method": "majority-vote"}).raters == ["a", "b", "alice"]
+
+
+def test_verify_of_an_imported_rater_says_why(tmp_path, monkeypatch):
+    # was: "its labels use crosswalk:si: pass the same --codebook" (a crosswalk id cut at 12 characters,
+    # and no --codebook could ever match it)
+    from ror_annotate.errors import VerifyError
+    from ror_annotate.verify import VerifyOptions, verify
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    store = _store(tmp_path / "s.duckdb")
+    (tmp_path / "a.jsonl").write_text(_rows("t-1", ["planning", "execution", "conclusion"]), encoding="utf-8")
+    pipeline.import_labels(store, tmp_path / "a.jsonl", {"annotator": "other", "kind": "machine"})
+    with pytest.raises(VerifyError, match=r"rater 'other' holds imported labels \(crosswalk:six-behaviors@v1\)") as info:
+        verify(store, VerifyOptions.build("openai:v", base_url="http://127.0.0.1:9/v1", of="other"))
+    assert info.value.code == "E521"
