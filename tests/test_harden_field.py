@@ -324,3 +324,22 @@ def test_verify_of_an_imported_rater_says_why(tmp_path, monkeypatch):
     with pytest.raises(VerifyError, match=r"rater 'other' holds imported labels \(crosswalk:six-behaviors@v1\)") as info:
         verify(store, VerifyOptions.build("openai:v", base_url="http://127.0.0.1:9/v1", of="other"))
     assert info.value.code == "E521"
+
+
+def test_names_that_look_like_rich_markup_are_printed_as_they_are(tmp_path):
+    # an annotator named "[/x]" ended `ror labels import`, `ror aggregate`, `ror agree`, `ror view`
+    # and `ror status` in a rich MarkupError traceback; "[bold red]alice" restyled the tables
+    from ror_annotate.cli import app
+
+    db = tmp_path / "s.duckdb"
+    _store(db).close()
+    runner = CliRunner()
+    for name, labs in (("[/x]", ["planning", "execution", "conclusion"]), ("[bold red]alice", ["planning", "fact", "conclusion"])):
+        (tmp_path / "a.jsonl").write_text(_rows("t-1", labs), encoding="utf-8")
+        result = runner.invoke(app, ["labels", "import", str(tmp_path / "a.jsonl"), "--annotator", name, "--kind", "machine", "--db", str(db)])
+        assert result.exit_code == 0, result.output
+        assert f"{name} (machine)" in result.output
+    for args in (["aggregate", "--method", "majority-vote"], ["agree", "--resamples", "0"], ["status"]):
+        result = runner.invoke(app, [*args, "--db", str(db)])
+        assert result.exit_code == 0 and "Traceback" not in result.output and "MarkupError" not in result.output, (args, result.output)
+    assert "[bold red]alice" in result.output or "[bold red]alice" in runner.invoke(app, ["agree", "--resamples", "0", "--db", str(db)]).output
