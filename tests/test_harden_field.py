@@ -343,3 +343,16 @@ def test_names_that_look_like_rich_markup_are_printed_as_they_are(tmp_path):
         result = runner.invoke(app, [*args, "--db", str(db)])
         assert result.exit_code == 0 and "Traceback" not in result.output and "MarkupError" not in result.output, (args, result.output)
     assert "[bold red]alice" in result.output or "[bold red]alice" in runner.invoke(app, ["agree", "--resamples", "0", "--db", str(db)]).output
+
+
+def test_pull_lines_with_markup_like_text_are_printed(capsys):
+    # a removed label's line quotes segment text and annotator names; "[/x]" in it was a MarkupError
+    from types import SimpleNamespace
+
+    from ror_annotate.cli.review import _print_pull
+
+    report = SimpleNamespace(labels_written=0, labels_unchanged=0, labels_removed=1, skips=0, replaced=[], superseded=[],
+                             reanchored=[], rejected=["h-1: '[/x] [bold]not bold'"], removed=["t#0 by h-1: [/x]"])
+    _print_pull(report)
+    err = " ".join(capsys.readouterr().err.split())
+    assert "removed: t#0 by h-1: [/x]" in err and "rejected: h-1: '[/x] [bold]not bold'" in err
