@@ -1381,12 +1381,18 @@ class Store:
         """
         self._require_writable("store labels")
         # one row per label_id, the last given winning (the table has no unique index to refuse a repeat)
-        labels = list({lab.label_id: lab for lab in labels}.values())
+        by_id = {lab.label_id: lab for lab in labels}
+        labels = list(by_id.values())
         if not labels:
             return 0
+        # A judge's labels of one answer share one ``extra`` dict: its JSON is written once per dict.
+        extra_json: dict[int, str] = {}
+        for lab in labels:
+            if id(lab.extra) not in extra_json:
+                extra_json[id(lab.extra)] = json.dumps(lab.extra, ensure_ascii=False, default=str)
         table = pa.table(
             {
-                "label_id": [lab.label_id for lab in labels],
+                "label_id": list(by_id),
                 "trace_id": [lab.trace_id for lab in labels],
                 "segment_index": pa.array([lab.segment_index for lab in labels], type=pa.int32()),
                 "label": [lab.label for lab in labels],
@@ -1398,7 +1404,7 @@ class Store:
                 "confidence": pa.array([lab.confidence for lab in labels], type=pa.float64()),
                 "rationale": pa.array([lab.rationale for lab in labels], type=pa.string()),
                 "created_at": pa.array([to_naive_utc(lab.created_at) for lab in labels], type=pa.timestamp("us")),
-                "extra": [json.dumps(lab.extra, ensure_ascii=False, default=str) for lab in labels],
+                "extra": [extra_json[id(lab.extra)] for lab in labels],
                 "distribution": pa.array([lab.distribution for lab in labels], type=pa.list_(pa.float64())),
             }
         )
@@ -2006,6 +2012,22 @@ class Store:
         except duckdb.Error:
             return  # the log keeps the data; the journal keeps its records
         self._journal_checkpointed()
+    def labelled_indices_by_trace(self, trace_ids: Sequence[str], *, annotator: str, codebook_version: str,
+                                  source: str) -> dict[str, set[int]]:
+        """:meth:`labelled_segment_indices` of many traces in one query: ``{trace_id: {segment_index}}``
+        (a trace without such labels is absent)."""
+        out: dict[str, set[int]] = {}
+        if not trace_ids:
+            return out
+        with duckdb_errors(self.path, "read labels"):
+            rows = self.con.execute(
+                f"SELECT trace_id, segment_index FROM labels WHERE {_IDS_FILTER} AND annotator = ? AND codebook_version = ? "
+                "AND source = ?",
+                [list(trace_ids), annotator, codebook_version, source],
+            ).fetchall()
+        for tid, index in rows:
+            out.setdefault(tid, set()).add(int(index))
+        return out
 
 
 def _arrow_of(result: Any) -> pa.Table:

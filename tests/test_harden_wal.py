@@ -47,6 +47,20 @@ def _journal_lines(db: Path) -> list[dict]:
     return [json.loads(line) for line in Path(str(db) + JOURNAL_SUFFIX).read_text(encoding="utf-8").splitlines()]
 
 
+def _paid_notes(db: Path) -> list[dict]:
+    try:
+        lines = Path(str(db) + JOURNAL_SUFFIX).read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        return []
+    records = []
+    for line in lines[1:]:
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            break  # a line being written now
+    return [p for r in records for kind, p in r.get("notes", []) if kind == "judge_cache"]
+
+
 # ------------------------------------------------------------------------------------ a plain writer
 KILLED_WRITER = """
 import os, signal, sys
@@ -131,7 +145,8 @@ def test_paid_judge_answers_survive_a_damaged_log_and_are_not_paid_again(tmp_pat
     with FakeOpenAI(latency=0.1) as srv:
         child = subprocess.Popen([sys.executable, "-c", _JUDGE_CHILD, str(db), srv.base_url], env=_env())
         deadline = time.monotonic() + 60
-        while len(srv.chat_requests()) < 8 and time.monotonic() < deadline and child.poll() is None:
+        # answers are committed in groups (judge.persist.AnswerWriter): wait for two paid notes, not a request count
+        while len(_paid_notes(db)) < 2 and time.monotonic() < deadline and child.poll() is None:
             time.sleep(0.02)
         os.kill(child.pid, signal.SIGKILL)
         child.wait()
