@@ -34,7 +34,11 @@ class _StdoutConsole(Console):
         raise SystemExit(0)
 
 
-console = _StdoutConsole()
+# markup=False: what goes to stdout is data (rater, model, file and study names in tables and summaries),
+# and a name such as "[/x]" was read as a Rich closing tag (MarkupError traceback in every command
+# that printed it) or "[bold red]alice" restyled the table. Styles on stdout come from Table / Text
+# objects, never from markup in strings; err_console keeps markup for its coded lines (data escaped).
+console = _StdoutConsole(markup=False)
 err_console = Console(stderr=True)
 
 # typer 0.2x vendors click (typer._click); older typer uses click itself. Catch whichever parses.

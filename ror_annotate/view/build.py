@@ -29,6 +29,7 @@ index page loads the row shards one after another and renders only the rows in v
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
@@ -440,11 +441,19 @@ def cost_ledger(store: "Store") -> list[dict[str, Any]]:
         for c in found:
             out.append({
                 "run_id": run.run_id, "command": run.command, "status": run.status, "started_at": run.started_at.isoformat(),
-                "requests": int(c.get("requests") or 0), "cached_responses": int(c.get("cached_responses") or 0),
-                "input_tokens": int(c.get("input_tokens") or 0), "output_tokens": int(c.get("output_tokens") or 0),
-                "cost_usd": float(c.get("cost_usd") or 0.0), "labeled": int(c.get("labeled") or 0),
+                "requests": _count(c.get("requests")), "cached_responses": _count(c.get("cached_responses")),
+                "input_tokens": _count(c.get("input_tokens")), "output_tokens": _count(c.get("output_tokens")),
+                "cost_usd": _count(c.get("cost_usd"), float), "labeled": _count(c.get("labeled")),
             })
     return out
+
+
+def _count(value: Any, kind: type = int) -> Any:
+    """A ledger counter as a finite number, or None where the run recorded it as unknown (None, a word
+    such as ``"unknown"``, NaN): shown as "unknown", never as 0 and never a crash."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return kind(value)
 
 
 def review_progress(store: "Store") -> list[dict[str, Any]]:

@@ -24,7 +24,9 @@ var ROR = (function () {
     location.hash.replace(/^#/, "").split("&").forEach(function (kv) {
       if (!kv) return;
       var i = kv.indexOf("=");
-      out[decodeURIComponent(i < 0 ? kv : kv.slice(0, i))] = i < 0 ? "" : decodeURIComponent(kv.slice(i + 1));
+      try {
+        out[decodeURIComponent(i < 0 ? kv : kv.slice(0, i))] = i < 0 ? "" : decodeURIComponent(kv.slice(i + 1));
+      } catch (e) { /* a malformed escape in a hand-edited link (#t=%E0): that part is ignored, the page still opens */ }
     });
     return out;
   }
@@ -32,7 +34,30 @@ var ROR = (function () {
     return "#" + Object.keys(obj).filter(function (k) { return obj[k] !== null && obj[k] !== undefined && obj[k] !== ""; })
       .map(function (k) { return encodeURIComponent(k) + "=" + encodeURIComponent(obj[k]); }).join("&");
   }
-  function fmt(v, d) { return v === null || v === undefined ? "n/a" : Number(v).toFixed(d === undefined ? 3 : d); }
+  // parts joined by " · ", each in its own <bdi>: a right-to-left override (U+202E) in a model or
+  // dataset name reorders that name only, never its neighbours (textContent is the plain join)
+  function joined(box, parts) {
+    box.textContent = "";
+    parts.filter(function (x) { return x; }).forEach(function (x, i) {
+      if (i) box.appendChild(document.createTextNode(" · "));
+      box.appendChild(el("bdi", null, x));
+    });
+  }
+  function known(v) { return v === null || v === undefined ? "unknown" : v; }
+  // as Python's format (and so `ror agree`'s tables): an exact tie (0.5625 to 3 places) rounds half to
+  // even ("0.562"); toFixed rounds it up ("0.563"). toFixed(100) is the exact decimal value of the double.
+  function fmt(v, d) {
+    if (v === null || v === undefined) return "n/a";
+    d = d === undefined ? 3 : d;
+    var x = Number(v), out = x.toFixed(d);
+    if (!isFinite(x) || Math.abs(x) >= 1e21) return out;
+    var full = Math.abs(x).toFixed(100), cut = full.indexOf(".") + 1 + d;
+    if (/^50*$/.test(full.slice(cut))) {
+      var kept = full.slice(0, d ? cut : cut - 1);
+      if (Number(kept.charAt(kept.length - 1)) % 2 === 0) out = (x < 0 ? "-" : "") + kept;
+    }
+    return out;
+  }
   function pct(v) { return v === null || v === undefined ? "n/a" : (100 * v).toFixed(1) + "%"; }
   function shardPath(n) { return "data/t/" + Math.floor(n / S.index.shard_dir_size) + "/" + n + ".js"; }
   function loadShard(n, done) {
@@ -203,8 +228,8 @@ var ROR = (function () {
   function renderTrace(d, p) {
     document.title = d.id + " · " + document.title;
     $("title").textContent = d.id;
-    $("meta").textContent = [d.model, d.dataset, d.source, d.n_chars + " characters", d.segs.length + " segments",
-      d.correct === null ? null : d.correct ? "answer correct" : "answer wrong"].filter(function (x) { return x; }).join(" · ");
+    joined($("meta"), [d.model, d.dataset, d.source, d.n_chars + " characters", d.segs.length + " segments",
+      d.correct === null ? null : d.correct ? "answer correct" : "answer wrong"]);
     if (d.problem) { $("problem-box").hidden = false; $("problem").textContent = d.problem; }
     $("answer").textContent = d.answer || "(no final answer)";
     $("gold").textContent = d.gold ? "Reference answer: " + d.gold : "";
@@ -333,7 +358,7 @@ var ROR = (function () {
     legend("legend");
     loadShard(n, function (d) {
       $("title").textContent = "Compare raters · " + d.id;
-      $("meta").textContent = [d.model, d.dataset, d.segs.length + " segments"].filter(function (x) { return x; }).join(" · ");
+      joined($("meta"), [d.model, d.dataset, d.segs.length + " segments"]);
       $("trace-link").setAttribute("href", "trace.html" + hash({ t: d.n }));
       var A = $("rater-a"), B = $("rater-b");
       d.raters.forEach(function (r) { A.appendChild(el("option", { value: r }, raterLabel(r))); B.appendChild(el("option", { value: r }, raterLabel(r))); });
@@ -455,13 +480,14 @@ var ROR = (function () {
     var sum = { requests: 0, input_tokens: 0, output_tokens: 0, cost_usd: 0 };
     var lrows = ledger.map(function (r) {
       var tr = el("tr");
-      [r.started_at.slice(0, 19).replace("T", " "), r.command, r.status, r.labeled, r.requests, r.cached_responses, r.input_tokens, r.output_tokens, "$" + r.cost_usd.toFixed(4)].forEach(function (v, i) { tr.appendChild(el("td", { "class": i >= 3 ? "num" : "" }, v)); });
-      ["requests", "input_tokens", "output_tokens", "cost_usd"].forEach(function (k) { sum[k] += r[k]; });
+      // a counter the run recorded as unknown arrives as null: shown "unknown", and the total says so too
+      [r.started_at.slice(0, 19).replace("T", " "), r.command, r.status, known(r.labeled), known(r.requests), known(r.cached_responses), known(r.input_tokens), known(r.output_tokens), r.cost_usd === null ? "unknown" : "$" + r.cost_usd.toFixed(4)].forEach(function (v, i) { tr.appendChild(el("td", { "class": i >= 3 ? "num" : "" }, v)); });
+      ["requests", "input_tokens", "output_tokens", "cost_usd"].forEach(function (k) { sum[k] = (sum[k] === null || r[k] === null) ? null : sum[k] + r[k]; });
       return tr;
     });
     if (ledger.length) {
       var tot = el("tr", { "class": "total" });
-      ["total", "", "", "", sum.requests, "", sum.input_tokens, sum.output_tokens, "$" + sum.cost_usd.toFixed(4)].forEach(function (v, i) { tot.appendChild(el("td", { "class": i >= 3 ? "num" : "" }, v)); });
+      ["total", "", "", "", known(sum.requests), "", known(sum.input_tokens), known(sum.output_tokens), sum.cost_usd === null ? "unknown" : "$" + sum.cost_usd.toFixed(4)].forEach(function (v, i) { tot.appendChild(el("td", { "class": i >= 3 ? "num" : "" }, v)); });
       lrows.push(tot);
     } else {
       var none = el("tr"); none.appendChild(el("td", { colspan: "9", "class": "muted" }, "No judge run made requests (the offline baseline costs nothing).")); lrows.push(none);
