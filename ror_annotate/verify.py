@@ -50,7 +50,7 @@ from .judge.schema import BehaviorName, response_format
 from .options import StageOptions
 from .records import BEHAVIORS, Annotator, Label, Segment, Trace, sha256_text
 from .reference import latest, reference_labels_from
-from .store import scrub_url
+from .provenance import scrub_url
 
 if TYPE_CHECKING:  # pragma: no cover
     from .store import Store
