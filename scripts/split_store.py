@@ -45,7 +45,7 @@ MODULES: dict[str, str] = {
     "labels": "Store methods on the ``labels`` table, and :class:`RaterLabels` (one rater's labels as columns).",
     "annotators": "Store methods on the ``annotators`` table (declared raters) and the raters seen in ``labels``.",
     "runs": "Store methods on the ``runs`` table: how every command records itself.",
-    "other": "Store methods not yet sorted into a mixin by ``scripts/split_store.py`` (move them to their table's mixin).",
+    "other": "Store methods and helpers not yet sorted into a module by ``scripts/split_store.py`` (move each to its table's module).",
     "core": "The :class:`Store` facade: opening a store (with its migrations) and the mixins of every table.",
 }
 
@@ -66,7 +66,7 @@ TOPLEVEL: dict[str, str] = {
     "SegmentLength": "segments",
     "RaterLabels": "labels",
 }
-DEFAULT_MODULE = "core"
+DEFAULT_MODULE = "other"
 
 
 @dataclass
@@ -202,6 +202,7 @@ class Splitter:
         self.store_doc = ""
         self.store_members: list[str] = []
         self.store_uses: set[str] = set()
+        self.attributes: dict[str, str] = {}  # attribute Store.__init__ sets -> its type
         self._deepen_nested_relative_imports()
 
     # ------------------------------------------------------------------ source segments
@@ -253,6 +254,12 @@ class Splitter:
         for m in self.mixins.values():
             self.placed[m.name] = m.module
         self.placed["Store"] = "core"
+        self.emitted = {BASE_MIXIN}  # mixins written: those with methods, and their bases
+        for m in self.mixins.values():
+            base: str | None = m.name if m.members else None
+            while base is not None:
+                self.emitted.add(base)
+                base = self.mixins[base].base
 
     def _read_store(self, cls: ast.ClassDef) -> None:
         if cls.decorator_list or cls.bases or cls.keywords:
@@ -263,6 +270,8 @@ class Splitter:
                 continue
             name = _defined_name(node)
             uses = _names_in(node)
+            if name == "__init__":
+                self._read_attributes(node)
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and name not in STORE_METHODS:
                 home = self.method_home.get(node.name)
                 if home is None:
@@ -276,6 +285,17 @@ class Splitter:
             else:
                 self.store_members.append(text)
                 self.store_uses |= uses
+
+    def _read_attributes(self, init: ast.stmt) -> None:
+        """The ``self.x`` that ``__init__`` assigns, typed from :data:`ATTRIBUTES`, its annotation, else ``Any``."""
+        for sub in ast.walk(init):
+            targets = sub.targets if isinstance(sub, ast.Assign) else [sub.target] if isinstance(sub, ast.AnnAssign) else []
+            for target in targets:
+                if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == "self":
+                    known = ATTRIBUTES.get(target.attr)
+                    if known is None and isinstance(sub, ast.AnnAssign):
+                        known = ast.get_source_segment(self.source, sub.annotation)
+                    self.attributes.setdefault(target.attr, known or "Any")
 
     def _retype_self(self, node: ast.FunctionDef | ast.AsyncFunctionDef, text: str, mixin: Mixin) -> str:
         """``-> ...["Store"]`` on a method leaving Store: take a self-type bound to its mixin instead."""
@@ -331,10 +351,8 @@ class Splitter:
 
     def render(self, module: str) -> str | None:
         mod = self.modules[module]
-        mixins = [m for m in self.mixins.values() if m.module == module and (m.members or m.methods)]
-        if module == "core":
-            mixins = []
-        if not mod.pieces and not any(m.members for m in mixins) and module != "core":
+        mixins = [m for m in self.mixins.values() if m.module == module and m.name in self.emitted and module != "core"]
+        if not mod.pieces and not mixins and module != "core":
             return None
         local = {p.name for p in mod.pieces} | {m.name for m in mixins} | {"_S"}
         uses = set().union(*(p.uses for p in mod.pieces)) | mod.extra_uses
@@ -343,12 +361,10 @@ class Splitter:
         for m in mixins:
             if m.base:
                 uses.add(m.base)
-            if not m.members and m.name != BASE_MIXIN:
-                continue
             head = [f"class {m.name}{'(' + m.base + ')' if m.base else ''}:", f'    """{m.doc}', "", "    Mixed into :class:`~ror_annotate.store.Store`.", '    """', ""]
             if m.name == BASE_MIXIN:
-                head += ["    # set by Store.__init__"] + [f"    {a}: {t}" for a, t in ATTRIBUTES.items()] + [""]
-                for t in ATTRIBUTES.values():
+                head += ["    # set by Store.__init__"] + [f"    {a}: {t}" for a, t in self.attributes.items()] + [""]
+                for t in self.attributes.values():
                     uses |= {n.id for n in ast.walk(ast.parse(t, mode="eval")) if isinstance(n, ast.Name)}
             if m.name in mod.typevars:
                 body.append(f'_S = TypeVar("_S", bound="{m.name}")\n')
