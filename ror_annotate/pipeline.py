@@ -424,7 +424,8 @@ def segment(
     StoreError
         A trace is segmented differently and labels or review items refer to it.
     """
-    from .segment import Segmenter, make_token_counter, segment_many
+    from .segment import Segmenter, segment_many
+    from .tokenizer import make_token_counter
 
     ids = list(store.trace_ids() if trace_ids is None else trace_ids)
     if not ids:
