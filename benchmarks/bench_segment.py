@@ -38,7 +38,8 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("ROR_SHARED_DIR", REPO.parent / "shared"))
 sys.path.insert(0, str(REPO))
 
-from ror_annotate.segment import Segmenter, default_workers, make_token_counter, segment_many, segment_stats  # noqa: E402
+from ror_annotate.segment import Segmenter, default_workers, segment_many, segment_stats  # noqa: E402
+from ror_annotate.tokenizer import make_token_counter  # noqa: E402
 
 
 def _time(fn, texts: list[str], rounds: int) -> tuple[int, float]:

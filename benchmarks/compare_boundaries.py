@@ -42,7 +42,8 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("ROR_SHARED_DIR", REPO.parent / "shared"))
 sys.path.insert(0, str(REPO))
 
-from ror_annotate.segment import Segmenter, make_token_counter  # noqa: E402
+from ror_annotate.segment import Segmenter  # noqa: E402
+from ror_annotate.tokenizer import make_token_counter  # noqa: E402
 
 
 def _skip_ws(text: str, pos: int) -> int:

@@ -35,7 +35,7 @@ import hashlib
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -81,7 +81,7 @@ class AggregateOptions(StageOptions):
         Random state of the randomised methods (MACE).
     """
 
-    stage: str = "the aggregate stage"
+    stage: ClassVar[str] = "the aggregate stage"
     method: str = "dawid-skene"
     raters: tuple[str, ...] | None = None
     human: Literal["held-out", "anchor"] = "held-out"

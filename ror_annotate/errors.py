@@ -102,6 +102,16 @@ class StoreReadOnlyError(StoreError):
     code = "E203"
 
 
+class HubUnreachableError(ConfigError, InputError):
+    """The Hugging Face hub endpoint did not answer the one reachability probe (:func:`ror_annotate.hub.check_hub`).
+
+    A dataset look-up used to raise :class:`InputError` and a tokenizer look-up :class:`ConfigError`
+    for this; it is both, so callers catching either keep working.
+    """
+
+    code = "E210"
+
+
 class SegmentationError(RorError, ValueError):
     """The segmenter produced, or was given, segments that break the offset invariants."""
 

@@ -40,7 +40,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -56,7 +56,7 @@ if TYPE_CHECKING:  # pragma: no cover
 class ImportOptions(StageOptions):
     """Options of ``ror labels import`` (:func:`import_labels`)."""
 
-    stage: str = "labels import"
+    stage: ClassVar[str] = "labels import"
     annotator: str = Field(min_length=1, description="Rater id written on every imported label.")
     kind: Literal["machine", "human"] = Field(description="Whether the labels came from a machine or from humans.")
     crosswalk: str = Field("six-behaviors", min_length=1, description="Built-in crosswalk (name or name@vN) or a YAML file.")

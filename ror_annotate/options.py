@@ -10,7 +10,7 @@ built (so validation happens once), the model is frozen, and a run records
 from __future__ import annotations
 
 import difflib
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -24,8 +24,22 @@ class StageOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    #: Name used in error messages ("the aggregate stage"); subclasses set it.
-    stage: str = "stage"
+    #: Name used in error messages ("the aggregate stage"); subclasses set it, as a ``ClassVar``
+    #: (a class attribute, not an option: it is neither accepted nor dumped).
+    stage: ClassVar[str] = "stage"
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        """Refuse a subclass that declares ``stage`` as a field (``stage: str = ...``).
+
+        Raises
+        ------
+        TypeError
+            ``stage`` is a field of the subclass: it would become an option and shadow the stage name.
+        """
+        super().__pydantic_init_subclass__(**kwargs)
+        if "stage" in cls.model_fields:
+            raise TypeError(f"{cls.__name__}.stage must be a class variable: declare it as `stage: ClassVar[str] = ...`")
 
     @classmethod
     def from_options(
@@ -42,9 +56,9 @@ class StageOptions(BaseModel):
             An unknown option (with the closest known name) or a value out of bounds, named as its
             command-line flag (``--chunk-size must be >= 1, got 0``).
         """
-        what = what or cls.model_fields["stage"].default
-        known = [name for name in cls.model_fields if name != "stage"]
-        unknown = [name for name in options if name not in cls.model_fields or name == "stage"]
+        what = what or cls.stage
+        known = list(cls.model_fields)
+        unknown = [name for name in options if name not in cls.model_fields]
         if unknown:
             hints = []
             for name in unknown:
@@ -71,13 +85,13 @@ class StageOptions(BaseModel):
         if options is None:
             return cls.from_options(keywords, keep_none=True)
         if keywords:
-            what = cls.model_fields["stage"].default
+            what = cls.stage
             raise ConfigError(f"give the options of {what} either as options= or as keywords, not both: {', '.join(keywords)}")
         return options
 
     def recorded(self) -> dict[str, Any]:
-        """The options as a run records them (JSON types; the ``stage`` tag left out)."""
-        return self.model_dump(mode="json", exclude={"stage"})
+        """The options as a run records them (JSON types; ``stage`` is a class variable, not among them)."""
+        return self.model_dump(mode="json")
 
 
 def options_error(exc: ValidationError, given: dict[str, Any]) -> ConfigError:

@@ -26,7 +26,7 @@ from collections import Counter, deque
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -424,7 +424,8 @@ def segment(
     StoreError
         A trace is segmented differently and labels or review items refer to it.
     """
-    from .segment import Segmenter, make_token_counter, segment_many
+    from .segment import Segmenter, segment_many
+    from .tokenizer import make_token_counter
 
     ids = list(store.trace_ids() if trace_ids is None else trace_ids)
     if not ids:
@@ -721,7 +722,7 @@ class RunOptions(ExportOptions):
     :func:`segment`, :func:`label`); ``max_segment_tokens`` is :func:`segment`'s ``max_tokens``,
     ``out`` the export folder (default ``exports/<input name>``)."""
 
-    stage: str = "the run"
+    stage: ClassVar[str] = "the run"
     preset: str | None = None
     split: str | None = None
     columns: "dict[str, str] | ColumnMap | None" = None
@@ -795,7 +796,7 @@ def run(
             the_run.counts["label"] = exc.counts  # the run is recorded failed, with what the judge did
             raise
         the_run.counts["label"] = labelled.counts()
-        export_options = ExportOptions(**{k: getattr(o, k) for k in ExportOptions.model_fields if k != "stage"})
+        export_options = ExportOptions(**{k: getattr(o, k) for k in ExportOptions.model_fields})
         exported = export(store, out_dir, export_options, trace_ids=ingested.trace_ids, run=the_run, progress=tracked)
         return RunSummary(run_id=the_run.run_id, ingest=ingested, segment=segmented, label=labelled, export=exported)
 

@@ -65,11 +65,11 @@ from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 from .errors import ConfigError, SegmentationError
 from .records import Segment
-from .tokenizer import load_tokenizer
+from .tokenizer import APPROX_COUNTER_NAME, ApproxTokenCounter, HFTokenCounter, TokenCounter, _count_many, make_token_counter
 
 __all__ = [
     "APPROX_COUNTER_NAME",
@@ -100,9 +100,6 @@ MAX_SEGMENT_TOKENS = 125
 #: 78,955 segments of 330 traces. Shown beside ours by ``ror segment --stats`` and the dataset card.
 #: ``segments_per_trace`` is its mean number of segments per trace; ``max`` is the cap.
 METHOD_LENGTH_PROFILE: dict[str, float] = {"segments_per_trace": 239, "median": 16, "p5": 3, "p95": 47, "max": MAX_SEGMENT_TOKENS}
-#: Name of the built-in token-count approximation (see :class:`ApproxTokenCounter`).
-APPROX_COUNTER_NAME = "approx:regex-v1"
-
 #: A clause split must leave at least this many tokens on each side. Like SOFT_MAX_TOKENS it is
 #: measured with the ``approx:regex-v1`` counter whatever tokenizer is configured, so the rules
 #: (not the cap) give the same segments for every tokenizer and stay fast.
@@ -149,199 +146,6 @@ def _fast_segment_factory() -> Any:
 #: ``_new_segment(trace_id, segment_index, char_start, char_end, text, n_tokens)``: a
 #: :class:`Segment` without validation, for spans :func:`check_segments` verifies.
 _new_segment = _fast_segment_factory()
-
-
-# --------------------------------------------------------------------------- token counting
-@runtime_checkable
-class TokenCounter(Protocol):
-    """Counts the tokens of a piece of text.
-
-    Attributes
-    ----------
-    name : str
-        Provenance id stored with every segmentation: a tokenizer name or path, or
-        :data:`APPROX_COUNTER_NAME`.
-    """
-
-    name: str
-
-    def count(self, text: str) -> int:
-        """Number of tokens in ``text`` (no special tokens such as BOS/EOS)."""
-        ...
-
-
-# A counter may also offer ``count_many(texts: list[str]) -> list[int]`` (batched counting);
-# the segmenter uses it when present (HFTokenCounter does, through ``encode_batch``).
-
-
-# cl100k-style pre-tokenization (the regex tiktoken's cl100k_base splits text with before BPE),
-# written with stdlib ``re`` classes: letters = [^\W\d_], numbers = \d (runs of at most 3).
-_PRETOKEN = re.compile(
-    r"'(?i:[sdmt]|ll|ve|re)"
-    r"|(?:[^\r\n\w]|_)?[^\W\d_]+"
-    r"|\d{1,3}"
-    r"| ?(?:[^\s\w]|_)+[\r\n]*"
-    r"|\s*[\r\n]+"
-    r"|\s+(?!\S)"
-    r"|\s+"
-)
-# Scripts written without spaces, where byte-level BPEs spend about one token per character.
-_CJK_CHAR = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff\uff66-\uff9f]")
-#: Letters per extra token in a long word (BPE vocabularies hold common words whole; 10 gave
-#: the closest total to the DeepSeek-V3 tokenizer on the real traces).
-_LETTERS_PER_TOKEN = 10
-# Characters per token for a run of symbols (``\frac{``, ``^{(``, ``)**``): BPE merges short
-# punctuation runs only partly.
-_SYMBOLS_PER_TOKEN = 2
-
-
-class ApproxTokenCounter:
-    """Tokenizer-free approximation of a byte-level BPE token count (``approx:regex-v1``).
-
-    The text is pre-tokenized with the regex of tiktoken's ``cl100k_base`` (words with their
-    leading space, digit runs in groups of at most 3, punctuation runs, whitespace). Each
-    pre-token counts 1, plus 1 per further ``10`` letters of a long word, plus 1 per further
-    ``2`` characters of a symbol run (LaTeX such as ``\\frac{`` splits into several BPE
-    tokens), and each CJK character counts as one token.
-
-    This is an estimate for the length profile and the hard cap when the subject model's
-    tokenizer is not available. How close it comes to a real BPE on the real traces is
-    reported by ``benchmarks/bench_segment.py --compare-tokenizer PATH`` and in the project
-    notes. Pass a Hugging Face tokenizer (:func:`make_token_counter`) for exact counts.
-    """
-
-    name = APPROX_COUNTER_NAME
-
-    def count(self, text: str) -> int:
-        """Approximate token count of ``text``.
-
-        Parameters
-        ----------
-        text : str
-            Any text; an empty string counts 0.
-
-        Returns
-        -------
-        int
-            Estimated number of tokens.
-        """
-        pieces = _PRETOKEN.findall(text)
-        n = len(pieces)
-        if _CJK_CHAR.search(text) is None:
-            # Fast path: a piece of at most 2 characters never adds (a letter run adds from 11
-            # characters on, a symbol run from 3), and without CJK no per-piece CJK scan is needed.
-            for piece in pieces:
-                if len(piece) > 2:
-                    core = piece.strip()
-                    if core:
-                        if core[-1].isalpha():
-                            n += (len(core) - 1) // _LETTERS_PER_TOKEN
-                        elif not core[0].isdigit():
-                            n += (len(core) - 1) // _SYMBOLS_PER_TOKEN
-            return n
-        for piece in pieces:
-            core = piece.strip()
-            if not core:
-                continue
-            n_cjk = len(_CJK_CHAR.findall(core))
-            if n_cjk:
-                n += n_cjk - 1
-                continue
-            if core[-1].isalpha():
-                n += (len(core) - 1) // _LETTERS_PER_TOKEN
-            elif not core[0].isdigit():
-                n += (len(core) - 1) // _SYMBOLS_PER_TOKEN
-        return n
-
-    def __repr__(self) -> str:
-        return f"ApproxTokenCounter(name={self.name!r})"
-
-
-class HFTokenCounter:
-    """Exact token counts from a Hugging Face fast tokenizer (the ``tokenizers`` library).
-
-    Parameters
-    ----------
-    tokenizer : tokenizers.Tokenizer
-        The Rust tokenizer (``PreTrainedTokenizerFast.backend_tokenizer``).
-    name : str
-        Provenance name: the Hugging Face model id or the path it was loaded from.
-
-    Notes
-    -----
-    Each segment is counted on its own with ``add_special_tokens=False``. A byte-level BPE
-    may count a word one token differently in context (``"Ġword"`` after a space) than at a
-    segment start; the exact per-token grid for exports is computed by the alignment stage on
-    the whole trace, not from these counts.
-    """
-
-    def __init__(self, tokenizer: Any, *, name: str) -> None:
-        self._tokenizer = tokenizer
-        self.name = name
-
-    def count(self, text: str) -> int:
-        """Number of tokens of ``text`` without special tokens."""
-        if not text:
-            return 0
-        return len(self._tokenizer.encode(text, add_special_tokens=False).ids)
-
-    def count_many(self, texts: list[str]) -> list[int]:
-        """Token counts of many texts in one call (the Rust tokenizer batches them in parallel)."""
-        encodings = self._tokenizer.encode_batch(texts, add_special_tokens=False)
-        return [len(enc.ids) for enc in encodings]
-
-    def __repr__(self) -> str:
-        return f"HFTokenCounter(name={self.name!r})"
-
-
-def _count_many(counter: TokenCounter, texts: list[str]) -> list[int]:
-    """``counter.count_many(texts)`` when the counter has it, else one ``count`` per text."""
-    many = getattr(counter, "count_many", None)
-    return list(many(texts)) if many is not None else [counter.count(t) for t in texts]
-
-
-def make_token_counter(tokenizer: Any = None) -> TokenCounter:
-    """Build the token counter for ``--tokenizer``.
-
-    Parameters
-    ----------
-    tokenizer : str, pathlib.Path, tokenizers.Tokenizer, transformers fast tokenizer or None
-        ``None`` (or ``"approx"`` / :data:`APPROX_COUNTER_NAME`) gives the
-        :class:`ApproxTokenCounter`. A path to a ``tokenizer.json`` file, a directory holding
-        one (or any directory ``AutoTokenizer`` can load), or a Hugging Face model id loads
-        that tokenizer (a model id needs hub access or a local cache). A ``tokenizers.Tokenizer``
-        or a transformers fast tokenizer object is used as given.
-
-    Returns
-    -------
-    TokenCounter
-        An object with ``.name`` (provenance) and ``.count(text) -> int``.
-
-    Raises
-    ------
-    ConfigError
-        The tokenizer cannot be loaded, or is a slow (pure Python) tokenizer without
-        character offsets.
-    """
-    if tokenizer is None or (isinstance(tokenizer, str) and tokenizer in ("approx", APPROX_COUNTER_NAME)):
-        return ApproxTokenCounter()
-    if isinstance(tokenizer, (str, Path)):
-        return _wrap_tokenizer_object(load_tokenizer(tokenizer), name=str(tokenizer))
-    return _wrap_tokenizer_object(tokenizer, name=None)
-
-
-def _wrap_tokenizer_object(tok: Any, *, name: str | None) -> HFTokenCounter:
-    from tokenizers import Tokenizer
-
-    if isinstance(tok, Tokenizer):
-        return HFTokenCounter(tok, name=name or f"tokenizers:vocab{tok.get_vocab_size()}")
-    backend = getattr(tok, "backend_tokenizer", None)
-    if isinstance(backend, Tokenizer):
-        return HFTokenCounter(backend, name=name or getattr(tok, "name_or_path", None) or type(tok).__name__)
-    raise ConfigError(
-        f"tokenizer {type(tok).__name__} is not a Hugging Face fast tokenizer; pass a tokenizers.Tokenizer, "
-        "a PreTrainedTokenizerFast, a tokenizer.json path, or a model id with a fast tokenizer"
-    )
 
 
 # --------------------------------------------------------------------------- protected spans

@@ -34,7 +34,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -50,7 +50,7 @@ from .judge.schema import BehaviorName, response_format
 from .options import StageOptions
 from .records import BEHAVIORS, Annotator, Label, Segment, Trace, sha256_text
 from .reference import latest, reference_labels_from
-from .store import scrub_url
+from .provenance import scrub_url
 
 if TYPE_CHECKING:  # pragma: no cover
     from .store import Store
@@ -265,7 +265,7 @@ class VerifyOptions(StageOptions):
         The LLM judge's options (``base_url``, ``chunk_size``, ``concurrency``, ``batch``, ...).
     """
 
-    stage: str = "the verify stage"
+    stage: ClassVar[str] = "the verify stage"
     judge: str = Field(min_length=1)
     of: str | None = None
     max_failed: str | float | int = "10%"

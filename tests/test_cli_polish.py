@@ -169,7 +169,7 @@ def test_unreachable_hub_fails_at_once_with_a_hint(tmp_path: Path) -> None:
     done = _ror("ingest", "some-org/some-traces", "--db", "s.duckdb", cwd=tmp_path, HF_ENDPOINT=f"http://127.0.0.1:{_closed_port()}")
     assert done.returncode == 2 and "Traceback" not in done.stderr
     lines = [ln for ln in done.stderr.splitlines() if ln.startswith("error [")]  # the ingest bar may precede it
-    assert len(lines) == 1 and lines[0].startswith("error [E100]: some-org/some-traces: the Hugging Face hub"), done.stderr
+    assert len(lines) == 1 and lines[0].startswith("error [E210]: some-org/some-traces: the Hugging Face hub"), done.stderr
     assert "cannot be reached" in lines[0] and "embedded sample" in lines[0] and "HF_HUB_OFFLINE=1" in lines[0]
     assert "Retrying" not in done.stderr and "thrown while requesting" not in done.stderr
 

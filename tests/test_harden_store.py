@@ -127,7 +127,7 @@ def test_a_damaged_wal_is_a_coded_error_and_ror_recover_moves_it_aside(tmp_path:
 
 
 def test_old_schema_store_message_names_a_command_that_exists(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from ror_annotate import store as store_module
+    from ror_annotate.store import core as store_module  # where Store.__init__ reads CORE_MIGRATIONS
     from ror_annotate.store import CORE_MIGRATIONS
 
     db = tmp_path / "old.duckdb"

@@ -23,17 +23,15 @@ from hypothesis import strategies as st
 from ror_annotate.errors import ConfigError, SegmentationError
 from ror_annotate.records import Segment
 from ror_annotate.segment import (
-    APPROX_COUNTER_NAME,
     SEGMENTER_NAME,
     SOFT_MAX_TOKENS,
-    ApproxTokenCounter,
     Segmenter,
     check_segments,
     find_protected_spans,
-    make_token_counter,
     segment_stats,
     segment_text,
 )
+from ror_annotate.tokenizer import APPROX_COUNTER_NAME, ApproxTokenCounter, make_token_counter
 
 from .conftest import SHARED_PITFALLS
 

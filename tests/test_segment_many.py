@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from ror_annotate.errors import ConfigError, SegmentationError
-from ror_annotate.segment import TASK_CHARS, Segmenter, default_workers, make_token_counter, segment_many
+from ror_annotate.segment import TASK_CHARS, Segmenter, default_workers, segment_many
+from ror_annotate.tokenizer import make_token_counter
 
 from .test_segment import _tiny_tokenizer_file
 

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from ror_annotate.segment import ApproxTokenCounter, Segmenter, segment_stats
+from ror_annotate.segment import Segmenter, segment_stats
+from ror_annotate.tokenizer import ApproxTokenCounter
 
 from .conftest import DATA
 from .test_segment import assert_invariants

@@ -117,3 +117,60 @@ def test_run_options_extend_the_export_options() -> None:
     run = pipeline.RunOptions(labels="human", split_seed=7, out="exports/x")
     assert isinstance(run, ExportOptions)
     assert (run.labels, run.split_seed, run.split_fractions, run.judge, run.max_failed) == ("human", 7, (0.8, 0.1, 0.1), "baseline", "10%")
+
+
+def _stage_models() -> list[type[StageOptions]]:
+    import importlib
+    import pkgutil
+
+    for info in pkgutil.walk_packages(ror_annotate.__path__, "ror_annotate."):
+        if ".steer" in info.name or info.name.endswith("__main__"):
+            continue  # steer's optional dependencies (torch); its two models are imported above
+        importlib.import_module(info.name)
+    seen: list[type[StageOptions]] = []
+    todo = list(StageOptions.__subclasses__())
+    while todo:
+        cls = todo.pop()
+        if cls not in seen:
+            seen.append(cls)
+            todo += cls.__subclasses__()
+    return sorted(seen, key=lambda c: c.__qualname__)
+
+
+def test_stage_is_a_class_variable_of_every_options_model() -> None:
+    from ror_annotate.judge.config import JudgeConfig
+
+    models = _stage_models()
+    assert {JudgeConfig, ExportOptions, pipeline.RunOptions, StudyOptions, AgreementOptions, CaptureOptions} <= set(models)
+    for model in models:
+        assert "stage" not in model.model_fields, model
+        assert isinstance(model.stage, str) and model.stage != "stage", model  # each names itself
+        if not any(f.is_required() for f in model.model_fields.values()):
+            assert "stage" not in model.from_options({}).recorded()
+        with pytest.raises(ConfigError, match=rf"unknown option\(s\) for {model.stage}: 'stage'"):
+            model.from_options({"stage": "x"})
+
+
+@pytest.mark.filterwarnings("ignore:Field name \"stage\":UserWarning")  # pydantic's own note on the shadowing, before the refusal
+def test_a_stage_declared_as_a_field_is_refused() -> None:
+    with pytest.raises(TypeError, match=r"Broken.stage must be a class variable: declare it as `stage: ClassVar\[str\] = ...`"):
+        class Broken(StageOptions):
+            stage: str = "the broken stage"  # type: ignore[misc]
+
+
+def test_judge_config_is_a_stage_options_model_with_its_errors() -> None:
+    from ror_annotate.judge.config import JudgeConfig
+
+    assert issubclass(JudgeConfig, StageOptions)
+    # the messages JudgeConfig.from_options gave before it was a StageOptions
+    known = ", ".join(JudgeConfig.model_fields)
+    with pytest.raises(ConfigError, match=r"^unknown option\(s\) for the openai judge: 'chunksize' \(did you mean 'chunk_size'\?\); known options: ") as info:
+        JudgeConfig.from_options({"chunksize": 3})
+    assert str(info.value).endswith(f"known options: {known}") and known.startswith("base_url, codebook, mode, chunk_size")
+    with pytest.raises(ConfigError, match=r"^unknown option\(s\) for the verifier judge: 'sead' \(did you mean 'seed'\?\)"):
+        JudgeConfig.from_options({"sead": 1}, judge="verifier")
+    with pytest.raises(ConfigError, match=r"^--chunk-size must be >= 1, got 0$"):
+        JudgeConfig.from_options({"chunk_size": 0})
+    cfg = JudgeConfig.from_options({"chunk_size": 5, "seed": None})
+    assert (cfg.chunk_size, cfg.seed) == (5, None)
+    assert cfg.recorded()["chunk_size"] == 5 and "stage" not in cfg.recorded() and len(cfg.recorded()) == len(JudgeConfig.model_fields)

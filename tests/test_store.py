@@ -357,7 +357,7 @@ def test_release_cache_drops_cached_blocks_and_keeps_the_configured_limit(tmp_pa
             assert store.execute("SELECT current_setting('memory_limit')").fetchone() == limit, configured
             assert store.execute("SELECT count(*) FROM big").fetchone() == (200000,)  # the blocks are read again
             # at most one look per CACHE_CHECK_SECONDS
-            import ror_annotate.store as store_module
+            import ror_annotate.store.connection as store_module  # where release_cache reads it
 
             monkeypatch.setattr(store_module, "CACHE_CHECK_SECONDS", 3600.0)
             store.execute("SELECT sum(length(s)) FROM big").fetchone()

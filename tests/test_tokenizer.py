@@ -7,7 +7,7 @@ import socket
 
 import pytest
 
-from ror_annotate.errors import ConfigError
+from ror_annotate.errors import ConfigError, HubUnreachableError, InputError
 from ror_annotate.tokenizer import load_tokenizer, public_tokenizer_name, tokenizer_vocab_sha256
 
 from . import tokenizers_fixtures as F
@@ -74,9 +74,11 @@ def test_offline_name_fails_at_once_without_asking_the_hub(monkeypatch, hub_call
 def test_unreachable_hub_fails_at_once_with_a_hint(monkeypatch, hub_calls):
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{_closed_port()}")
-    with pytest.raises(ConfigError, match="unreachable") as err:
+    with pytest.raises(ConfigError, match="cannot be reached") as err:  # the one hub probe's error (a ConfigError too)
         load_tokenizer("some-org/not-cached-model")
     assert hub_calls == [True]
+    assert isinstance(err.value, HubUnreachableError) and err.value.code == "E210"
+    assert str(err.value).startswith("cannot load tokenizer 'some-org/not-cached-model' (not in the local Hugging Face cache): the Hugging Face hub (http://127.0.0.1:")
     assert "HF_HUB_OFFLINE=1" in str(err.value)
 
 
@@ -107,3 +109,30 @@ def test_vocab_hash_is_the_sha256_of_the_sorted_vocabulary(tmp_path):
     assert tokenizer_vocab_sha256(load_tokenizer(str(tmp_path / "t"))) == expected  # survives a save/load
     other = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel(vocab={"[UNK]": 0, "a": 2, "b": 1}, unk_token="[UNK]")))
     assert tokenizer_vocab_sha256(other) != expected  # same tokens, other ids
+
+
+def test_one_hub_probe_for_datasets_and_tokenizers(monkeypatch):
+    """One probe (HTTP HEAD, one timeout, cached per endpoint) and one error, E210, for both look-ups."""
+    import httpx
+
+    from ror_annotate import hub, tokenizer
+
+    assert tokenizer.HUB_PROBE_SECONDS is hub.HUB_PROBE_SECONDS
+    heads = []
+
+    def head(url, *, timeout):
+        heads.append((url, timeout))
+        raise httpx.ConnectError("refused")
+
+    monkeypatch.setattr(httpx, "head", head)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    endpoint = f"http://127.0.0.1:{_closed_port()}"
+    monkeypatch.setenv("HF_ENDPOINT", endpoint + "/")
+    with pytest.raises(HubUnreachableError, match=r"^some-org/data: the Hugging Face hub \(http://127.0.0.1:\d+\) cannot be reached \(ConnectError: refused\)"):
+        hub.check_hub("some-org/data")
+    with pytest.raises(InputError):  # what a dataset look-up raised before: still caught as one
+        hub.check_hub("some-org/data")
+    assert heads == [(endpoint, hub.HUB_PROBE_SECONDS)]  # one probe per endpoint and process
+    monkeypatch.setenv("HF_HUB_OFFLINE", "yes")
+    hub.check_hub("some-org/data")  # offline: no probe, the libraries read the cache
+    assert len(heads) == 1

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from ..errors import AgreementError
 from ..options import StageOptions
@@ -123,7 +123,7 @@ def adjudicated_reference(store: Any, *, study: str | None = None) -> dict[str, 
 class AgreementOptions(StageOptions):
     """Options of ``ror agree`` (on a store) / :func:`agreement_summary` (each documented there)."""
 
-    stage: str = "the agreement stage"
+    stage: ClassVar[str] = "the agreement stage"
     annotators: tuple[str, ...] | None = None
     sources: tuple[str, ...] | None = None
     study: str | None = None

@@ -38,7 +38,7 @@ import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 from pydantic import Field
@@ -59,7 +59,7 @@ _SAMPLE = re.compile(r"^(?P<base>.+)@s(?P<k>\d+)$")
 class CalibrationOptions(StageOptions):
     """Options of the calibration figures (``ror agree``)."""
 
-    stage: str = "calibration"
+    stage: ClassVar[str] = "calibration"
     n_bins: int = Field(10, ge=1, description="Equal-width confidence bins of the ECE.")
     n_resamples: int = Field(1000, ge=0, description="Trace bootstrap resamples (0: no intervals).")
     confidence_level: float = Field(0.95, gt=0.0, lt=1.0)

@@ -16,7 +16,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -316,7 +316,7 @@ class ExportOptions(StageOptions):
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
-    stage: str = "the export stage"
+    stage: ClassVar[str] = "the export stage"
     labels: str = "auto"
     tokenizer: Any = None
     chat_template: bool = False

@@ -8,28 +8,26 @@ the default chunk size without a word), and each value is checked against its bo
 
 from __future__ import annotations
 
-import difflib
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field
 
 from ..codebook import DEFAULT_CODEBOOK
-from ..errors import ConfigError
-from ..options import options_error
+from ..options import StageOptions
 
 #: The OpenAI Batch API's documented per-batch limits: requests per batch and input file size (bytes).
 BATCH_MAX_REQUESTS = 50_000
 BATCH_MAX_BYTES = 200 * 1024 * 1024
 
 
-class JudgeConfig(BaseModel):
+class JudgeConfig(StageOptions):
     """Validated options of the LLM judge (see :class:`~ror_annotate.judge.llm.LLMJudge` for their meaning).
 
     Units: ``timeout``, ``backoff_base`` and ``batch_poll_s`` in seconds; ``context_tokens`` and
     ``max_tokens`` in the judge model's tokens; ``batch_max_bytes`` in bytes of JSONL.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    stage: ClassVar[str] = "the openai judge"
 
     base_url: str | None = None
     codebook: str = DEFAULT_CODEBOOK
@@ -54,8 +52,13 @@ class JudgeConfig(BaseModel):
     backoff_base: float = Field(1.0, ge=0.0)
 
     @classmethod
-    def from_options(cls, options: dict[str, Any], *, judge: str = "openai") -> "JudgeConfig":
+    def from_options(
+        cls, options: dict[str, Any], *, judge: str = "openai", what: str | None = None, keep_none: bool = False,
+    ) -> "JudgeConfig":
         """Validate keyword options; ``None`` values mean "not given" and take the default.
+
+        :meth:`StageOptions.from_options <ror_annotate.options.StageOptions.from_options>`, with the
+        errors naming ``the {judge} judge``.
 
         Raises
         ------
@@ -63,16 +66,4 @@ class JudgeConfig(BaseModel):
             An unknown option (with the closest known name) or a value out of bounds, named as its
             command-line flag (``--chunk-size must be >= 1, got 0``).
         """
-        known = list(cls.model_fields)
-        unknown = [name for name in options if name not in cls.model_fields]
-        if unknown:
-            hints = []
-            for name in unknown:
-                close = difflib.get_close_matches(name, known, n=1)
-                hints.append(f"{name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
-            raise ConfigError(f"unknown option(s) for the {judge} judge: {', '.join(hints)}; known options: {', '.join(known)}")
-        given = {k: v for k, v in options.items() if v is not None}
-        try:
-            return cls(**given)
-        except ValidationError as exc:
-            raise options_error(exc, given) from exc
+        return super().from_options(options, what=what or f"the {judge} judge", keep_none=keep_none)

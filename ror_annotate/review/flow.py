@@ -34,7 +34,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import urlsplit
 
 from ..errors import ReviewError
@@ -62,7 +62,7 @@ class ReviewStartOptions(StudyOptions):
     ``install`` lets :func:`ensure_server` install Label Studio (about 3-4 minutes) when it is missing.
     """
 
-    stage: str = "ror review start"
+    stage: ClassVar[str] = "ror review start"
     annotators: tuple[str, ...] = ()
     trace_ids: tuple[str, ...] | None = None
     url: str | None = None
@@ -85,7 +85,7 @@ class ReviewFinishOptions(StageOptions):
     ``agreement.json`` / figures (None: no report). The bootstrap settings are ``ror agree``'s.
     """
 
-    stage: str = "ror review finish"
+    stage: ClassVar[str] = "ror review finish"
     url: str | None = None
     public_url: str | None = None
     strict_offsets: bool = False

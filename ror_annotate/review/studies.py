@@ -44,7 +44,7 @@ import secrets
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -627,7 +627,7 @@ class StudyOptions(StageOptions):
     sample size, overlap) run in :func:`create_study`, with the same errors as before.
     """
 
-    stage: str = "the review study"
+    stage: ClassVar[str] = "the review study"
     strategy: str = "random"
     n: int | None = None
     n_traces: int | None = None

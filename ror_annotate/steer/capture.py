@@ -27,7 +27,7 @@ import os
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, ClassVar, Iterable, Sequence
 
 import numpy as np
 
@@ -650,7 +650,7 @@ class CaptureOptions(StageOptions):
     Their checks (storage dtype, layers, splits) run in :func:`capture_router_logits`, as before.
     """
 
-    stage: str = "the capture stage"
+    stage: ClassVar[str] = "the capture stage"
     model_name: str = ""
     splits: Sequence[str] | None = None
     layers: Sequence[int] | None = None

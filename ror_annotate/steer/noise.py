@@ -31,7 +31,7 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, ClassVar, Sequence
 
 import numpy as np
 from pydantic import Field
@@ -61,7 +61,7 @@ class LabelNoiseOptions(StageOptions):
         Coverage of the percentile intervals.
     """
 
-    stage: str = "label noise"
+    stage: ClassVar[str] = "label noise"
     resamples: int = Field(0, ge=0, le=100_000)
     confusion: str | None = None
     confusion_rater: str | None = None

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import Field
 
@@ -29,7 +29,7 @@ SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</t
 class TinyModelOptions(StageOptions):
     """Options of :func:`build_tiny_model` (sizes in units of the model; ``router_std`` is a standard deviation)."""
 
-    stage: str = "ror tiny-model"
+    stage: ClassVar[str] = "ror tiny-model"
     traces: str | None = Field(None, description="JSONL of traces to train the tokenizer on (default: the embedded sample).")
     vocab_size: int = Field(1024, ge=300, le=65536)
     layers: int = Field(4, ge=1, le=64)

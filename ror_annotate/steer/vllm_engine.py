@@ -43,7 +43,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, ClassVar, Sequence
 
 import numpy as np
 
@@ -422,7 +422,7 @@ class VllmCaptureOptions(StageOptions):
     """Options of :func:`capture_router_logits_vllm` (``ror steer capture --engine vllm``), each
     documented there; the checks of their values run in the function, as before."""
 
-    stage: str = "the vLLM capture"
+    stage: ClassVar[str] = "the vLLM capture"
     model_name: str = ""
     splits: Sequence[str] | None = None
     layers: Sequence[int] | None = None

@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import Field
 
@@ -86,7 +86,7 @@ class ViewOptions(StageOptions):
         Title shown on every page.
     """
 
-    stage: Literal["the view stage"] = "the view stage"
+    stage: ClassVar[str] = "the view stage"
     batch_size: int = Field(200, ge=1)
     low_confidence: float = Field(0.6, ge=0.0, le=1.0)
     reference: str = "majority"
