@@ -21,6 +21,8 @@ and the peak at 250k segments within 10% of it (memory flat in corpus size).
 ratio of its time to ours per row (>1: we are faster) and compares the two exports byte for byte:
 every file except ``README.md``, ``ror_export.json`` and the ``state.json`` files, which carry the
 export's name, time and a random fingerprint (``ror_export.json`` is compared without those keys).
+When the bytes differ (an export layout version changed, e.g. version 2's row groups), the rows are
+compared instead: every config and split read back from parquet, in order.
 ``--short-traces N`` replaces the corpus by N short traces (2-5 sentences each, cut from the real
 traces), the shape of chat datasets where per-trace costs dominate. ``--workers N`` is passed on.
 
@@ -143,6 +145,27 @@ def compare_exports(ours: Path, theirs: Path) -> tuple[bool, list[str]]:
     return not differ and bool(a), differ
 
 
+def same_rows(ours: Path, theirs: Path) -> bool:
+    """Whether two exports hold the same rows in the same order in every config and split (their parquet
+    files read back, shards concatenated): the check when the bytes differ by a layout version."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    def tables(root: Path) -> dict[str, pa.Table]:
+        groups: dict[str, list[Path]] = {}
+        for p in sorted((root / "data").rglob("*.parquet")):
+            groups.setdefault(f"{p.parent.name}/{p.name.split('-')[0]}", []).append(p)
+        return {k: pa.concat_tables([pq.read_table(p) for p in v]) for k, v in groups.items()}
+
+    a, b = tables(ours), tables(theirs)
+    return bool(a) and a.keys() == b.keys() and all(a[k].equals(b[k]) for k in a)
+
+
+def layout_version(out: Path) -> int:
+    """The export's ``layout_version`` (1 when its manifest has none: exports before the key)."""
+    return int(json.loads((out / "ror_export.json").read_text(encoding="utf-8")).get("layout_version", 1))
+
+
 def run_child(argv: list[str], env: dict[str, str], cwd: Path) -> dict:
     """Run one command; return its wall seconds, peak RSS (MiB, from wait4) and exit status."""
     t0 = time.perf_counter()
@@ -255,6 +278,12 @@ def main() -> None:
                     same, differ = compare_exports(r["out"], theirs[k]["out"])
                     print(f"{'':<24} export byte-identical to {args.against}'s: {'yes' if same else 'NO: ' + ', '.join(differ[:5])}")
                     r["identical_to_against"] = same
+                    versions = (layout_version(r["out"]), layout_version(theirs[k]["out"]))
+                    if not same:
+                        rows = same_rows(r["out"], theirs[k]["out"])
+                        print(f"{'':<24} layout versions {versions[0]} vs {versions[1]}; same rows in every config and split: "
+                              f"{'yes' if rows else 'NO'}")
+                        r["same_rows_as_against"] = rows
         stage_peaks = [r["peak_rss_mib"] for r in results if "peak_rss_mib" in r and not r["what"].startswith("ror run")]
         if stage_peaks:
             print(f"peak RSS over the stages: {max(stage_peaks):.0f} MiB (target: < 2048 MiB at 1M segments)")
