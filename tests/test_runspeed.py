@@ -59,3 +59,22 @@ def test_segmenting_with_a_warm_cache_does_not_import_spacy(tmp_path: Path) -> N
     second = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300, check=True)
     assert first.stdout.split()[0] == second.stdout.split()[0]  # same segments either way
     assert first.stdout.split()[1] == "True" and second.stdout.split()[1] == "False"
+
+
+def test_trace_analytics_to_dict_equals_asdict() -> None:
+    """The export's per-trace analytics dicts are dataclasses.asdict's (keys, order, values), without the deep copy."""
+    import json
+    from dataclasses import asdict
+
+    from ror_annotate.analytics import TraceAnalytics
+
+    cases = [
+        TraceAnalytics("t1", 3, 40, 1, 12, 0.3, 28, 2, {"planning": 4, "execution": 36}, "42", "41", True, False, True),
+        TraceAnalytics("t2", 0, 0, None, None, None, None, None),
+    ]
+    for a in cases:
+        d = a.to_dict()
+        assert list(d) == list(asdict(a)) and d == asdict(a)
+        assert json.dumps(d, indent=1) == json.dumps(asdict(a), indent=1)
+        d["tokens_per_behavior"]["fact"] = 1  # a copy: the analytics object is not changed through it
+        assert "fact" not in a.tokens_per_behavior
