@@ -78,3 +78,42 @@ def test_trace_analytics_to_dict_equals_asdict() -> None:
         assert json.dumps(d, indent=1) == json.dumps(asdict(a), indent=1)
         d["tokens_per_behavior"]["fact"] = 1  # a copy: the analytics object is not changed through it
         assert "fact" not in a.tokens_per_behavior
+
+
+def _numbered(path: Path, n: int) -> Path:
+    import json
+
+    path.write_text("".join(json.dumps({"trace_id": f"n{i:04d}", "trace": f"Step {i}. So the answer is {i}."}) + "\n"
+                            for i in range(n)), encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("keep_chars", [0, 10**9])
+def test_ingest_reads_a_small_input_once_and_stores_the_same(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, keep_chars: int) -> None:
+    """Under INGEST_KEEP_CHARS the validated traces are stored without a second read; the store is the same
+    as the two-pass ingest's (traces table and summary), and batches are still committed one by one."""
+    from ror_annotate import pipeline, traces
+    from ror_annotate.store import Store
+
+    monkeypatch.setattr(pipeline, "INGEST_BATCH", 10)
+    monkeypatch.setattr(pipeline, "INGEST_KEEP_CHARS", keep_chars)
+    src = _numbered(tmp_path / "t.jsonl", 25)
+    reads = {"n": 0}
+    real_parse = traces.records_to_traces
+
+    def counting(*a, **kw):
+        reads["n"] += 1
+        return real_parse(*a, **kw)
+
+    monkeypatch.setattr(traces, "records_to_traces", counting)
+    batches = []
+    real_upsert = Store.upsert_traces
+    monkeypatch.setattr(Store, "upsert_traces", lambda self, ts, **kw: (batches.append(len(ts)), real_upsert(self, ts, **kw))[1])
+    with Store(tmp_path / "s.duckdb") as store:
+        summary = pipeline.ingest(store, src)
+        rows = store.execute("SELECT trace_id, text, problem, source, meta FROM traces ORDER BY trace_id").fetchall()
+    assert reads["n"] == (25 if keep_chars else 50)  # records parsed: once, or once per pass
+    assert batches == [10, 10, 5]
+    assert (summary.read, summary.inserted, summary.unchanged) == (25, 25, 0)
+    assert [r[0] for r in rows] == [f"n{i:04d}" for i in range(25)]
+    assert rows[3][1] == "Step 3. So the answer is 3." and rows[3][3] == "t.jsonl"
