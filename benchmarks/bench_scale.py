@@ -178,8 +178,10 @@ def run_child(argv: list[str], env: dict[str, str], cwd: Path) -> dict:
     if proc.returncode != 0:
         sys.stderr.write(err_f.decode(errors="replace")[-3000:])
         raise SystemExit(f"{' '.join(argv[3:])} failed with exit status {proc.returncode}")
-    # ru_maxrss is in KiB on Linux
-    return {"seconds": seconds, "peak_rss_mib": usage.ru_maxrss / 1024, "stdout": out_f.decode(errors="replace")}
+    # ru_maxrss is in KiB on Linux; CPU seconds (user + system, the process and the children it waited for,
+    # e.g. segment workers) are the steadier figure on a machine shared with other work
+    return {"seconds": seconds, "cpu_s": usage.ru_utime + usage.ru_stime, "peak_rss_mib": usage.ru_maxrss / 1024,
+            "stdout": out_f.decode(errors="replace")}
 
 
 def dir_size(path: Path, pattern: str = "**/*") -> int:
@@ -261,16 +263,17 @@ def main() -> None:
         results = bench(work, corpus, n_segments, args.mode, args.duckdb_memory_limit, workers=args.workers)
         theirs = (bench(work, corpus, n_segments, args.mode, args.duckdb_memory_limit, root=args.against.resolve(),
                         workers=args.workers, tag="-against") if args.against is not None else None)
-        header = f"{'stage':<24}{'seconds':>10}{'segments/s':>14}{'peak RSS MiB':>15}"
+        header = f"{'stage':<24}{'seconds':>10}{'CPU s':>9}{'segments/s':>14}{'peak RSS MiB':>15}"
         if theirs is not None:
-            header += f"{'against s':>12}{'against MiB':>13}{'speed-up':>10}"
+            header += f"{'against s':>12}{'CPU s':>9}{'against MiB':>13}{'speed-up':>10}{'CPU ratio':>11}"
         print(header)
         for k, r in enumerate(results):
             if "seconds" in r:
-                line = f"{r['what']:<24}{r['seconds']:>10.1f}{r['segments_per_s']:>14.0f}{r['peak_rss_mib']:>15.0f}"
+                line = f"{r['what']:<24}{r['seconds']:>10.1f}{r['cpu_s']:>9.1f}{r['segments_per_s']:>14.0f}{r['peak_rss_mib']:>15.0f}"
                 if theirs is not None:
                     t = theirs[k]
-                    line += f"{t['seconds']:>12.1f}{t['peak_rss_mib']:>13.0f}{t['seconds'] / r['seconds']:>9.2f}x"
+                    line += (f"{t['seconds']:>12.1f}{t['cpu_s']:>9.1f}{t['peak_rss_mib']:>13.0f}{t['seconds'] / r['seconds']:>9.2f}x"
+                             f"{t['cpu_s'] / max(r['cpu_s'], 1e-9):>10.2f}x")
                 print(line)
             else:
                 print(f"{r['what']:<24} parquet {r['parquet_mib']:.1f} MiB, whole directory {r['dir_mib']:.1f} MiB")
