@@ -180,7 +180,11 @@ def run_child(argv: list[str], env: dict[str, str], cwd: Path) -> dict:
         raise SystemExit(f"{' '.join(argv[3:])} failed with exit status {proc.returncode}")
     # ru_maxrss is in KiB on Linux; CPU seconds (user + system, the process and the children it waited for,
     # e.g. segment workers) are the steadier figure on a machine shared with other work
-    return {"seconds": seconds, "cpu_s": usage.ru_utime + usage.ru_stime, "peak_rss_mib": usage.ru_maxrss / 1024,
+    found = re.findall(r"ROR_SELF_CPU ([0-9.]+)", err_f.decode(errors="replace"))
+    cpu = usage.ru_utime + usage.ru_stime
+    return {"seconds": seconds, "cpu_s": cpu, "peak_rss_mib": usage.ru_maxrss / 1024,
+            # the main process's own CPU (what the segment workers do not share): the serial share
+            "serial_share": float(found[-1]) / cpu if found and cpu > 0 else None,
             "stdout": out_f.decode(errors="replace")}
 
 
@@ -196,7 +200,9 @@ def bench(work: Path, corpus: Path, n_segments: int | None, mode: str, memory_li
     more = ["--workers", str(workers)] if workers else []
     if memory_limit:
         env["ROR_DUCKDB_MEMORY_LIMIT"] = memory_limit
-    ror = [sys.executable, "-c", "from ror_annotate.cli import app; app()"]
+    # the command prints its own CPU seconds at exit (stderr), for the serial share of a run with workers
+    ror = [sys.executable, "-c", "import atexit, resource, sys; atexit.register(lambda: sys.stderr.write("
+           "'ROR_SELF_CPU %f\\n' % sum(resource.getrusage(resource.RUSAGE_SELF)[:2]))); from ror_annotate.cli import app; app()"]
     results = []
     if mode in ("stages", "both"):
         db = work / f"stages{tag}.duckdb"
@@ -287,6 +293,11 @@ def main() -> None:
                         print(f"{'':<24} layout versions {versions[0]} vs {versions[1]}; same rows in every config and split: "
                               f"{'yes' if rows else 'NO'}")
                         r["same_rows_as_against"] = rows
+        for name, rows in (("ours", results), ("against", theirs or [])):
+            for r in rows:
+                if r.get("serial_share") is not None and r["what"] in ("segment", "ror run (one process)"):
+                    print(f"{name} {r['what']}: main process {r['serial_share']:.0%} of {r['cpu_s']:.1f} CPU s "
+                          "(the rest in segment workers)")
         stage_peaks = [r["peak_rss_mib"] for r in results if "peak_rss_mib" in r and not r["what"].startswith("ror run")]
         if stage_peaks:
             print(f"peak RSS over the stages: {max(stage_peaks):.0f} MiB (target: < 2048 MiB at 1M segments)")
