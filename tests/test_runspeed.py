@@ -117,3 +117,15 @@ def test_ingest_reads_a_small_input_once_and_stores_the_same(tmp_path: Path, mon
     assert (summary.read, summary.inserted, summary.unchanged) == (25, 25, 0)
     assert [r[0] for r in rows] == [f"n{i:04d}" for i in range(25)]
     assert rows[3][1] == "Step 3. So the answer is 3." and rows[3][3] == "t.jsonl"
+
+
+def test_export_reads_segments_as_model_construct_would() -> None:
+    """The export's reader builds segments with the segmenter's fast constructor: the same record as
+    Segment.model_construct with every field (fields set, dump, equality)."""
+    from ror_annotate.records import Segment
+    from ror_annotate.segment import _new_segment
+
+    args = dict(trace_id="t-1", segment_index=3, char_start=10, char_end=14, text="abcd", n_tokens=2)
+    fast, ref = _new_segment(*args.values()), Segment.model_construct(**args)
+    assert fast == ref and fast.model_fields_set == ref.model_fields_set
+    assert fast.model_dump_json() == ref.model_dump_json() and type(fast) is Segment

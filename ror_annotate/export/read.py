@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import ExportError
 from ..records import BEHAVIORS, LABEL_SOURCES, Label, Segment, Trace
+from ..segment import _new_segment
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..store import Store
@@ -125,7 +126,8 @@ def _read_batch(store: "Store", ids: list[str], with_format: bool) -> Batch:
                 "re-segment that trace (ror segment --force) or restore the store",
                 code=CORRUPT_ROW,
             )
-        segments[r[0]].append(Segment.model_construct(trace_id=r[0], segment_index=r[1], char_start=r[2], char_end=r[3], text=r[4], n_tokens=r[5]))
+        # the segmenter's unvalidated constructor: the same record as Segment.model_construct, about 2x faster
+        segments[r[0]].append(_new_segment(r[0], r[1], r[2], r[3], r[4], r[5]))
     labels: dict[tuple[str, int], list[Label]] = defaultdict(list)
     rows = store.rows_of_traces(
         "labels", "label_id, trace_id, segment_index, label, source, annotator, codebook_version, study, created_at, extra, "
