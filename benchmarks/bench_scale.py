@@ -46,6 +46,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -166,13 +167,45 @@ def layout_version(out: Path) -> int:
     return int(json.loads((out / "ror_export.json").read_text(encoding="utf-8")).get("layout_version", 1))
 
 
+def _descendant_cpu(root: int, seen: dict[int, float], stop: threading.Event, every: float = 0.25) -> None:
+    """Sample the CPU seconds (user + system) of every process below ``root`` (segment workers, the
+    forkserver) from /proc until ``stop``; ``seen[pid]`` keeps each one's last reading. wait4 does not
+    count them: the workers are the forkserver's children, not the command's."""
+    tick = os.sysconf("SC_CLK_TCK")
+    while not stop.is_set():
+        parent: dict[int, int] = {}
+        cpu: dict[int, float] = {}
+        for d in os.listdir("/proc"):
+            if not d.isdigit():
+                continue
+            try:
+                fields = Path(f"/proc/{d}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            parent[int(d)] = int(fields[1])
+            cpu[int(d)] = (int(fields[11]) + int(fields[12])) / tick
+        for pid in cpu:
+            p, depth = parent.get(pid), 0
+            while p and p != root and depth < 8:
+                p, depth = parent.get(p), depth + 1
+            if p == root and pid != root:
+                seen[pid] = cpu[pid]
+        stop.wait(every)
+
+
 def run_child(argv: list[str], env: dict[str, str], cwd: Path) -> dict:
-    """Run one command; return its wall seconds, peak RSS (MiB, from wait4) and exit status."""
+    """Run one command; return its wall seconds, CPU seconds, peak RSS (MiB, from wait4) and exit status."""
     t0 = time.perf_counter()
     proc = subprocess.Popen(argv, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    workers_cpu: dict[int, float] = {}
+    stop = threading.Event()
+    sampler = threading.Thread(target=_descendant_cpu, args=(proc.pid, workers_cpu, stop), daemon=True)
+    sampler.start()
     out_f = proc.stdout.read()  # the CLI prints little; read to the end before waiting
     err_f = proc.stderr.read()
     _, status, usage = os.wait4(proc.pid, 0)
+    stop.set()
+    sampler.join()
     proc.returncode = os.waitstatus_to_exitcode(status)
     seconds = time.perf_counter() - t0
     if proc.returncode != 0:
@@ -180,11 +213,11 @@ def run_child(argv: list[str], env: dict[str, str], cwd: Path) -> dict:
         raise SystemExit(f"{' '.join(argv[3:])} failed with exit status {proc.returncode}")
     # ru_maxrss is in KiB on Linux; CPU seconds (user + system, the process and the children it waited for,
     # e.g. segment workers) are the steadier figure on a machine shared with other work
-    found = re.findall(r"ROR_SELF_CPU ([0-9.]+)", err_f.decode(errors="replace"))
-    cpu = usage.ru_utime + usage.ru_stime
+    main_cpu = usage.ru_utime + usage.ru_stime  # the command itself (and any child it waited for)
+    cpu = main_cpu + sum(workers_cpu.values())  # plus its workers, sampled every 0.25 s
     return {"seconds": seconds, "cpu_s": cpu, "peak_rss_mib": usage.ru_maxrss / 1024,
-            # the main process's own CPU (what the segment workers do not share): the serial share
-            "serial_share": float(found[-1]) / cpu if found and cpu > 0 else None,
+            # the main process's share of the CPU (what the segment workers do not share): the serial share
+            "serial_share": main_cpu / cpu if cpu > 0 else None,
             "stdout": out_f.decode(errors="replace")}
 
 
@@ -200,9 +233,7 @@ def bench(work: Path, corpus: Path, n_segments: int | None, mode: str, memory_li
     more = ["--workers", str(workers)] if workers else []
     if memory_limit:
         env["ROR_DUCKDB_MEMORY_LIMIT"] = memory_limit
-    # the command prints its own CPU seconds at exit (stderr), for the serial share of a run with workers
-    ror = [sys.executable, "-c", "import atexit, resource, sys; atexit.register(lambda: sys.stderr.write("
-           "'ROR_SELF_CPU %f\\n' % sum(resource.getrusage(resource.RUSAGE_SELF)[:2]))); from ror_annotate.cli import app; app()"]
+    ror = [sys.executable, "-c", "from ror_annotate.cli import app; app()"]
     results = []
     if mode in ("stages", "both"):
         db = work / f"stages{tag}.duckdb"
@@ -297,7 +328,7 @@ def main() -> None:
             for r in rows:
                 if r.get("serial_share") is not None and r["what"] in ("segment", "ror run (one process)"):
                     print(f"{name} {r['what']}: main process {r['serial_share']:.0%} of {r['cpu_s']:.1f} CPU s "
-                          "(the rest in segment workers)")
+                          "(the rest in its worker processes, sampled from /proc)")
         stage_peaks = [r["peak_rss_mib"] for r in results if "peak_rss_mib" in r and not r["what"].startswith("ror run")]
         if stage_peaks:
             print(f"peak RSS over the stages: {max(stage_peaks):.0f} MiB (target: < 2048 MiB at 1M segments)")
