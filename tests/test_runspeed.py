@@ -129,3 +129,23 @@ def test_export_reads_segments_as_model_construct_would() -> None:
     fast, ref = _new_segment(*args.values()), Segment.model_construct(**args)
     assert fast == ref and fast.model_fields_set == ref.model_fields_set
     assert fast.model_dump_json() == ref.model_dump_json() and type(fast) is Segment
+
+
+def test_export_reads_labels_as_model_construct_would() -> None:
+    """The export's reader builds labels with a fast constructor: the same record as Label.model_construct
+    given every field (fields set, dump, equality, label id), for values of every kind."""
+    from datetime import datetime, timezone
+
+    from ror_annotate.export.read import _new_label
+    from ror_annotate.records import Label
+
+    names = list(Label.model_fields)
+    for values in (
+        ("tr-1", 4, "reflection", "llm", "openai:gpt", "six-behaviors@v1", None, "s1", 0.75, None,
+         datetime(2026, 3, 4, 5, 6, 7, tzinfo=timezone.utc), {"note": "x"}, [0.1, 0.9]),
+        ("tr-2", 0, "fact", "human", "ann", "v2", None, None, None, None, None, {}, None),
+    ):
+        fast, ref = _new_label(*values), Label.model_construct(**dict(zip(names, values)))
+        assert fast == ref and fast.model_fields_set == ref.model_fields_set == set(names)
+        assert fast.model_dump_json() == ref.model_dump_json() and fast.label_id == ref.label_id
+        assert type(fast) is Label
