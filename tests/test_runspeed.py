@@ -149,3 +149,15 @@ def test_export_reads_labels_as_model_construct_would() -> None:
         assert fast == ref and fast.model_fields_set == ref.model_fields_set == set(names)
         assert fast.model_dump_json() == ref.model_dump_json() and fast.label_id == ref.label_id
         assert type(fast) is Label
+
+
+def test_export_reads_traces_as_model_construct_would() -> None:
+    from ror_annotate.export.read import _new_trace
+    from ror_annotate.records import Trace
+
+    names = list(Trace.model_fields)
+    for values in (("t-1", "So x = 2.", "What is x?", "2", "2", True, "m", "file.jsonl", "d", "think-tags", {"license": "MIT"}),
+                   ("t-2", "Text.", None, None, None, None, None, None, None, None, {})):
+        fast, ref = _new_trace(*values), Trace.model_construct(**dict(zip(names, values)))
+        assert fast == ref and fast.model_fields_set == ref.model_fields_set == set(names)
+        assert fast.model_dump_json() == ref.model_dump_json() and type(fast) is Trace

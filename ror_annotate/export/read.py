@@ -89,6 +89,10 @@ _new_label = _fast_factory(Label, ("t", 0, BEHAVIORS[0], "baseline", "a", "v1", 
                                    datetime(2026, 1, 1, tzinfo=timezone.utc), {"k": 1}, [1.0]))
 
 
+#: ``_new_trace(trace_id, text, problem, answer, gold_answer, correct, model, source, dataset, source_format, meta)``.
+_new_trace = _fast_factory(Trace, ("t", "text", "p", "a", "g", True, "m", "s", "d", "plain", {"k": [1]}))
+
+
 def _ids_filter(column: str) -> str:
     # a hash semi-join on the batch's ids: list_contains would be O(rows x ids)
     return f"{column} IN (SELECT unnest(?::VARCHAR[]))"
@@ -143,9 +147,8 @@ def _read_batch(store: "Store", ids: list[str], with_format: bool) -> Batch:
     formats: dict[str, str | None] = {}
     # rows_of_traces: only the row groups holding the batch (a plain IN filter scanned every trace's text per batch)
     for r in store.rows_of_traces("traces", cols, ids):
-        by_id[r[0]] = Trace.model_construct(
-            trace_id=r[0], text=r[1], problem=r[2], answer=r[3], gold_answer=r[4], correct=r[5], model=r[6],
-            source=r[7], dataset=r[8], meta=json.loads(r[9]) if r[9] else {}, source_format=r[10] if with_format else None,
+        by_id[r[0]] = _new_trace(  # Trace.model_construct with every field, in declaration order
+            r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[10] if with_format else None, json.loads(r[9]) if r[9] else {},
         )
         formats[r[0]] = r[10] if with_format else None  # stores written before the column existed have none
     traces = [by_id[i] for i in ids]
