@@ -916,3 +916,45 @@ def import_labels(
 
 
 __all__ += ["import_labels"]
+
+
+# --------------------------------------------------------------------------- review start / finish (issue 27)
+def review_start(store: "Store", name: str, options: Any = None, **kwargs: Any) -> Any:
+    """Start a review study end to end (server, study, accounts, push, links): :func:`ror_annotate.review.flow.review_start`.
+
+    ``options`` is a :class:`~ror_annotate.review.flow.ReviewStartOptions`, a dict of its fields,
+    or None with the fields as keywords. Returns a ``ReviewStartSummary``.
+
+    Raises
+    ------
+    ReviewError
+        E740-E744 and the server errors of ``ror review push`` (see the flow module).
+    """
+    from .review.flow import ReviewStartOptions
+    from .review.flow import review_start as _start
+
+    if isinstance(options, dict):
+        options = ReviewStartOptions.from_options(options)
+    return _start(store, name, options, **kwargs)
+
+
+def review_finish(store: "Store", name: str, options: Any = None, **kwargs: Any) -> Any:
+    """Pull a study and compute its agreement (weighted when the design allows): :func:`ror_annotate.review.flow.review_finish`.
+
+    ``options`` is a :class:`~ror_annotate.review.flow.ReviewFinishOptions`, a dict of its fields,
+    or None with the fields as keywords. Returns a ``ReviewFinishSummary``.
+
+    Raises
+    ------
+    ReviewError, AgreementError
+        As ``ror review pull`` and ``ror agree``.
+    """
+    from .review.flow import ReviewFinishOptions
+    from .review.flow import review_finish as _finish
+
+    if isinstance(options, dict):
+        options = ReviewFinishOptions.from_options(options)
+    return _finish(store, name, options, **kwargs)
+
+
+__all__ += ["review_start", "review_finish"]

@@ -6,6 +6,7 @@
 #   bash scripts/labelstudio.sh stop      # stops the process group recorded in the PID file
 #   bash scripts/labelstudio.sh status    # prints UP / DOWN
 #   bash scripts/labelstudio.sh env       # prints the export lines for LABEL_STUDIO_URL / _PUBLIC_URL / _API_KEY
+#   bash scripts/labelstudio.sh installed # exit status 0 if label-studio is installed in LS_VENV (used by `ror review start`)
 #
 # Everything is configurable through the environment (defaults in brackets):
 #   LS_VENV [.venv-labelstudio]  LS_DATA [.labelstudio]  LS_PORT [8089]
@@ -201,6 +202,8 @@ cmd_stop() {
   fi
 }
 
+cmd_installed() { [[ -x "$LS_VENV/bin/label-studio" ]]; }
+
 cmd_status() { need_python; if health; then echo "UP $URL"; else echo "DOWN $URL"; exit 1; fi; }
 
 cmd_env() {
@@ -215,5 +218,6 @@ case "${1:-}" in
   stop) cmd_stop ;;
   status) cmd_status ;;
   env) cmd_env ;;
-  *) echo "usage: bash scripts/labelstudio.sh {install|start|stop|status|env}" >&2; exit 64 ;;
+  installed) cmd_installed ;;
+  *) echo "usage: bash scripts/labelstudio.sh {install|start|stop|status|env|installed}" >&2; exit 64 ;;
 esac

@@ -186,6 +186,8 @@ def test_wheel_installed_outside_the_prefix_finds_the_codebook(tmp_path) -> None
     (wheel,) = (tmp_path / "dist").glob("ror_annotate-*.whl")
     with zipfile.ZipFile(wheel) as zf:
         assert zf.read("ror_annotate/codebooks/six-behaviors@v1.yaml") == V1.read_bytes()
+        card_template = REPO / "ror_annotate" / "templates" / "dataset_card.md"  # the export's card template ships too
+        assert zf.read("ror_annotate/templates/dataset_card.md") == card_template.read_bytes()
         assert not [n for n in zf.namelist() if ".data/data/" in n]  # nothing under <prefix>/share any more
         zf.extractall(tmp_path / "site")  # what pip install --target does with a pure-Python wheel
     env = {k: v for k, v in os.environ.items() if k not in ("ROR_CODEBOOK_PATH", "PYTHONPATH")}

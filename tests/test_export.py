@@ -692,7 +692,7 @@ def test_percentile_from_counts_matches_numpy():
 
 def test_build_card_is_pure(tmp_path, monkeypatch):
     """build_card reads nothing and writes nothing: the same inputs give the same card, and no file appears."""
-    from ror_annotate.card import build_card
+    from ror_annotate.card import CardFigures, build_card
     from ror_annotate.export.features import features_of
 
     store = make_store(tmp_path / "s.duckdb")
@@ -703,10 +703,12 @@ def test_build_card_is_pure(tmp_path, monkeypatch):
     monkeypatch.chdir(work)
     data_files = {c: {"train": [f"data/{c}/train-*.parquet"]} for c in ("traces", "segments")}
     infos = {c: (features_of(c), {"train": (n, 1)}) for c, n in (("traces", 3), ("segments", 10))}
-    a = build_card(summary, data_files=data_files, infos=infos, agreement="no study", reports={"humans": "agreement/h/agreement.md"})
-    b = build_card(summary, data_files=data_files, infos=infos, agreement="no study", reports={"humans": "agreement/h/agreement.md"})
+    figures = CardFigures(human_labels=True, notes=["- humans: no figures (one annotator)"])
+    a = build_card(summary, data_files=data_files, infos=infos, figures=figures, reports={"humans": "agreement/h/agreement.md"})
+    b = build_card(summary, data_files=data_files, infos=infos, figures=figures, reports={"humans": "agreement/h/agreement.md"})
     assert str(a) == str(b) and list(work.iterdir()) == []
-    assert "[agreement/h/agreement.md](agreement/h/agreement.md)" in a.text and "no study" in a.text
+    assert "[agreement/h/agreement.md](agreement/h/agreement.md)" in a.text
+    assert "no agreement figures could be computed:\n- humans: no figures (one annotator)" in a.text
     assert "(the Routes-of-Reasoning corpus: median 16, p5 3, p95 47, cap 125)" in a.text
 
 

@@ -8,7 +8,7 @@ from .app import app  # noqa: F401
 from . import core  # noqa: F401,E402  (registers ingest, segment, label, run, status)
 
 # Stages register here; a missing optional stage must not break the others.
-for _name in ("codebook", "agree", "review", "export_cmds", "steer", "verify", "view", "aggregate", "labels", "maintenance"):
+for _name in ("codebook", "agree", "review", "review_flow", "export_cmds", "steer", "verify", "view", "aggregate", "labels", "maintenance"):
     try:
         __import__(f"{__name__}.{_name}")
     except ModuleNotFoundError as _exc:  # the stage's module is not written (yet) or its extra is absent

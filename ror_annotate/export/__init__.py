@@ -18,7 +18,8 @@ The package follows the export's seams:
 
 * :mod:`.labels` -- which stored label each segment gets (``label_source``);
 * :mod:`.splits` -- train/validation/test by trace;
-* :mod:`.features` -- typed features and column descriptions of each configuration;
+* :mod:`.columns` -- every column of each configuration declared once (name, feature type, doc, value);
+* :mod:`.features` -- typed features and column descriptions, derived from :mod:`.columns`;
 * :mod:`.read` -- bounded batches from the store, corrupt rows reported;
 * :mod:`.build` -- :func:`export_dataset`, streaming rows to the writers;
 * :mod:`.write` -- writers, atomic swap, loading and :func:`publish_export`.
@@ -26,6 +27,7 @@ The package follows the export's seams:
 
 from __future__ import annotations
 
+from .columns import COLUMNS, Column, features_of
 from .build import ExportOptions, ExportSummary, export_dataset, percentile_from_counts
 from .features import (
     BEHAVIOR_ID,
@@ -53,7 +55,7 @@ from .write import (
 )
 
 __all__ = [
-    "BEHAVIOR_ID", "COLUMN_DOCS", "CONFIGS", "CORRUPT_ROW", "LABEL_CHOICES", "MANIFEST", "MAX_SHARD_BYTES",
+    "BEHAVIOR_ID", "COLUMNS", "COLUMN_DOCS", "CONFIGS", "Column", "features_of", "CORRUPT_ROW", "LABEL_CHOICES", "MANIFEST", "MAX_SHARD_BYTES",
     "PUBLISH_PATTERNS", "SPLITS", "STRATIFY_KEYS", "UNKNOWN_LICENSE", "UNLABELED", "ChosenLabel", "ExportOptions", "ExportSummary",
     "adjudicated_reference", "choose_label", "export_dataset", "license_allows_publishing", "load_export",
     "percentile_from_counts", "publish_export", "PublishPlan", "plan_publish", "validate_card", "resolve_export_dir", "segments_features", "split_traces",

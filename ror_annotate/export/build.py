@@ -16,10 +16,9 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pyarrow as pa
 
 from pydantic import ConfigDict
 
@@ -28,10 +27,13 @@ from ..options import StageOptions
 from ..records import BEHAVIORS, SOURCE_KINDS
 from ..store import Store
 from . import read
-from .features import BEHAVIOR_ID, CONFIGS
-from .labels import LABEL_CHOICES, SOURCES_USED, ChosenLabel, choose_label, joined
+from .columns import BEHAVIOR_ID, CONFIGS, Rows, SegmentRow, TraceRow, token_row
+from .labels import LABEL_CHOICES, SOURCES_USED, ChosenLabel, choose_label
 from .splits import check_fractions, split_traces
 from .write import LAYOUT_VERSION, MANIFEST, WRITE_FAILED, ExportWriter, check_replaceable, license_allows_publishing, new_tmp_dir, swap_in, write_json
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..card import CardFigures
 
 #: Code of the error for ``--labels aggregate`` / ``--labels import`` on a store without such labels.
 MISSING_RATER = "E830"
@@ -70,8 +72,12 @@ class ExportSummary:
         annotators in the store, tool version
     uncertainty : dict -- ``raters`` (every rater with labels: annotator, kind, source, model, n_labels,
         crosswalk), ``aggregate`` (the aggregate rater read, or None) and its ``aggregation_method``,
-        ``n_labelled``, ``n_human_verified``, ``human_verified_share``, ``n_with_confidence``,
-        ``mean_label_confidence`` over the exported labelled segments
+        ``ensemble`` (the raters the aggregate combined, with kind and model, and its human mode;
+        None without one), ``n_labelled``, ``n_human_verified``, ``human_verified_share``,
+        ``n_with_confidence``, ``mean_label_confidence`` over the exported labelled segments, and
+        ``calibration`` (:func:`ror_annotate.agreement.calibration_summary` with ``ror agree``'s
+        defaults: ECE and Brier with intervals per machine rater with a confidence, or a ``note``
+        saying why none was measured)
     seconds : float
     """
 
@@ -180,6 +186,19 @@ class _Stats:
         self.n_confident = 0  # labelled segments with a label confidence
         self.sum_confidence = 0.0
 
+    def add_segment(self, c: ChosenLabel, verified: bool) -> None:
+        """Count one exported segment: its label, source, provenance, confidence and verification."""
+        if c.label is not None:
+            self.n_verified += verified
+            if c.confidence is not None:
+                self.n_confident += 1
+                self.sum_confidence += c.confidence
+        self.labels[c.label or "unlabeled"] += 1
+        self.sources[c.source or "none"] += 1
+        for counter, value in ((self.codebooks, c.codebook_version), (self.judges, c.judge_model), (self.prompts, c.prompt_template_hash)):
+            if value:
+                counter[value] += 1
+
     def add_lengths(self, n_tok: np.ndarray) -> None:
         if not len(n_tok):
             return
@@ -220,16 +239,33 @@ def _uncertainty(store: Store, stats: _Stats, aggregate: str | None) -> dict[str
             "crosswalk": (d.details.get("crosswalk") if d is not None else None),
         })
     method = None
+    ensemble: dict[str, Any] | None = None
     if aggregate is not None:
         d = declared.get(aggregate)
         method = (d.model if d is not None and d.model else None) or aggregate.split(":", 1)[-1]
+        ensemble = _ensemble(d.details if d is not None else {}, raters)
     n_labelled = sum(v for k, v in stats.labels.items() if k != "unlabeled")
     return {
-        "raters": raters, "aggregate": aggregate, "aggregation_method": method, "n_labelled": n_labelled,
+        "raters": raters, "aggregate": aggregate, "aggregation_method": method, "ensemble": ensemble, "n_labelled": n_labelled,
         "n_human_verified": stats.n_verified,
         "human_verified_share": stats.n_verified / n_labelled if n_labelled else None,
         "n_with_confidence": stats.n_confident,
         "mean_label_confidence": stats.sum_confidence / stats.n_confident if stats.n_confident else None,
+    }
+
+
+def _ensemble(details: Mapping[str, Any], raters: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """The raters an aggregate combined (as its declaration records them, ``ror aggregate``) with their
+    kind and model, and how human labels were used; None when the declaration names no raters."""
+    names = details.get("raters") or []
+    if not names:
+        return None
+    by_name = {r["annotator"]: r for r in raters}
+    return {
+        "raters": [{"annotator": n, "kind": by_name.get(n, {}).get("kind", "machine"), "model": by_name.get(n, {}).get("model")}
+                   for n in names],
+        "human": details.get("human"),
+        "held_out_humans": list(details.get("held_out_humans") or []),
     }
 
 
@@ -267,37 +303,6 @@ def _counter_name(names: Counter[str]) -> str:
 
     public = sorted({public_tokenizer_name(None, n) for n in names})
     return ", ".join(public) if public else "unknown"
-
-
-def _list_array(arrays: Sequence[np.ndarray], value_type: pa.DataType) -> pa.Array:
-    lengths = np.fromiter((len(a) for a in arrays), dtype=np.int64, count=len(arrays))
-    offsets = np.zeros(len(arrays) + 1, dtype=np.int32)
-    np.cumsum(lengths, out=offsets[1:])
-    values = np.concatenate(arrays) if len(arrays) else np.zeros(0)
-    return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), pa.array(values, value_type))
-
-
-def _tokens_table(cols: dict[str, list[Any]]) -> pa.Table:
-    data: dict[str, pa.Array] = {}
-    for k, v in cols.items():
-        if k in ("input_ids", "segment_ids", "labeled_positions"):
-            data[k] = _list_array(v, pa.int32())
-        elif k in ("labels", "labeled_classes"):
-            data[k] = _list_array(v, pa.int64())
-        elif k == "confidence":
-            values = np.concatenate(v) if len(v) else np.zeros(0, dtype=np.float32)
-            lengths = np.fromiter((len(a) for a in v), dtype=np.int64, count=len(v))
-            offsets = np.zeros(len(v) + 1, dtype=np.int32)
-            np.cumsum(lengths, out=offsets[1:])
-            inner = pa.array(values.astype(np.float32), pa.float32(), mask=np.isnan(values))
-            data[k] = pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), inner)
-        elif k == "offsets":
-            inner = _list_array([a.reshape(-1) for a in v], pa.int32())
-            pairs = pa.FixedSizeListArray.from_arrays(inner.values, 2)
-            data[k] = pa.ListArray.from_arrays(pa.array(np.asarray(inner.offsets) // 2, pa.int32()), pairs)
-        else:
-            data[k] = pa.array(v)
-    return pa.table(data)
 
 
 class ExportOptions(StageOptions):
@@ -405,171 +410,200 @@ def export_dataset(
     """
     t0 = time.perf_counter()
     options = ExportOptions.resolve(options, {_LEGACY_EXPORT_NAMES.get(k, k): v for k, v in kwargs.items()})
-    label_source, tokenizer, chat_template = options.labels, options.tokenizer, options.chat_template
-    seed, split_fractions, stratify_by = options.split_seed, options.split_fractions, options.stratify_by
-    name, license = options.name, options.license
-    batch_size, max_batch_segments = options.batch_size, options.max_batch_segments
-    if label_source not in LABEL_CHOICES:
-        raise ConfigError(f"unknown label source {label_source!r}; choose one of {', '.join(LABEL_CHOICES)}")
-    if batch_size < 1 or max_batch_segments < 1:
-        raise ConfigError(f"batch_size ({batch_size}) and max_batch_segments ({max_batch_segments}) must be positive")
-    check_fractions(split_fractions)
-    out_dir = Path(out_dir).expanduser().resolve()
-    name = name or out_dir.name
-    check_replaceable(out_dir)
-    aligner = None
-    if tokenizer is not None:
-        from ..align import TokenAligner
+    plan = _plan(store, out_dir, options, trace_ids)
+    from ..card import card_figures
 
-        aligner = TokenAligner(tokenizer, rendering="chat_template" if chat_template else "raw")
-    elif chat_template:
-        raise ConfigError("--chat-template needs --tokenizer: the rendering is the subject model's chat template")
-
-    keys = read.trace_keys(store, trace_ids)
-    if not keys:
-        raise ExportError(
-            f"the store {store.path} has no segmented traces to export; run ror ingest and ror segment first (or ror run)"
-        )
-    _check_label_source_present(store, label_source, read.label_sources(store, [k.trace_id for k in keys]))
-    split_of = split_traces(keys, fractions=split_fractions, seed=seed, stratify_by=stratify_by)
-    n_skipped = (len(trace_ids) if trace_ids is not None else len(store.trace_ids())) - len(keys)
-
-    from ..card import agreement_section, build_card, report_slug
-    from ..provenance import tool_version
-
-    tv = tool_version()
-    configs = [c for c in CONFIGS if c != "tokens" or aligner is not None]
-    tmp = new_tmp_dir(out_dir)
-    writer = ExportWriter(tmp, configs)
+    tmp = new_tmp_dir(plan.out_dir)
+    writer = ExportWriter(tmp, plan.configs)
     try:
-        aggregate = _latest_aggregate(store) if label_source in ("aggregate", "auto") else None
-        stats, per_trace, sources = _write_rows(
-            store, writer, keys, split_of, options, aligner, tv, progress, aggregate=aggregate, kinds=store.rater_kinds(),
-        )
-        data_files, infos, n_rows = writer.close(fingerprint_seed=f"{name}/{seed}/{label_source}")
-        from ..analytics import summarize
-
-        counter = aligner.name if aligner else _counter_name(stats.counters)
-        parameters = {
-            "label_source": label_source,
-            "tokenizer": aligner.name if aligner else None,
-            "tokenizer_vocab_sha256": aligner.vocab_sha256 if aligner else None,
-            "rendering": aligner.rendering if aligner else None,
-            "seed": seed,
-            "split_fractions": [float(f) for f in split_fractions],
-            "stratify_by": stratify_by,
-            "license": license or _common_license(sources),
-        }
-        paths = {"card": "README.md", "manifest": MANIFEST, "analytics": "analytics.json"}
-        for config, splits in data_files.items():
-            paths[config] = config
-            for split, globs in splits.items():
-                paths[f"{config}/{split}"] = globs[0]
-        summary = ExportSummary(
-            out_dir=out_dir,
-            name=name,
-            configs=list(data_files),
-            n_rows=n_rows,
-            label_counts={b: stats.labels.get(b, 0) for b in (*BEHAVIORS, "unlabeled")},
-            label_source_counts=dict(sorted(stats.sources.items())),
-            n_traces=len(keys),
-            n_segments=stats.n_segments,
-            n_tokens=stats.n_tokens if aligner else None,
-            n_straddling=stats.n_straddling if aligner else None,
-            n_ties=stats.n_ties,
-            n_skipped_traces=max(n_skipped, 0),
-            paths=paths,
-            analytics=summarize(per_trace),
-            parameters=parameters,
-            segment_length=stats.length_profile(counter),
-            token_counter={
-                "name": counter,
-                "kind": "subject tokenizer" if aligner else (
-                    "approximation" if stats.counters and all(c.startswith(APPROX_PREFIX) for c in stats.counters)
-                    else "tokenizer recorded at segmentation"),
-                "segments": {k: v for k, v in stats.counters.most_common()} if not aligner else {counter: stats.n_segments},
-            },
-            trace_sources={
-                **{key: dict(Counter(getattr(k, attr) or "(unknown)" for k in keys).most_common())
-                   for key, attr in (("models", "model"), ("datasets", "dataset"), ("sources", "source"))},
-                "source_formats": dict(sorted(stats.formats.items(), key=lambda kv: (-kv[1], kv[0]))),
-            },
-            sources=sources,
-            provenance={
-                "codebook_versions": dict(stats.codebooks.most_common()),
-                "judge_models": dict(stats.judges.most_common()),
-                "prompt_template_hashes": dict(stats.prompts.most_common()),
-                "annotators": [list(a) for a in store.annotators()],
-                "tool_version": tv,
-            },
-            uncertainty=_uncertainty(store, stats, aggregate),
-        )
-        agreement_text, figures = agreement_section(store)
-        reports: dict[str, str] = {}
-        if figures:
-            from ..agreement_report import write_report
-
-            for fig_name, fig in figures.items():
-                slug = report_slug(fig_name)
-                write_report(fig, tmp / "agreement" / slug)
-                reports[fig_name] = f"agreement/{slug}/agreement.md"
-        card = build_card(summary, data_files=data_files, infos=infos, agreement=agreement_text, reports=reports)
-        card.save(str(tmp / "README.md"))
-        write_json(tmp / "analytics.json", {"overall": summary.analytics, "per_trace": [a.to_dict() for a in per_trace]}, indent=1)
-        manifest = summary.to_dict()
-        manifest.pop("seconds")  # not known until the files are written
-        manifest["created_at"] = _build_time()
-        manifest["layout_version"] = LAYOUT_VERSION  # how rows fall into row groups (export/write.py)
-        if run_record is not None:
-            manifest["run"] = {
-                **dict(run_record), "ended_at": manifest["created_at"],
-                "counts": {"traces": summary.n_traces, "segments": summary.n_segments, "tokens": summary.n_tokens},
-            }
-        write_json(tmp / MANIFEST, manifest)
-        swap_in(tmp, out_dir)
+        stats, per_trace, sources = _stream_rows(store, writer, plan, progress)
+        data_files, infos, n_rows = writer.close(fingerprint_seed=f"{plan.name}/{options.split_seed}/{options.labels}")
+        summary = _summarise(store, plan, stats, per_trace, sources, data_files, n_rows)
+        figures = card_figures(store)
+        summary.uncertainty["calibration"] = figures.calibration
+        _write_files(tmp, summary, per_trace, figures, data_files, infos, run_record)
+        swap_in(tmp, plan.out_dir)
     except BaseException as exc:
-        import shutil
-
-        writer.abort()
-        shutil.rmtree(tmp, ignore_errors=True)
-        if isinstance(exc, OSError) and not isinstance(exc, RorError):  # disk full, read-only, I/O error
-            raise ExportWriteError(
-                f"the export to {out_dir} failed while writing: {exc.strerror or exc}"
-                f"{f' ({exc.filename})' if exc.filename else ''}; nothing was left behind (its temporary folder is "
-                f"removed{', an earlier export there is unchanged' if out_dir.exists() else ''}). Free some space or "
-                "choose another --out, then export again",
-                code=WRITE_FAILED,
-            ) from None
+        _discard(writer, tmp, plan.out_dir, exc)
         raise
     summary.seconds = time.perf_counter() - t0
     return summary
 
 
-#: Arrow types of the segment columns whose type a batch cannot infer when every value is null or empty.
-_TYPED: dict[str, pa.DataType] = {
-    "label_distribution": pa.list_(pa.float32()),
-    "raters": pa.list_(pa.struct([("annotator", pa.string()), ("kind", pa.string()), ("label", pa.int64())])),
-}
+@dataclass
+class _Plan:
+    """What :func:`_plan` settled before any row is read: options, output, tokenizer, traces and splits."""
+
+    options: ExportOptions
+    out_dir: Path
+    name: str
+    aligner: Any
+    keys: list[read.TraceKey]
+    split_of: dict[str, str]
+    n_skipped: int
+    configs: list[str]
+    tool_version: str
+    aggregate: str | None
+    kinds: dict[str, str]
 
 
-class _Rows:
-    """Rows of one batch per configuration and split, as columns in the features' order."""
+def _check_options(options: ExportOptions) -> None:
+    """The checks of :func:`export_dataset`'s options that need no store (raises :class:`ConfigError`)."""
+    if options.labels not in LABEL_CHOICES:
+        raise ConfigError(f"unknown label source {options.labels!r}; choose one of {', '.join(LABEL_CHOICES)}")
+    if options.batch_size < 1 or options.max_batch_segments < 1:
+        raise ConfigError(
+            f"batch_size ({options.batch_size}) and max_batch_segments ({options.max_batch_segments}) must be positive"
+        )
+    check_fractions(options.split_fractions)
+    if options.chat_template and options.tokenizer is None:
+        raise ConfigError("--chat-template needs --tokenizer: the rendering is the subject model's chat template")
 
-    def __init__(self) -> None:
-        from .features import COLUMN_DOCS
 
-        self._names = {c: list(COLUMN_DOCS[c]) for c in CONFIGS}
-        self.cols: dict[tuple[str, str], dict[str, list[Any]]] = {}
+def _plan(store: Store, out_dir: Path | str, options: ExportOptions, trace_ids: Sequence[str] | None) -> _Plan:
+    """Validate the options, load the tokenizer, list the traces and decide their splits (reads keys only)."""
+    _check_options(options)
+    out = Path(out_dir).expanduser().resolve()
+    check_replaceable(out)
+    aligner = None
+    if options.tokenizer is not None:
+        from ..align import TokenAligner
 
-    def add(self, config: str, split: str, row: dict[str, Any]) -> None:
-        cols = self.cols.setdefault((config, split), {k: [] for k in self._names[config]})
-        for k, v in row.items():
-            cols[k].append(v)
+        aligner = TokenAligner(options.tokenizer, rendering="chat_template" if options.chat_template else "raw")
+    keys = read.trace_keys(store, trace_ids)
+    if not keys:
+        raise ExportError(
+            f"the store {store.path} has no segmented traces to export; run ror ingest and ror segment first (or ror run)"
+        )
+    _check_label_source_present(store, options.labels, read.label_sources(store, [k.trace_id for k in keys]))
+    split_of = split_traces(keys, fractions=options.split_fractions, seed=options.split_seed, stratify_by=options.stratify_by)
+    n_skipped = (len(trace_ids) if trace_ids is not None else len(store.trace_ids())) - len(keys)
+    from ..provenance import tool_version
 
-    def write(self, writer: ExportWriter) -> None:
-        for (config, split), cols in self.cols.items():
-            table = _tokens_table(cols) if config == "tokens" else pa.table({k: pa.array(v, type=_TYPED.get(k)) for k, v in cols.items()})
-            writer.write(config, split, table)
+    return _Plan(
+        options=options, out_dir=out, name=options.name or out.name, aligner=aligner, keys=list(keys), split_of=dict(split_of),
+        n_skipped=max(n_skipped, 0), configs=[c for c in CONFIGS if c != "tokens" or aligner is not None],
+        tool_version=tool_version(),
+        aggregate=_latest_aggregate(store) if options.labels in ("aggregate", "auto") else None,
+        kinds=store.rater_kinds(),
+    )
+
+
+def _discard(writer: ExportWriter, tmp: Path, out_dir: Path, exc: BaseException) -> None:
+    """Remove a failed export's temporary folder; an OS error becomes :class:`ExportWriteError` (``E818``)."""
+    import shutil
+
+    writer.abort()
+    shutil.rmtree(tmp, ignore_errors=True)
+    if isinstance(exc, OSError) and not isinstance(exc, RorError):  # disk full, read-only, I/O error
+        raise ExportWriteError(
+            f"the export to {out_dir} failed while writing: {exc.strerror or exc}"
+            f"{f' ({exc.filename})' if exc.filename else ''}; nothing was left behind (its temporary folder is "
+            f"removed{', an earlier export there is unchanged' if out_dir.exists() else ''}). Free some space or "
+            "choose another --out, then export again",
+            code=WRITE_FAILED,
+        ) from None
+
+
+def _summarise(
+    store: Store, plan: _Plan, stats: _Stats, per_trace: list[Any], sources: list[dict[str, Any]],
+    data_files: Mapping[str, Mapping[str, list[str]]], n_rows: dict[str, dict[str, int]],
+) -> ExportSummary:
+    """The :class:`ExportSummary` of the rows written (no figures from review studies yet)."""
+    from ..analytics import summarize
+
+    o, aligner, keys = plan.options, plan.aligner, plan.keys
+    counter = aligner.name if aligner else _counter_name(stats.counters)
+    parameters = {
+        "label_source": o.labels,
+        "tokenizer": aligner.name if aligner else None,
+        "tokenizer_vocab_sha256": aligner.vocab_sha256 if aligner else None,
+        "rendering": aligner.rendering if aligner else None,
+        "seed": o.split_seed,
+        "split_fractions": [float(f) for f in o.split_fractions],
+        "stratify_by": o.stratify_by,
+        "license": o.license or _common_license(sources),
+    }
+    paths = {"card": "README.md", "manifest": MANIFEST, "analytics": "analytics.json"}
+    for config, splits in data_files.items():
+        paths[config] = config
+        for split, globs in splits.items():
+            paths[f"{config}/{split}"] = globs[0]
+    return ExportSummary(
+        out_dir=plan.out_dir,
+        name=plan.name,
+        configs=list(data_files),
+        n_rows=n_rows,
+        label_counts={b: stats.labels.get(b, 0) for b in (*BEHAVIORS, "unlabeled")},
+        label_source_counts=dict(sorted(stats.sources.items())),
+        n_traces=len(keys),
+        n_segments=stats.n_segments,
+        n_tokens=stats.n_tokens if aligner else None,
+        n_straddling=stats.n_straddling if aligner else None,
+        n_ties=stats.n_ties,
+        n_skipped_traces=plan.n_skipped,
+        paths=paths,
+        analytics=summarize(per_trace),
+        parameters=parameters,
+        segment_length=stats.length_profile(counter),
+        token_counter=_token_counter(stats, aligner, counter),
+        trace_sources={
+            **{key: dict(Counter(getattr(k, attr) or "(unknown)" for k in keys).most_common())
+               for key, attr in (("models", "model"), ("datasets", "dataset"), ("sources", "source"))},
+            "source_formats": dict(sorted(stats.formats.items(), key=lambda kv: (-kv[1], kv[0]))),
+        },
+        sources=sources,
+        provenance={
+            "codebook_versions": dict(stats.codebooks.most_common()),
+            "judge_models": dict(stats.judges.most_common()),
+            "prompt_template_hashes": dict(stats.prompts.most_common()),
+            "annotators": [list(a) for a in store.annotators()],
+            "tool_version": plan.tool_version,
+        },
+        uncertainty=_uncertainty(store, stats, plan.aggregate),
+    )
+
+
+def _token_counter(stats: _Stats, aligner: Any, counter: str) -> dict[str, Any]:
+    """What counted ``n_tokens`` (see :class:`ExportSummary`)."""
+    if aligner:
+        return {"name": counter, "kind": "subject tokenizer", "segments": {counter: stats.n_segments}}
+    approx = bool(stats.counters) and all(c.startswith(APPROX_PREFIX) for c in stats.counters)
+    return {
+        "name": counter,
+        "kind": "approximation" if approx else "tokenizer recorded at segmentation",
+        "segments": {k: v for k, v in stats.counters.most_common()},
+    }
+
+
+def _write_files(
+    tmp: Path, summary: ExportSummary, per_trace: list[Any], figures: "CardFigures",
+    data_files: Mapping[str, Mapping[str, list[str]]], infos: Mapping[str, Any], run_record: Mapping[str, Any] | None,
+) -> None:
+    """Write the agreement reports, the card, the analytics and the manifest into ``tmp``."""
+    from ..card import build_card, report_slug
+
+    reports: dict[str, str] = {}
+    if figures.agreement:
+        from ..agreement_report import write_report
+
+        for fig_name, fig in figures.agreement.items():
+            slug = report_slug(fig_name)
+            write_report(fig, tmp / "agreement" / slug)
+            reports[fig_name] = f"agreement/{slug}/agreement.md"
+    card = build_card(summary, data_files=data_files, infos=infos, figures=figures, reports=reports)
+    card.save(str(tmp / "README.md"))
+    write_json(tmp / "analytics.json", {"overall": summary.analytics, "per_trace": [a.to_dict() for a in per_trace]}, indent=1)
+    manifest = summary.to_dict()
+    manifest.pop("seconds")  # not known until the files are written
+    manifest["created_at"] = _build_time()
+    manifest["layout_version"] = LAYOUT_VERSION  # how rows fall into row groups (export/write.py)
+    if run_record is not None:
+        manifest["run"] = {
+            **dict(run_record), "ended_at": manifest["created_at"],
+            "counts": {"traces": summary.n_traces, "segments": summary.n_segments, "tokens": summary.n_tokens},
+        }
+    write_json(tmp / MANIFEST, manifest)
 
 
 def _raters(labels: Sequence[Any], kinds: Mapping[str, str]) -> list[dict[str, Any]]:
@@ -593,136 +627,105 @@ def _human_verified(labels: Sequence[Any], c: ChosenLabel) -> bool:
     return ref is not None and ref.label == c.label
 
 
-def _segment_row(
-    s: Any, c: ChosenLabel, t: Any, al: Any, i: int, n_tokens: int, tv: str, raters: list[dict[str, Any]], verified: bool,
-) -> dict[str, Any]:
-    has_tokens = al is not None and al.token_start[i] >= 0
-    return {
-        "trace_id": s.trace_id, "segment_index": s.segment_index, "text": s.text, "char_start": s.char_start,
-        "char_end": s.char_end, "token_start": int(al.token_start[i]) if has_tokens else None,
-        "token_end": int(al.token_end[i]) if has_tokens else None, "n_tokens": n_tokens,
-        "label": BEHAVIOR_ID[c.label] if c.label else None, "label_source": c.source, "annotator": c.annotator,
-        "n_votes": c.n_votes, "vote_share": c.vote_share, "codebook_version": c.codebook_version,
-        "judge_model": c.judge_model, "prompt_template_hash": c.prompt_template_hash,
-        "label_confidence": c.confidence if c.label else None,
-        "label_distribution": list(c.distribution) if c.label and c.distribution is not None else None,
-        "raters": raters, "human_verified": verified, "tool_version": tv,
-        "dataset": t.dataset, "model": t.model,
-    }
+def _choose(batch: read.Batch, label_source: str, aggregate: str | None, stats: _Stats) -> list[list[ChosenLabel]]:
+    """The exported label of every segment of a batch, trace by trace (tied votes counted in ``stats``)."""
+    chosen_batch: list[list[ChosenLabel]] = []
+    for t in batch.traces:
+        chosen = []
+        for s in batch.segments[t.trace_id]:
+            c, tied = choose_label(batch.labels.get((t.trace_id, s.segment_index), ()), label_source, aggregate=aggregate)
+            stats.n_ties += tied
+            chosen.append(c)
+        chosen_batch.append(chosen)
+    return chosen_batch
 
 
-def _token_row(
-    t: Any, chosen: Sequence[ChosenLabel], al: Any, aligner: Any, label_source: str, tv: str, segs: Sequence[Any],
-) -> dict[str, Any]:
+def _align(aligner: Any, batch: read.Batch, chosen_batch: list[list[ChosenLabel]]) -> list[Any]:
+    """Token alignment of every trace of a batch (None each without a tokenizer)."""
+    if aligner is None:
+        return [None] * len(batch.traces)
     from ..align import IGNORE_INDEX
 
-    labels = np.asarray(al.labels, dtype=np.int64)
-    positions = np.flatnonzero(labels != IGNORE_INDEX).astype(np.int32)
-    # per token, its segment's label confidence (NaN -> null where unlabeled or without a confidence)
-    top = max((s.segment_index for s in segs), default=-1) + 1
-    seg_conf = np.full(top + 1, np.nan)  # by segment_index; the last slot serves tokens of no segment (-1)
-    for s, c in zip(segs, chosen):
-        if c.label is not None and c.confidence is not None:
-            seg_conf[s.segment_index] = c.confidence
-    seg_ids = np.asarray(al.segment_ids, dtype=np.int64)
-    confidence = np.where(labels != IGNORE_INDEX, seg_conf[np.where(seg_ids >= 0, seg_ids, top)], np.nan)
-    return {
-        "trace_id": t.trace_id, "dataset": t.dataset, "model": t.model, "input_ids": al.input_ids, "labels": labels,
-        "labeled_positions": positions, "labeled_classes": labels[positions], "segment_ids": al.segment_ids, "confidence": confidence,
-        "offsets": al.offsets, "text": al.rendered.text, "text_offset": al.rendered.text_offset,
-        "rendering": al.rendered.rendering, "tokenizer": aligner.name, "tokenizer_vocab_sha256": aligner.vocab_sha256,
-        "label_source": label_source, "codebook_version": joined([c.codebook_version for c in chosen]),
-        "judge_model": joined([c.judge_model for c in chosen]),
-        "prompt_template_hash": joined([c.prompt_template_hash for c in chosen]), "tool_version": tv,
-    }
+    return list(aligner.align(
+        batch.traces,
+        [batch.segments[t.trace_id] for t in batch.traces],
+        [[BEHAVIOR_ID[c.label] if c.label else IGNORE_INDEX for c in ch] for ch in chosen_batch],
+    ))
 
 
-def _write_rows(
-    store: Store, writer: ExportWriter, keys: Sequence[read.TraceKey], split_of: Mapping[str, str], options: ExportOptions,
-    aligner: Any, tv: str, progress: Callable[[int, int], None] | None = None, aggregate: str | None = None,
-    kinds: Mapping[str, str] | None = None,
+class _Streamer:
+    """Turns the batches of :func:`read.batches` into row contexts (:mod:`.columns`), analytics and running stats."""
+
+    def __init__(self, plan: _Plan) -> None:
+        self.plan = plan
+        self.stats = _Stats()
+        self.per_trace: list[Any] = []
+        self.by_source: Counter[tuple[str | None, str | None]] = Counter()
+        self.counter_of = {k.trace_id: k.token_counter for k in plan.keys}
+        self.source_licenses = dict(plan.options.source_licenses or {})
+
+    def batch_rows(self, batch: read.Batch) -> Rows:
+        """Every row of one batch, queued per configuration and split."""
+        chosen_batch = _choose(batch, self.plan.options.labels, self.plan.aggregate, self.stats)
+        rows = Rows()
+        for t, chosen, al in zip(batch.traces, chosen_batch, _align(self.plan.aligner, batch, chosen_batch)):
+            self.trace_rows(rows, batch, t, chosen, al)
+        return rows
+
+    def trace_rows(self, rows: Rows, batch: read.Batch, t: Any, chosen: list[ChosenLabel], al: Any) -> None:
+        """Queue one trace's rows (traces, segments and, aligned, tokens) and add it to the stats and analytics."""
+        from ..analytics import SegmentView, analyze_trace
+
+        stats, plan = self.stats, self.plan
+        split = plan.split_of[t.trace_id]
+        segs = batch.segments[t.trace_id]
+        if al is not None:
+            n_tok = np.maximum(al.token_end - al.token_start, 0).astype(np.int64)
+        else:
+            n_tok = np.fromiter((s.n_tokens for s in segs), dtype=np.int64, count=len(segs))
+            stats.counters[self.counter_of.get(t.trace_id) or "unknown"] += len(segs)
+        stats.add_lengths(n_tok)
+        stats.n_segments += len(segs)
+        lic = _license_of(t, self.source_licenses)
+        self.by_source[(t.source, lic)] += 1
+        source_format = batch.source_format.get(t.trace_id)
+        stats.formats[source_format or "(unknown)"] += 1
+        rows.add("traces", split, TraceRow(t, source_format, lic, len(segs)))
+        for i, (s, c) in enumerate(zip(segs, chosen)):
+            seg_labels = batch.labels.get((t.trace_id, s.segment_index), ())
+            verified = _human_verified(seg_labels, c)
+            rows.add("segments", split, SegmentRow(
+                s, c, t, al, i, int(n_tok[i]), plan.tool_version, _raters(seg_labels, plan.kinds), verified,
+            ))
+            stats.add_segment(c, verified)
+        self.per_trace.append(analyze_trace(
+            t.trace_id,
+            [SegmentView(s.segment_index, c.label, s.text, int(n)) for s, c, n in zip(segs, chosen, n_tok)],
+            answer=t.answer, gold_answer=t.gold_answer, correct=t.correct,
+        ))
+        if al is not None:
+            stats.n_straddling += al.n_straddling
+            stats.n_tokens += len(al.input_ids)
+            rows.add("tokens", split, token_row(t, chosen, al, plan.aligner, plan.options.labels, plan.tool_version, segs))
+
+    def sources(self) -> list[dict[str, Any]]:
+        """Traces per (source, licence), most traces first."""
+        return [
+            {"source": src, "license": lic, "publishable": license_allows_publishing(lic), "n_traces": n}
+            for (src, lic), n in sorted(self.by_source.items(), key=lambda kv: (-kv[1], str(kv[0][0]), str(kv[0][1])))
+        ]
+
+
+def _stream_rows(
+    store: Store, writer: ExportWriter, plan: _Plan, progress: Callable[[int, int], None] | None = None,
 ) -> tuple[_Stats, list[Any], list[dict[str, Any]]]:
     """Stream every batch of traces into ``writer``; return the running stats, per-trace analytics and sources."""
-    label_source, source_licenses = options.labels, dict(options.source_licenses or {})
-    batch_size, max_batch_segments = options.batch_size, options.max_batch_segments
-    from ..align import IGNORE_INDEX
-    from ..analytics import SegmentView, analyze_trace
-
-    stats = _Stats()
-    per_trace = []
-    by_source: Counter[tuple[str | None, str | None]] = Counter()
-    counter_of = {k.trace_id: k.token_counter for k in keys}
+    streamer = _Streamer(plan)
     done = 0
-    for batch in read.batches(store, keys, max_segments=max_batch_segments, max_traces=batch_size):
+    for batch in read.batches(store, plan.keys, max_segments=plan.options.max_batch_segments, max_traces=plan.options.batch_size):
         done += len(batch.traces)
         if progress is not None:  # counted as the batch starts: the bar moves while it is written
-            progress(done, len(keys))
-        chosen_batch: list[list[ChosenLabel]] = []
-        for t in batch.traces:
-            chosen = []
-            for s in batch.segments[t.trace_id]:
-                c, tied = choose_label(batch.labels.get((t.trace_id, s.segment_index), ()), label_source, aggregate=aggregate)
-                stats.n_ties += tied
-                chosen.append(c)
-            chosen_batch.append(chosen)
-        aligned = (
-            aligner.align(
-                batch.traces,
-                [batch.segments[t.trace_id] for t in batch.traces],
-                [[BEHAVIOR_ID[c.label] if c.label else IGNORE_INDEX for c in ch] for ch in chosen_batch],
-            )
-            if aligner
-            else [None] * len(batch.traces)
-        )
-        rows = _Rows()
-        for t, chosen, al in zip(batch.traces, chosen_batch, aligned):
-            split = split_of[t.trace_id]
-            segs = batch.segments[t.trace_id]
-            if al is not None:
-                n_tok = np.maximum(al.token_end - al.token_start, 0).astype(np.int64)
-            else:
-                n_tok = np.fromiter((s.n_tokens for s in segs), dtype=np.int64, count=len(segs))
-                stats.counters[counter_of.get(t.trace_id) or "unknown"] += len(segs)
-            stats.add_lengths(n_tok)
-            stats.n_segments += len(segs)
-            lic = _license_of(t, source_licenses)
-            by_source[(t.source, lic)] += 1
-            stats.formats[batch.source_format.get(t.trace_id) or "(unknown)"] += 1
-            rows.add("traces", split, {
-                "trace_id": t.trace_id, "problem": t.problem, "text": t.text, "answer": t.answer,
-                "gold_answer": t.gold_answer, "correct": t.correct, "model": t.model, "dataset": t.dataset,
-                "source": t.source, "source_format": batch.source_format.get(t.trace_id), "license": lic,
-                "n_segments": len(segs),
-            })
-            for i, (s, c) in enumerate(zip(segs, chosen)):
-                seg_labels = batch.labels.get((t.trace_id, s.segment_index), ())
-                verified = _human_verified(seg_labels, c)
-                rows.add("segments", split, _segment_row(s, c, t, al, i, int(n_tok[i]), tv, _raters(seg_labels, kinds or {}), verified))
-                if c.label is not None:
-                    stats.n_verified += verified
-                    if c.confidence is not None:
-                        stats.n_confident += 1
-                        stats.sum_confidence += c.confidence
-                stats.labels[c.label or "unlabeled"] += 1
-                stats.sources[c.source or "none"] += 1
-                for counter, value in ((stats.codebooks, c.codebook_version), (stats.judges, c.judge_model),
-                                       (stats.prompts, c.prompt_template_hash)):
-                    if value:
-                        counter[value] += 1
-            per_trace.append(
-                analyze_trace(
-                    t.trace_id,
-                    [SegmentView(s.segment_index, c.label, s.text, int(n)) for s, c, n in zip(segs, chosen, n_tok)],
-                    answer=t.answer, gold_answer=t.gold_answer, correct=t.correct,
-                )
-            )
-            if al is not None:
-                stats.n_straddling += al.n_straddling
-                stats.n_tokens += len(al.input_ids)
-                rows.add("tokens", split, _token_row(t, chosen, al, aligner, label_source, tv, segs))
-        rows.write(writer)
-    sources = [
-        {"source": src, "license": lic, "publishable": license_allows_publishing(lic), "n_traces": n}
-        for (src, lic), n in sorted(by_source.items(), key=lambda kv: (-kv[1], str(kv[0][0]), str(kv[0][1])))
-    ]
-    return stats, per_trace, sources
+            progress(done, len(plan.keys))
+        for config, split, table in streamer.batch_rows(batch).tables():
+            writer.write(config, split, table)
+    return streamer.stats, streamer.per_trace, streamer.sources()
