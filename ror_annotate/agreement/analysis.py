@@ -11,7 +11,7 @@ import numpy as np
 from ..errors import AgreementError
 from .bootstrap import _boot_estimate, _percentile_ci, trace_bootstrap_counts
 from .estimators import (
-    REASONS, Estimate, _alpha_from, _count_patterns, _fleiss_ac1_from, _kappa_from, _multi_rater_stats, _num, _pair_cells, _pair_confusion_of,
+    REASONS, Estimate, _alpha_from, _fleiss_ac1_from, _kappa_from, _multi_rater_stats, _num, _pair_cells, _pair_confusion_of,
     _per_class_from, _percent_from,
 )
 from .metrics import _per_class_dict, disagreement_pairs, majority_labels
@@ -108,23 +108,18 @@ class _Resampler:
 
 
 def _references(
-    r: Ratings, scored: Sequence[str], reference: str | None, pool: Sequence[str] | None, reference_labels: np.ndarray | None,
-    *, counts: np.ndarray | None = None,
+    r: Ratings, scored: Sequence[str], reference: str | None, pool: Sequence[str] | None, reference_labels: np.ndarray | None
 ) -> dict[str, np.ndarray | None]:
     """:func:`_reference_codes` of every scored annotator, the majority of the others from one count table.
 
     ``majority_labels(r, annotators=pool - {a})`` counts the pool's labels per item once per
     annotator; here the pool is counted once and each annotator's own label taken off its item
-    (integer counts: the same votes, ties and -1s exactly). ``counts`` is ``r.counts()`` when the
-    caller has it: the pool of every annotator in order counts the same table.
+    (integer counts: the same votes, ties and -1s exactly).
     """
     if reference != "majority" or reference_labels is not None:
         return {a: _reference_codes(r, a, reference, pool, reference_labels) for a in scored}
     members = list(pool if pool is not None else r.annotators)
-    if members and counts is not None and tuple(members) == tuple(r.annotators):
-        pool_counts: np.ndarray | None = counts
-    else:
-        pool_counts = r.subset_annotators(members).counts() if members else None
+    pool_counts = r.subset_annotators(members).counts() if members else None
     rows = np.arange(r.n_items)
     out: dict[str, np.ndarray | None] = {}
     for a in scored:
@@ -226,9 +221,8 @@ def agreement(  # noqa: C901  (one branch per statistic family and per reference
         scored = []
 
     counts = ratings.counts()
-    patterns = _count_patterns(counts)  # the items' distinct count vectors: one sort for every weighting
     # each scored annotator's reference (a majority vote is a pass over all items): once, for every weighting
-    references = _references(ratings, scored, reference, reference_pool, ref_labels, counts=counts)
+    references = _references(ratings, scored, reference, reference_pool, ref_labels)
     # the confusion cells of each pair, shared by both weightings
     cells: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
     ref_cells: dict[str, tuple[np.ndarray, np.ndarray]] = {}
@@ -236,7 +230,7 @@ def agreement(  # noqa: C901  (one branch per statistic family and per reference
     per_class: dict[str, Any] | None = None
     resamples: dict[str, np.ndarray] = {}
     for name, w in weightings.items():
-        stats_g = _multi_rater_stats(counts, w, ratings.groups, G, patterns)  # [G, K]
+        stats_g = _multi_rater_stats(counts, w, ratings.groups, G)  # [G, K]
         full = stats_g.sum(0)
         reps = resample(stats_g)  # [B, K]
         both = np.concatenate([full[None], reps], 0)

@@ -116,26 +116,7 @@ def _group_sum(values: np.ndarray, groups: np.ndarray, n_groups: int) -> np.ndar
 _MAX_PATTERN_CELLS = 2**25
 
 
-def _count_patterns(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
-    """``(first, inverse)``: an item of each distinct count vector and each item's pattern index, or
-    None where :func:`_multi_rater_stats` takes the per-item path (non-integer or huge counts).
-    Independent of the weights, so one call serves every weighting (it sorts the items once)."""
-    n, q = counts.shape
-    if n == 0:
-        return None
-    top = float(counts.max())
-    base = int(top) + 1
-    if counts.min() < 0 or base ** q >= 2**62 or not np.array_equal(counts, np.floor(counts)):
-        return None
-    code = counts.astype(np.int64) @ (base ** np.arange(q, dtype=np.int64))
-    _, first, inverse = np.unique(code, return_index=True, return_inverse=True)
-    return first, inverse.ravel()
-
-
-def _multi_rater_stats(
-    counts: np.ndarray, w: np.ndarray, groups: np.ndarray, n_groups: int,
-    patterns: "tuple[np.ndarray, np.ndarray] | None | bool" = True,
-) -> np.ndarray:
+def _multi_rater_stats(counts: np.ndarray, w: np.ndarray, groups: np.ndarray, n_groups: int) -> np.ndarray:
     """Per-group sufficient statistics of the multi-rater coefficients: ``[n_groups, 2 + 2q + q*q]``.
 
     The columns of :func:`_multi_rater_stats_items`, computed per distinct count vector instead
@@ -146,17 +127,20 @@ def _multi_rater_stats(
     ``[n_items, q, q]`` coincidence array is never built. Same values as the per-item sums up to
     floating-point summation order (about 1e-15 relative). Falls back to the per-item path for
     non-integer counts or when ``n_groups * n_patterns`` exceeds :data:`_MAX_PATTERN_CELLS`.
-    ``patterns`` is :func:`_count_patterns` of ``counts`` when the caller has it (several weightings
-    of the same counts), else computed here.
     """
-    found = _count_patterns(counts) if patterns is True else patterns
-    if not isinstance(found, tuple):
+    n, q = counts.shape
+    if n == 0:
         return _multi_rater_stats_items(counts, w, groups, n_groups)
-    first, inverse = found
-    n_patterns = len(first)
+    top = float(counts.max())
+    base = int(top) + 1
+    if counts.min() < 0 or base ** q >= 2**62 or not np.array_equal(counts, np.floor(counts)):
+        return _multi_rater_stats_items(counts, w, groups, n_groups)
+    code = counts.astype(np.int64) @ (base ** np.arange(q, dtype=np.int64))
+    uniq, first, inverse = np.unique(code, return_index=True, return_inverse=True)
+    n_patterns = len(uniq)
     if n_groups * n_patterns > _MAX_PATTERN_CELLS:
         return _multi_rater_stats_items(counts, w, groups, n_groups)
-    weight = np.bincount(groups * n_patterns + inverse, weights=w, minlength=n_groups * n_patterns)
+    weight = np.bincount(groups * n_patterns + inverse.ravel(), weights=w, minlength=n_groups * n_patterns)
     per_pattern = _multi_rater_stats_items(counts[first], np.ones(n_patterns), np.arange(n_patterns, dtype=np.int64), n_patterns)
     return weight.reshape(n_groups, n_patterns) @ per_pattern
 
