@@ -14,8 +14,21 @@ then the JSON): it must need the same requests as the plain K=24 row (no parse-f
 Speed table: segments/s with ``--latency`` (50 ms) added per request at concurrency 1, 8, 32.
 The baseline for every ratio is measured in the same run.
 
+Throughput (``--throughput``): requests/s of the usual chunked prompt (K=24) against the fast
+server of ``tests/fast_openai_server.py`` (its own process, one asyncio loop), each judge run in a
+fresh process on a copy of one store of ``--copies`` copies of the traces:
+  1. the server alone: requests/s it answers from a bare asyncio load generator (its own process)
+     sending the judge's request bodies, next to the tests' in-process ``FakeOpenAI``;
+  2. the judge against the zero-latency server at ``--concurrency`` (chunked; ``--per-segment`` adds
+     per-segment mode), the client's ceiling;
+  3. the judge with ``--latency-ms`` (200) per request at each concurrency, against Little's law
+     (throughput = concurrency / latency), and against min(Little, the zero-latency ceiling).
+With ``--against TREE`` (a checkout of another commit, e.g. /work/wt/_base) every judge figure is
+also measured with that tree's code in the same run, and printed with the ratio new / base.
+
     python benchmarks/bench_judge.py                 # 6 traces (short, about 2 min)
     python benchmarks/bench_judge.py --traces 0      # all 201 traces (long)
+    python benchmarks/bench_judge.py --throughput --traces 60 --copies 4 --against ../_base
 """
 
 from __future__ import annotations
@@ -23,6 +36,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -37,6 +52,7 @@ from ror_annotate.judge.prompt import approx_tokens, system_message  # noqa: E40
 from ror_annotate.records import Trace  # noqa: E402
 from ror_annotate.segment import Segmenter  # noqa: E402
 from ror_annotate.store import Store  # noqa: E402
+from tests.fast_openai_server import FastOpenAI  # noqa: E402
 from tests.openai_server import FakeOpenAI  # noqa: E402
 
 
@@ -84,6 +100,173 @@ def run_mode(tmp: Path, traces: list[Trace], name: str, *, latency: float, style
     return report.as_counts(), wall, n_segments
 
 
+# ---------------------------------------------------------------------------------------- throughput
+#: One judge run in a fresh process, with the code of the tree on its PYTHONPATH; prints one JSON line.
+_JUDGE_WORKER = """
+import json, sys, time
+import openai  # imported before the clock starts (about 1.5 s)
+import ror_annotate
+from ror_annotate.judge import make_judge
+from ror_annotate.store import Store
+db, url, concurrency, mode = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+store = Store(db)
+ids = store.trace_ids()
+options = {"mode": "per-segment"} if mode == "per-segment" else {"chunk_size": int(mode)}
+judge = make_judge("openai:gpt-4.1-mini", base_url=url, concurrency=concurrency, **options)
+t0, c0 = time.perf_counter(), time.process_time()
+report = judge.label(store, ids)
+wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+print(json.dumps({"wall": wall, "cpu": cpu, "requests": report.requests, "labeled": report.labeled, "code": ror_annotate.__file__}))
+"""
+
+#: A bare asyncio HTTP/1.1 load generator (no client library): keep-alive connections, each sending
+#: the next body as soon as its previous answer is read. argv: port, concurrency, bodies file, seconds.
+_LOADGEN = r"""
+import asyncio, json, sys, time
+port, conc, path, seconds = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], float(sys.argv[4])
+bodies = [json.dumps(b).encode() for b in json.load(open(path))]
+reqs = [(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: "
+         + str(len(b)).encode() + b"\r\n\r\n" + b) for b in bodies]
+done = 0
+errors = 0
+async def worker(k):
+    global done, errors
+    i = k
+    while time.perf_counter() < end:
+        try:
+            r, w = await asyncio.open_connection("127.0.0.1", port)
+            while time.perf_counter() < end:
+                w.write(reqs[i % len(reqs)]); i += conc
+                head = await r.readuntil(b"\r\n\r\n")
+                n = int([l for l in head.split(b"\r\n") if l.lower().startswith(b"content-length")][0].split(b":")[1])
+                await r.readexactly(n)
+                done += 1
+            w.close()
+        except (ConnectionError, asyncio.IncompleteReadError):
+            errors += 1  # a server with a short listen queue resets connections: reconnect
+async def main():
+    global end
+    end = time.perf_counter() + seconds
+    t0 = time.perf_counter()
+    await asyncio.gather(*(worker(k) for k in range(conc)))
+    print(json.dumps({"requests": done, "wall": time.perf_counter() - t0, "errors": errors}))
+asyncio.run(main())
+"""
+
+
+def _run_json(code: str, args: list[str], *, pythonpath: Path, timeout: float = 900) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(pythonpath)}
+    env.pop("OPENAI_API_KEY", None)
+    # cwd: ``python -c`` puts the working directory first on sys.path, before PYTHONPATH
+    out = subprocess.run([sys.executable, "-c", code, *args], env=env, capture_output=True, text=True, timeout=timeout, check=False,
+                         cwd=str(pythonpath))
+    if out.returncode != 0:
+        raise SystemExit(f"worker failed ({pythonpath}):\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def build_copies(db: Path, traces: list[Trace], copies: int) -> int:
+    """A store of ``copies`` copies of ``traces`` (ids ``ID#k``), segmented; returns the segment count."""
+    many = [Trace(trace_id=f"{t.trace_id}#{k}", text=t.text, problem=f"{t.problem or ''} (copy {k})") for k in range(copies) for t in traces]
+    store = build(db, many)
+    n = len(store.segments())
+    store.close()
+    return n
+
+
+def request_bodies(db: Path, limit: int = 400) -> list[dict]:
+    """The judge's first request body (K=24) of each chunk of the store's traces, up to ``limit``."""
+    store = Store(db)
+    judge = make_judge("openai:gpt-4.1-mini", base_url="http://127.0.0.1:9/v1", chunk_size=24)
+    bodies: list[dict] = []
+    for tid in store.trace_ids():
+        trace, segments = store.get_trace(tid), store.segments(tid)
+        block = judge.render_trace_block(store, trace, segments)
+        for i in range(0, len(segments), 24):
+            ids = [s.segment_index for s in segments[i : i + 24]]
+            max_tokens = judge.default_max_tokens(len(ids))
+            messages, _ = judge.render_messages(trace, segments, ids, max_tokens=max_tokens, block=block)
+            bodies.append(judge.request_body(messages, 1, max_tokens))
+            if len(bodies) >= limit:
+                store.close()
+                return bodies
+    store.close()
+    return bodies
+
+
+def judge_rate(tmp: Path, db: Path, tree: Path, *, latency: float, concurrency: int, mode: str = "24") -> tuple[float, float]:
+    """``(requests/s, requests per CPU-second of the judge's process)`` of one judge run of ``tree``'s
+    code on a fresh copy of ``db``. The second figure does not depend on what else the machine runs:
+    it is the rate one free core would sustain."""
+    run_db = tmp / "run.duckdb"
+    for suffix in ("", ".wal"):
+        Path(str(run_db) + suffix).unlink(missing_ok=True)
+    shutil.copy(db, run_db)
+    with FastOpenAI(latency=latency) as srv:
+        got = _run_json(_JUDGE_WORKER, [str(run_db), srv.base_url, str(concurrency), mode], pythonpath=tree)
+    assert Path(got["code"]).resolve().is_relative_to(tree.resolve()), (got["code"], tree)
+    return got["requests"] / got["wall"], got["requests"] / got["cpu"]
+
+
+def throughput(args: argparse.Namespace, traces: list[Trace]) -> None:
+    trees = [("new", REPO)] + ([("base", args.against.resolve())] if args.against else [])
+    concurrencies = [int(c) for c in args.concurrency.split(",")]
+    latency = args.latency_ms / 1000.0
+    with tempfile.TemporaryDirectory() as tmpdir:
+        tmp = Path(tmpdir)
+        db = tmp / "corpus.duckdb"
+        n_segments = build_copies(db, traces, args.copies)
+        print(f"throughput: {len(traces)} traces x {args.copies} copies, {n_segments} segments; {os.cpu_count()} CPUs; "
+              f"trees: {', '.join(f'{n}={p}' for n, p in trees)}")
+        # 1. the server alone
+        bodies_file = tmp / "bodies.json"
+        bodies_file.write_text(json.dumps(request_bodies(db)), encoding="utf-8")
+        rates = {}
+        for c0 in sorted({8, max(concurrencies)}):
+            with FastOpenAI() as fast:
+                got = _run_json(_LOADGEN, [str(fast.port), str(c0), str(bodies_file), str(args.server_seconds)], pythonpath=REPO)
+            rates[("fast", c0)] = got["requests"] / got["wall"]
+            with FakeOpenAI(record_bodies=False) as fake:
+                port = int(fake.base_url.rsplit(":", 1)[1].split("/")[0])
+                got = _run_json(_LOADGEN, [str(port), str(c0), str(bodies_file), str(args.server_seconds)], pythonpath=REPO)
+            rates[("fake", c0)] = got["requests"] / got["wall"]
+            print(f"server alone, {c0} connections: fast server {rates[('fast', c0)]:.0f} req/s; tests' FakeOpenAI "
+                  f"{rates[('fake', c0)]:.0f} req/s ({got['errors']} connection resets)")
+        # 2. zero latency; 3. with latency. Each figure: the trees one after the other, best of --repeat runs.
+        rows: list[tuple[str, float, dict[str, float]]] = []
+        ceiling: dict[str, float] = {}
+
+        def measure(name: str, lat: float, conc: int, mode: str, expect: float | None) -> None:
+            rates: dict[str, float] = {}
+            per_cpu: dict[str, float] = {}
+            for _ in range(args.repeat):
+                for tree_name, tree in trees:
+                    rate, cpu_rate = judge_rate(tmp, db, tree, latency=lat, concurrency=conc, mode=mode)
+                    rates[tree_name] = max(rates.get(tree_name, 0.0), rate)
+                    per_cpu[tree_name] = max(per_cpu.get(tree_name, 0.0), cpu_rate)
+            rows.append((name, expect or 0.0, rates))
+            cells = "".join(f"{rates[t]:>9.1f}" for t, _ in trees)
+            cells += f"{rates['new'] / rates['base']:>7.2f}x" if "base" in rates else ""
+            cells += "".join(f"{per_cpu[t]:>9.1f}" for t, _ in trees)
+            cells += f"{per_cpu['new'] / per_cpu['base']:>7.2f}x" if "base" in rates else ""
+            extra = ""
+            if expect:
+                bound = min(expect, ceiling.get("new", expect))
+                extra = f"   Little {expect:.0f}: {rates['new'] / expect:.2f}; min(Little, ceiling {bound:.0f}): {rates['new'] / bound:.2f}"
+            print(f"{name:<30}{cells}{extra}", flush=True)
+
+        names = "".join(f"{t:>9}" for t, _ in trees) + (f"{'ratio':>8}" if len(trees) > 1 else "")
+        print(f"{'judge: requests/s (wall), then':<30}{names}{names}")
+        print(f"{'requests per CPU-second':<30}")
+        for conc in concurrencies:
+            measure(f"chunked K=24, 0 ms, c={conc}", 0.0, conc, "24", None)
+            ceiling["new"] = max(ceiling.get("new", 0.0), rows[-1][2]["new"])  # the zero-latency ceiling
+        if args.per_segment:
+            measure(f"per-segment, 0 ms, c={concurrencies[0]}", 0.0, concurrencies[0], "per-segment", None)
+        for conc in concurrencies:
+            measure(f"chunked K=24, {args.latency_ms:.0f} ms, c={conc}", latency, conc, "24", conc / latency)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", type=Path, default=default_data())
@@ -91,10 +274,21 @@ def main() -> None:
     ap.add_argument("--chunk-sizes", default="8,24,64")
     ap.add_argument("--latency", type=float, default=0.05, help="seconds added per request in the speed table")
     ap.add_argument("--speed-traces", type=int, default=3, help="traces used in the speed table")
+    ap.add_argument("--throughput", action="store_true", help="only the throughput tables (see the docstring)")
+    ap.add_argument("--copies", type=int, default=2, help="throughput: copies of the traces in the store")
+    ap.add_argument("--concurrency", default="64,256", help="throughput: concurrencies")
+    ap.add_argument("--latency-ms", type=float, default=200.0, help="throughput: server latency for Little's law")
+    ap.add_argument("--repeat", type=int, default=1, help="throughput: runs per figure (the best is kept)")
+    ap.add_argument("--server-seconds", type=float, default=3.0, help="throughput: seconds of the server-alone load")
+    ap.add_argument("--per-segment", action="store_true", help="throughput: add per-segment mode at zero latency")
+    ap.add_argument("--against", type=Path, help="throughput: another checkout measured in the same run (the baseline)")
     args = ap.parse_args()
     os.environ.pop("OPENAI_API_KEY", None)
 
     traces = load_traces(args.data, args.traces)
+    if args.throughput:
+        throughput(args, traces)
+        return
     system_tokens = approx_tokens(system_message(load_codebook()))
     floor = sum(approx_tokens(t.text) + approx_tokens(t.problem or "") + system_tokens for t in traces)
     print(f"{len(traces)} traces; codebook/system message {system_tokens} tokens; floor {floor} tokens "

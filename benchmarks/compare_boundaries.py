@@ -13,20 +13,28 @@ within +-2 characters (``tol2``); precision = matched ours / ours, recall = matc
 theirs, F1 their harmonic mean (the usual boundary-detection scoring, e.g. the
 segmentation-evaluation literature's "boundary similarity with tolerance").
 
+``--half dev|test`` keeps the traces whose SHA-256 of the trace id is even (``dev``) or odd
+(``test``): rules are tuned on ``dev`` and reported on ``test`` (ror-clause-v4 was). ``--errors N``
+prints, per source, the N most common kinds of miss (their boundary, not ours) and false split
+(ours, not theirs), a kind being the character before the boundary, whether a line end lies
+between, and the next word, with a few example contexts.
+
 Usage::
 
-    python benchmarks/compare_boundaries.py [--data DIR] [--tokenizer PATH]
+    python benchmarks/compare_boundaries.py [--data DIR] [--tokenizer PATH] [--half dev|test|all] [--errors N]
 """
 
 from __future__ import annotations
 
 import argparse
 import bisect
+import hashlib
 import json
+import re
 import os
 import statistics
 import sys
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -53,6 +61,29 @@ def _matched(mine: list[int], theirs: list[int], tol: int) -> int:
     return hits
 
 
+def in_half(trace_id: str, half: str) -> bool:
+    """Whether ``trace_id`` is in ``half``: ``dev`` (even SHA-256 of the id), ``test`` (odd) or ``all``."""
+    if half == "all":
+        return True
+    odd = int(hashlib.sha256(trace_id.encode("utf-8")).hexdigest(), 16) % 2 == 1
+    return odd == (half == "test")
+
+
+def _kind(text: str, b: int) -> str:
+    """``'<char before>' <NL|SP> <next word>`` of a boundary at ``b``."""
+    j = b - 1
+    while j >= 0 and text[j].isspace():
+        j -= 1
+    nxt = re.match(r"\S{1,12}", text[b:])
+    gap = "NL" if any(c in "\r\n" for c in text[j + 1:b]) else "SP"
+    before = repr(text[j]) if j >= 0 else "^"
+    return f"{before} {gap} {nxt.group(0).lower() if nxt else ''}"
+
+
+def _context(text: str, b: int) -> str:
+    return (text[max(0, b - 40):b] + " ‖ " + text[b:b + 30]).replace("\r", "⏎").replace("\n", "⏎")
+
+
 def _prf(tp_p: int, n_p: int, tp_r: int, n_r: int) -> tuple[float, float, float]:
     p = tp_p / n_p if n_p else float("nan")
     r = tp_r / n_r if n_r else float("nan")
@@ -64,6 +95,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", type=Path, default=SHARED / "data", help="folder with traces.jsonl and labeled_segments.jsonl")
     ap.add_argument("--tokenizer", default=None, help="tokenizer for the cap (default: the approximation)")
+    ap.add_argument("--half", choices=("dev", "test", "all"), default="all", help="traces by the parity of their id's SHA-256 (default all)")
+    ap.add_argument("--errors", type=int, default=0, metavar="N", help="print the N most common kinds of miss and false split")
     args = ap.parse_args(argv)
 
     traces = {}
@@ -75,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     with open(args.data / "labeled_segments.jsonl", encoding="utf-8") as fh:
         for line in fh:
             row = json.loads(line)
-            if row["char_start"] is None or row["trace_id"] not in traces:
+            if row["char_start"] is None or row["trace_id"] not in traces or not in_half(row["trace_id"], args.half):
                 continue
             source = (row["source_repo"], row["labeler"])
             theirs[source][row["trace_id"]].append((row["char_start"], row["char_end"]))
@@ -88,7 +121,8 @@ def main(argv: list[str] | None = None) -> int:
                 ours[trace_id] = [(s.char_start, s.char_end) for s in segmenter.segment(traces[trace_id], trace_id)]
 
     header = f"{'source':<40} {'labeler':<34} {'traces':>6} {'theirs':>7} {'ours':>7} {'chars/seg t|o':>14}  {'P':>5} {'R':>5} {'F1':>5}  {'P±2':>5} {'R±2':>5} {'F1±2':>5}"
-    print(f"segmenter {segmenter.name}, token counter {segmenter.token_counter.name}")
+    print(f"segmenter {segmenter.name}, token counter {segmenter.token_counter.name}, traces: {args.half}")
+    errors: dict[tuple[str, str], tuple[Counter[str], Counter[str], dict[str, str]]] = {}
     print(header)
     print("-" * len(header))
     for (repo, labeler), per_trace in sorted(theirs.items()):
@@ -109,6 +143,14 @@ def main(argv: list[str] | None = None) -> int:
             counts["e_t"] += _matched(b_t, b_o, 0)
             counts["t_o"] += _matched(b_o, b_t, 2)
             counts["t_t"] += _matched(b_t, b_o, 2)
+            if args.errors:
+                miss, false, example = errors.setdefault((repo, labeler), (Counter(), Counter(), {}))
+                for b in sorted(set(b_t) - set(b_o)):
+                    miss[k := _kind(text, b)] += 1
+                    example.setdefault("miss " + k, _context(text, b))
+                for b in sorted(set(b_o) - set(b_t)):
+                    false[k := _kind(text, b)] += 1
+                    example.setdefault("false " + k, _context(text, b))
         p, r, f = _prf(counts["e_o"], counts["n_o"], counts["e_t"], counts["n_t"])
         p2, r2, f2 = _prf(counts["t_o"], counts["n_o"], counts["t_t"], counts["n_t"])
         med = f"{statistics.median(len_t):.0f}|{statistics.median(len_o):.0f}"
@@ -117,6 +159,11 @@ def main(argv: list[str] | None = None) -> int:
             f"{p:5.3f} {r:5.3f} {f:5.3f}  {p2:5.3f} {r2:5.3f} {f2:5.3f}"
         )
     print("chars/seg: median segment length in characters, theirs|ours, over the covered ranges.")
+    for (repo, labeler), (miss, false, example) in sorted(errors.items()):
+        for name, kinds in (("misses (theirs, not ours)", miss), ("false splits (ours, not theirs)", false)):
+            print(f"\n{repo} {labeler}: {sum(kinds.values())} {name}, the {args.errors} most common kinds")
+            for k, n in kinds.most_common(args.errors):
+                print(f"  {n:5}  {k:<30} e.g. {example[('miss ' if name.startswith('misses') else 'false ') + k]}")
     return 0
 
 

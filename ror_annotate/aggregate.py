@@ -349,7 +349,8 @@ def select_raters(store: "Store", options: AggregateOptions) -> tuple[list[str],
     ------
     InputError
         E711: a named rater has no labels; E714: a named rater is an aggregate or a verifier;
-        E715: a named rater is human while humans are held out.
+        E715: a named rater is human while humans are held out; E754: ``human="anchor"`` with no
+        human rater in the store.
     """
     sources: dict[str, set[str]] = {}
     for source, annotator, _ in store.annotators():
@@ -378,6 +379,13 @@ def select_raters(store: "Store", options: AggregateOptions) -> tuple[list[str],
                     "pass --human anchor to let human labels join the estimate", code="E715",
                 )
     if options.human == "anchor":
+        if not humans:
+            # the aggregate would be declared (and the export card would say) "human labels joined the estimate"
+            raise InputError(
+                f"--human anchor: no human rater in {store.path}, so no human label can anchor the estimate; pull reviewed "
+                "labels first (ror review pull) or import them (ror labels import --kind human), or leave --human at held-out",
+                code="E754",
+            )
         chosen += [h for h in humans if h not in chosen]
         return chosen, []
     return chosen, humans
@@ -436,7 +444,9 @@ def aggregate(store: "Store", options: AggregateOptions | None = None, *, run: R
         E710: unknown method (the message lists the registered ones).
     InputError
         E711-E715 (see :func:`select_raters`); E712: fewer than 2 raters (an aggregate of one rater
-        has confidence 1 everywhere, which says nothing); E713: the raters have no labels to combine.
+        has confidence 1 everywhere, which says nothing); E713: the raters have no labels to combine;
+        E751: ``aggregate:<method>`` already names a rater of another source (an import);
+        E752: no segment is labelled by two of the raters (no overlap: nothing to estimate).
         Nothing is stored on any error.
     """
     options = options or AggregateOptions()
@@ -455,9 +465,24 @@ def aggregate(store: "Store", options: AggregateOptions | None = None, *, run: R
             "everywhere and says nothing. Label with a second judge (ror label --judge A --judge B), or --samples 2+, "
             "or --human anchor to add reviewed human labels", code="E712",
         )
+    annotator = f"aggregate:{options.method}"
+    owner = store.declared_annotators().get(annotator)
+    other = sorted({src for src, name, _ in store.annotators() if name == annotator and src != "aggregate"})
+    if other or (owner is not None and owner.source != "aggregate"):
+        raise InputError(
+            f"rater id {annotator!r} already names a rater of source {(other or [owner.source if owner else '?'])[0]!r} in {store.path}; "
+            "the aggregate would replace its declaration and mix with its labels. Rename that rater (re-import it under another "
+            "--annotator) before aggregating", code="E751",
+        )
     data = load_responses(store, raters)
     if data.n_tasks == 0:
         raise InputError(f"raters {', '.join(raters)} have no labels to combine in {store.path}", code="E713")
+    if data.n_tasks == len(data.tasks):
+        raise InputError(
+            f"raters {', '.join(raters)} never label the same segment: with no overlap no rater's accuracy can be estimated, and "
+            "every segment would get confidence 1 from its one rater. Label a shared set of segments with at least two raters",
+            code="E752",
+        )
     fit = method(data, options)
     probas = np.asarray(fit.probas, dtype=np.float64)
     chosen = probas.argmax(axis=1)  # ties: the first class in BEHAVIORS order
@@ -466,7 +491,6 @@ def aggregate(store: "Store", options: AggregateOptions | None = None, *, run: R
     confusion = rater_confusion(data, probas)
     per_rater = np.bincount(data.workers, minlength=data.n_workers)
     n_raters = np.bincount(data.tasks, minlength=data.n_tasks)
-    annotator = f"aggregate:{options.method}"
     codebook_version = _codebook_version(store, raters)
     run_id = run.run_id if run is not None else None
 

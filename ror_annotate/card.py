@@ -141,6 +141,27 @@ def card_figures(store: "Store") -> CardFigures:
     return CardFigures(human_labels=human_labels, agreement=figures, notes=notes, calibration=calibration_summary(store))
 
 
+def _md(value: Any) -> str:
+    """A data string (a rater, model, dataset, source or licence name) as literal Markdown text in a
+    table cell or a line of the card.
+
+    ``&``, ``<`` and ``>`` become entities (a renderer that passes HTML through would otherwise run a
+    ``<script>`` or an ``<img onerror>`` from a model name, and one that sanitises would hide it),
+    ``|`` is escaped (it would split the cell) and line breaks become spaces (they would end the row).
+    """
+    text = "" if value is None else str(value)
+    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("|", "\\|")
+    return " ".join(text.splitlines())
+
+
+def _code(value: Any) -> str:
+    """A data string as an inline code span on one line that no backtick inside it closes early
+    (CommonMark: a fence longer than the longest run of backticks inside, padded with spaces)."""
+    text = " ".join(str(value).splitlines())
+    run = max((len(m) for m in re.findall(r"`+", text)), default=0)
+    return f"{'`' * (run + 1)} {text} {'`' * (run + 1)}" if run else f"`{text}`"
+
+
 def _fmt(v: Any) -> str:
     if isinstance(v, float):
         return f"{v:.3f}"
@@ -311,5 +332,5 @@ def card_context(
         "fa": s.analytics.get("first_answer_fraction", {}), "rr": s.analytics.get("recheck_rounds_after_first_answer", {}),
         "flip": s.analytics.get("flip", {}),
         "token_share": [(k, v) for k, v in (s.analytics.get("token_share_per_behavior") or {}).items() if v],
-        "fmt": _fmt,
+        "fmt": _fmt, "md": _md, "code": _code,
     }

@@ -150,6 +150,41 @@ VENHOFF = _builtin(
 )
 
 
+def _read_yaml(path: Path) -> Any:
+    """The YAML document of ``path`` (UTF-8, a byte-order mark dropped), refusing a key that appears
+    twice in one mapping (PyYAML keeps the last silently: ``{a: planning, a: fact}`` would map ``a`` to
+    fact without a word).
+
+    Raises
+    ------
+    OSError, UnicodeDecodeError, RecursionError
+        Unreadable, not UTF-8, nested past the parser's depth.
+    ValueError
+        Not YAML (a ``yaml.YAMLError``, re-raised as ValueError) or a repeated key.
+    """
+    import yaml
+
+    class _UniqueKeyLoader(yaml.SafeLoader):
+        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+            seen: set[Any] = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=deep)
+                try:
+                    repeated = key in seen
+                    seen.add(key)
+                except TypeError:  # an unhashable key: construct_mapping refuses it below
+                    continue
+                if repeated:
+                    raise ValueError(f"key {str(key)[:80]!r} appears twice in one mapping (line {key_node.start_mark.line + 1}); keep one")
+            return super().construct_mapping(node, deep=deep)
+
+    text = path.read_bytes().decode("utf-8-sig")
+    try:
+        return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as exc:
+        raise ValueError(str(exc)) from None
+
+
 def load_crosswalk(name_or_path: str | Path) -> Crosswalk:
     """A built-in crosswalk by ``name@vN`` or bare name (newest version), or one read from a YAML file.
 
@@ -164,16 +199,18 @@ def load_crosswalk(name_or_path: str | Path) -> Crosswalk:
     if path.suffix in (".yaml", ".yml") or path.is_file():
         if not path.is_file():
             raise ConfigError(f"crosswalk file {path} does not exist; give a built-in name ({', '.join(CROSSWALKS.names())}) or a YAML file")
-        import yaml
-
         try:
-            data = yaml.safe_load(path.read_text(encoding="utf-8"))
-        except (OSError, yaml.YAMLError) as exc:
-            raise ConfigError(f"crosswalk file {path} cannot be read as YAML: {' '.join(str(exc).split())}") from exc
+            data = _read_yaml(path)
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"crosswalk file {path}: byte {exc.object[exc.start:exc.start + 1]!r} is not valid UTF-8; save it as UTF-8") from None
+        except RecursionError:
+            raise ConfigError(f"crosswalk file {path} is nested too deeply to read; a crosswalk is a flat mapping") from None
+        except (OSError, ValueError) as exc:  # yaml.YAMLError is a ValueError here (_read_yaml), so is a repeated key
+            raise ConfigError(f"crosswalk file {path} cannot be read as YAML: {' '.join(str(exc).split())[:300]}") from exc
         if not isinstance(data, dict):
             raise ConfigError(f"crosswalk file {path} must hold a mapping with name, version, source_taxonomy, mapping, unmapped")
         try:
-            return Crosswalk(**data)
+            return Crosswalk.model_validate(data)  # not Crosswalk(**data): a non-string top-level key is a TypeError there
         except ValidationError as exc:
             err = exc.errors()[0]
             where = ".".join(str(p) for p in err["loc"]) or "crosswalk"

@@ -271,3 +271,19 @@ class CaptureCheckError(SteerError):
     """
 
     code = "E910"
+
+
+class LabelNoiseError(SteerError, ValueError):
+    """Label resampling for ``ror probe`` / ``ror experts --label-resamples`` cannot proceed.
+
+    Codes: E930 a segment has neither a class distribution in the export nor a confusion matrix to
+    draw from; E931 the confusion file cannot be read or is in no known format; E932 its matrix is not
+    6 x 6 or does not name all six behaviors; E933 a row is negative, non-finite or does not sum to 1;
+    E934 it names an unknown behavior; E935 an ``ror agree --json`` file without a usable confusion
+    matrix (none, or several raters and no ``--label-confusion-rater``); E936 the export's
+    ``segments`` configuration is missing or disagrees with its ``tokens``; E937 a stored
+    ``label_distribution`` is malformed; E938 ``--label-confusion`` without ``--label-resamples``. The
+    message names the file (and the record).
+    """
+
+    code = "E930"

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import bisect
 import csv
+import io
 import json
 import math
 from collections import Counter, defaultdict
@@ -121,39 +122,139 @@ class _Record:
 
 
 # --------------------------------------------------------------------------- reading
+def _decode(path: Path) -> str:
+    """The file's text: UTF-8, a leading byte-order mark dropped (Excel and Windows tools write one)."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ImportRecordError(f"{path.name}: cannot read ({exc.strerror or exc})") from exc
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise ImportRecordError(
+            f"{path.name}:{line}: byte {data[exc.start:exc.start + 1]!r} is not valid UTF-8; save the file as UTF-8"
+        ) from None
+
+
 def _read_rows(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
-    """``(where, record)`` for every record of a JSONL, CSV or parquet file."""
+    """``(where, record)`` for every record of a JSONL, CSV or parquet file.
+
+    Raises
+    ------
+    ImportRecordError (E132)
+        Not UTF-8, a line that is not one JSON object (or is nested past the parser's depth), a CSV
+        that does not parse strictly (an unterminated quote) or repeats a column, an unreadable
+        parquet file.
+    """
     suffix = path.suffix.lower()
     name = path.name
-    if suffix in (".jsonl", ".ndjson", ".json"):
-        with path.open(encoding="utf-8") as fh:
-            for lineno, line in enumerate(fh, 1):
-                if not line.strip():
-                    continue
-                try:
-                    obj = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise ImportRecordError(f"{name}:{lineno}: not valid JSON ({exc.msg}); each line must be one JSON object") from exc
-                if not isinstance(obj, dict):
-                    raise ImportRecordError(f"{name}:{lineno}: a record must be a JSON object, got {type(obj).__name__}")
-                yield f"{name}:{lineno}", obj
+    if suffix == ".json" and _decode(path).lstrip().startswith("["):
+        yield from _json_array_rows(path)
+    elif suffix in (".jsonl", ".ndjson", ".json"):
+        yield from _jsonl_rows(path)
     elif suffix in (".csv", ".tsv"):
-        with path.open(encoding="utf-8", newline="") as fh:
-            reader = csv.DictReader(fh, delimiter="\t" if suffix == ".tsv" else ",")
-            for row in reader:
-                yield f"{name}:{reader.line_num}", {k: (v if v != "" else None) for k, v in row.items() if k is not None}
+        yield from _csv_rows(path, "\t" if suffix == ".tsv" else ",")
     elif suffix == ".parquet":
-        import pyarrow.parquet as pq
-
-        for i, row in enumerate(pq.read_table(path).to_pylist(), 1):
-            yield f"{name} record {i}", row
+        yield from _parquet_rows(path)
     else:
         raise ImportRecordError(f"{name}: unknown file type {suffix or '(none)'}; give a .jsonl, .csv or .parquet file")
 
 
+def _json_array_rows(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Records of a ``.json`` file that holds one JSON array of objects."""
+    name = path.name
+    # a .json file holding one JSON array of records (as json.dump writes a list); was read as
+    # JSONL and refused at its first line ("[" is not valid JSON)
+    try:
+        items = json.loads(_decode(path))
+    except json.JSONDecodeError as exc:
+        raise ImportRecordError(f"{name}:{exc.lineno}: not valid JSON ({exc.msg}); give one JSON array of objects, or JSONL") from exc
+    except RecursionError:
+        raise ImportRecordError(f"{name}: JSON nested too deeply to read; give one flat JSON object per record") from None
+    for i, obj in enumerate(items, 1):
+        if not isinstance(obj, dict):
+            raise ImportRecordError(f"{name} record {i}: a record must be a JSON object, got {type(obj).__name__}")
+        yield f"{name} record {i}", obj
+
+
+def _jsonl_rows(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Records of a JSONL file, one JSON object per line."""
+    name = path.name
+    for lineno, line in enumerate(_decode(path).split("\n"), 1):  # not splitlines: JSON strings may hold U+2028
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ImportRecordError(f"{name}:{lineno}: not valid JSON ({exc.msg}); each line must be one JSON object") from exc
+        except RecursionError:
+            raise ImportRecordError(f"{name}:{lineno}: JSON nested too deeply to read; each line must be one flat JSON object") from None
+        if not isinstance(obj, dict):
+            raise ImportRecordError(f"{name}:{lineno}: a record must be a JSON object, got {type(obj).__name__}")
+        yield f"{name}:{lineno}", obj
+
+
+def _csv_rows(path: Path, delimiter: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Records of a CSV/TSV file (read whole and strictly before the first is yielded); empty fields are None."""
+    name = path.name
+    last = 0  # line of the last record (or header) read: a malformed one starts after it
+    text = _decode(path)
+    # strict: an unterminated quote is an error, not a field that swallows the rest of the file;
+    # the field limit is raised (process-wide, so only while this file is read) for long texts.
+    before = csv.field_size_limit()
+    csv.field_size_limit(max(before, len(text) + 1))
+    try:
+        reader = csv.DictReader(io.StringIO(text, newline=""), delimiter=delimiter, strict=True)
+        try:
+            header = reader.fieldnames or []
+            last = reader.line_num
+            repeated = sorted({h for h in header if header.count(h) > 1})
+            if repeated:
+                raise ImportRecordError(f"{name}:1: column {', '.join(map(repr, repeated))} appears twice in the header; keep one")
+            rows = []
+            for row in reader:
+                rows.append((f"{name}:{reader.line_num}", {k: (v if v != "" else None) for k, v in row.items() if k is not None}))
+                last = reader.line_num
+        except csv.Error as exc:
+            raise ImportRecordError(
+                f"{name}:{last + 1}: malformed CSV ({exc}) in the record that starts on this line; a field that opens a quote must close it"
+            ) from None
+    finally:
+        csv.field_size_limit(before)
+    yield from rows
+
+
+def _parquet_rows(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Records of a parquet file."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    name = path.name
+
+    try:
+        table = pq.read_table(path)
+    except (OSError, pa.ArrowException) as exc:
+        raise ImportRecordError(f"{name}: cannot be read as parquet ({' '.join(str(exc).split())[:200]})") from None
+    for i, row in enumerate(table.to_pylist(), 1):
+        yield f"{name} record {i}", row
+
+
+def _clip(value: Any, limit: int = 80) -> str:
+    """``repr(value)`` cut to ``limit`` characters: a message quotes input, never all of a huge field."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(str(value))} characters)"
+
+
+def _listed(names: Sequence[str], limit: int = 20) -> str:
+    """The first ``limit`` names, comma-separated, and how many more."""
+    shown = ", ".join(_clip(n, 40)[1:-1] if isinstance(n, str) else _clip(n, 40) for n in names[:limit])
+    return shown if len(names) <= limit else f"{shown} ... ({len(names) - limit} more)"
+
+
 def _int(value: Any, field: str, where: str) -> int:
     if isinstance(value, bool) or value is None:
-        raise ImportRecordError(f"{where}: {field} must be an integer, got {value!r}")
+        raise ImportRecordError(f"{where}: {field} must be an integer, got {_clip(value)}")
     if isinstance(value, float) and value.is_integer():
         return int(value)
     if isinstance(value, int):
@@ -161,7 +262,7 @@ def _int(value: Any, field: str, where: str) -> int:
     try:
         return int(str(value).strip())
     except ValueError:
-        raise ImportRecordError(f"{where}: {field} must be an integer, got {value!r}") from None
+        raise ImportRecordError(f"{where}: {field} must be an integer, got {_clip(value)}") from None
 
 
 def _present(row: dict[str, Any], key: str) -> bool:
@@ -172,13 +273,13 @@ def _present(row: dict[str, Any], key: str) -> bool:
 def _unit_of(columns: set[str], unit: str, name: str) -> Literal["segment", "span"]:
     if unit == "span" or (unit == "auto" and {"char_start", "char_end"} <= columns):
         if not {"trace_id", "char_start", "char_end"} <= columns:
-            raise ImportRecordError(f"{name}: span records need trace_id, char_start and char_end columns; found {', '.join(sorted(columns))}")
+            raise ImportRecordError(f"{name}: span records need trace_id, char_start and char_end columns; found {_listed(sorted(columns))}")
         return "span"
     if "segment_id" in columns or {"trace_id", "segment_index"} <= columns:
         return "segment"
     raise ImportRecordError(
         f"{name}: cannot tell the unit; records need trace_id + segment_index, segment_id (trace#index), or "
-        f"trace_id + char_start + char_end; found {', '.join(sorted(columns)) or 'no columns'}"
+        f"trace_id + char_start + char_end; found {_listed(sorted(columns)) or 'no columns'}"
     )
 
 
@@ -189,7 +290,7 @@ def _parse(path: Path, options: ImportOptions, crosswalk: Crosswalk) -> tuple[Li
     columns = {k for _, row in rows for k in row}
     unit = _unit_of(columns, options.unit, path.name)
     if options.label_column not in columns:
-        raise ImportRecordError(f"{path.name}: no {options.label_column!r} column; name the label column with --label-column (columns: {', '.join(sorted(columns))})")
+        raise ImportRecordError(f"{path.name}: no {_clip(options.label_column)} column; name the label column with --label-column (columns: {_listed(sorted(columns))})")
     records = []
     for where, row in rows:
         category = row.get(options.label_column)
@@ -200,8 +301,8 @@ def _parse(path: Path, options: ImportOptions, crosswalk: Crosswalk) -> tuple[Li
             behavior = crosswalk.lookup(category)
         except KeyError:
             raise ImportLabelError(
-                f"{where}: label {category!r} is not declared by crosswalk {crosswalk.id} ({crosswalk.source_taxonomy}); "
-                f"declared: {', '.join(crosswalk.declared())}; use another --crosswalk or a crosswalk file that maps or lists it"
+                f"{where}: label {_clip(category)} is not declared by crosswalk {crosswalk.id} ({crosswalk.source_taxonomy[:80]}); "
+                f"declared: {_listed(crosswalk.declared())}; use another --crosswalk or a crosswalk file that maps or lists it"
             ) from None
         confidence = None
         if _present(row, "confidence"):
@@ -210,7 +311,7 @@ def _parse(path: Path, options: ImportOptions, crosswalk: Crosswalk) -> tuple[Li
             except (TypeError, ValueError):
                 confidence = -1.0
             if not 0.0 <= confidence <= 1.0:
-                raise ImportRecordError(f"{where}: confidence must be a number in [0, 1], got {row['confidence']!r}")
+                raise ImportRecordError(f"{where}: confidence must be a number in [0, 1], got {_clip(row['confidence'])}")
         text = row.get("text") if _present(row, "text") else None
         if unit == "span":
             for key in ("trace_id", "char_start", "char_end"):
@@ -227,7 +328,7 @@ def _parse(path: Path, options: ImportOptions, crosswalk: Crosswalk) -> tuple[Li
             elif _present(row, "segment_id"):
                 trace_id, sep, idx = str(row["segment_id"]).rpartition("#")
                 if not sep or not trace_id:
-                    raise ImportRecordError(f"{where}: segment_id {row['segment_id']!r} must look like <trace_id>#<segment_index>")
+                    raise ImportRecordError(f"{where}: segment_id {_clip(row['segment_id'])} must look like <trace_id>#<segment_index>")
                 index = _int(idx, "segment_id's index", where)
             else:
                 raise ImportRecordError(f"{where}: no segment named; give trace_id + segment_index or segment_id")
@@ -313,8 +414,20 @@ def project_spans(
     return out
 
 
+#: Rater-id prefixes of the raters ror_annotate derives (aggregate.py, verify.py).
+_DERIVED_PREFIXES = ("aggregate:", "verify:")
+
+
 def _check_annotator(store: "Store", annotator: str) -> None:
-    """Refuse a rater id that already names a rater of another source (its declaration would be replaced)."""
+    """Refuse a rater id that already names a rater of another source (its declaration would be replaced),
+    or that a derived rater will take (``aggregate:<method>``, ``verify:...``: ``ror aggregate`` would
+    replace the imported rater's declaration and mix its labels with the aggregate's; E750)."""
+    for prefix in _DERIVED_PREFIXES:
+        if annotator.startswith(prefix):
+            raise ConfigError(
+                f"--annotator {_clip(annotator)} starts with {prefix!r}, the name ror_annotate gives its own derived raters "
+                "(aggregates, verifiers); give the imported labels another rater id (e.g. 'thought-anchors:gpt-4o')", code="E750",
+            )
     taken = {name: source for source, name, _ in store.annotators() if source != "import"}
     declared = store.declared_annotators().get(annotator)
     if declared is not None and declared.source != "import":
@@ -331,11 +444,11 @@ def _segments_of(store: "Store", by_trace: dict[str, list[_Record]]) -> dict[str
     known = set(store.trace_ids())
     for tid, recs in by_trace.items():
         if tid not in known:
-            raise ImportRecordError(f"{recs[0].where}: trace {tid!r} is not in the store {store.path}; ingest and segment it first")
+            raise ImportRecordError(f"{recs[0].where}: trace {_clip(tid)} is not in the store {store.path}; ingest and segment it first")
     segments = store.segments_by_trace(list(by_trace))
     for tid, recs in by_trace.items():
         if not segments.get(tid):
-            raise ImportRecordError(f"{recs[0].where}: trace {tid!r} has no segments in {store.path}; run ror segment first")
+            raise ImportRecordError(f"{recs[0].where}: trace {_clip(tid)} has no segments in {store.path}; run ror segment first")
     return segments
 
 
@@ -355,7 +468,7 @@ def _segment_outcomes(tid: str, recs: Sequence[_Record], segs: Sequence[Any]) ->
         prev = chosen.get(seg.segment_index)
         if prev is not None and prev.category != rec.category:
             raise ImportRecordError(
-                f"{rec.where}: segment {tid}#{seg.segment_index} already labelled {prev.category!r} at {prev.where}; one label per segment"
+                f"{rec.where}: segment {tid}#{seg.segment_index} already labelled {_clip(prev.category)} at {prev.where}; one label per segment"
             )
         chosen[seg.segment_index] = rec
     out = []

@@ -958,3 +958,20 @@ def review_finish(store: "Store", name: str, options: Any = None, **kwargs: Any)
 
 
 __all__ += ["review_start", "review_finish"]
+# --------------------------------------------------------------------------- label noise in probe / experts (issue 24, item 7)
+def label_noise_draws(table: Any, tokens_path: str | Path | None, options: Any = None, **keywords: Any) -> Any:
+    """Redraw every segment's label for ``run_probes(label_draws=...)`` / ``expert_label_noise``
+    (:func:`ror_annotate.steer.noise.draw_labels`; options ``resamples``, ``confusion``, ``confusion_rater``,
+    ``seed``, ``confidence_level``).
+
+    Raises
+    ------
+    LabelNoiseError
+        E930-E937, see :func:`ror_annotate.steer.noise.draw_labels`.
+    """
+    from .steer.noise import draw_labels
+
+    return draw_labels(table, tokens_path, options, **keywords)
+
+
+__all__ += ["label_noise_draws"]

@@ -8,7 +8,9 @@ bytes, a zeroed tail): DuckDB then refuses to open the file at all (``E206``).
 :func:`recover_store` moves the damaged log aside (it is never deleted), replays the part of the log
 before the first damaged entry (DuckDB names its byte position; commits are replayed whole or not
 at all), checkpoints the result, and reports what the last checkpointed state held, what the log
-gave back and how many of its bytes could not be read.
+gave back and how many of its bytes could not be read. A log cut short replays without an error; the
+commit journal (:mod:`ror_annotate.journal`) tells, and the paid LLM judge responses of the lost
+commits are restored from it into the judge's response cache (for a log that does not replay too).
 """
 
 from __future__ import annotations
@@ -45,7 +47,13 @@ class RecoveryReport:
     checkpoint_counts, recovered_counts : dict of str to int
         Rows per core table in the last checkpointed state, and after replaying the readable part.
     error : str
-        DuckDB's message about the damaged log.
+        DuckDB's message about the damaged log ("" when the log replayed but was cut short).
+    lost_commits : int
+        Commits the commit journal (``<db>.commits``, :mod:`ror_annotate.journal`) recorded that the
+        store no longer held.
+    judge_responses, judge_restored : int
+        Paid LLM judge responses among those commits, and how many of them were put back into the
+        judge's response cache from the journal (the others were already there).
     """
 
     path: str
@@ -56,6 +64,9 @@ class RecoveryReport:
     checkpoint_counts: dict[str, int] = field(default_factory=dict)
     recovered_counts: dict[str, int] = field(default_factory=dict)
     error: str = ""
+    lost_commits: int = 0
+    judge_responses: int = 0
+    judge_restored: int = 0
 
     @property
     def lost_bytes(self) -> int:
@@ -63,8 +74,18 @@ class RecoveryReport:
         return self.wal_bytes - self.replayed_bytes
 
 
+def _connect(path: str, *, read_only: bool) -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection; a store held by another process is a :class:`StoreError`, not a traceback."""
+    try:
+        return duckdb.connect(path, read_only=read_only)
+    except duckdb.Error as exc:
+        if "lock" in str(exc).lower() and "WAL" not in str(exc):
+            raise StoreError(f"the store {path} is in use by another process; recover it after that process ends: {exc}") from None
+        raise
+
+
 def _counts(path: str) -> dict[str, int]:
-    con = duckdb.connect(path, read_only=True)
+    con = _connect(path, read_only=True)
     try:
         present = {r[0] for r in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
         counts = {}
@@ -114,7 +135,14 @@ def recover_store(path: str | Path) -> RecoveryReport:
         raise StoreError(f"no store at {db}; check --db (or ROR_DB)")
     wal = Path(str(db) + ".wal")
     if not wal.is_file() or wal.stat().st_size == 0 or (error := _replays(str(db))) is None:
-        return RecoveryReport(path=str(db), recovered=False)
+        # the log replays (or there is none); it may still have been cut short: ask the journal
+        before = _counts(str(db))
+        report = RecoveryReport(path=str(db), recovered=False, checkpoint_counts=before)
+        _restore_from_journal(report)
+        if report.lost_commits:
+            report.recovered = True
+            report.recovered_counts = _counts(str(db))
+        return report
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     aside = wal.with_name(f"{wal.name}.damaged-{stamp}")
     os.rename(wal, aside)
@@ -133,11 +161,25 @@ def recover_store(path: str | Path) -> RecoveryReport:
         if _replays(str(db)) is not None:
             wal.unlink(missing_ok=True)  # our own partial copy; the damaged original is untouched
             replayed = 0
-    after = _counts(str(db))
-    return RecoveryReport(
+    report = RecoveryReport(
         path=str(db), recovered=True, wal_aside=str(aside), wal_bytes=size, replayed_bytes=replayed,
-        checkpoint_counts=before, recovered_counts=after, error=error.splitlines()[0],
+        checkpoint_counts=before, error=error.splitlines()[0],
     )
+    _restore_from_journal(report)  # the paid judge responses of the commits the log lost
+    report.recovered_counts = _counts(str(db))
+    return report
+
+
+def _restore_from_journal(report: RecoveryReport) -> None:
+    """Fill ``report``'s journal fields by :func:`ror_annotate.journal.restore_lost` on the store."""
+    from .journal import restore_lost
+
+    con = _connect(report.path, read_only=False)
+    try:
+        done = restore_lost(con, report.path)
+    finally:
+        con.close()
+    report.lost_commits, report.judge_responses, report.judge_restored = done.lost_commits, done.judge_responses, done.judge_restored
 
 
 class _Limited:

@@ -13,15 +13,20 @@ alone misses ``value of x. Then``), and tokenizing every line cost more than all
    delimiter rule) and inline code. Math may not run over a blank line (LaTeX rejects a
    paragraph break inside math), so one unclosed delimiter cannot swallow the trace. Line
    ends are LF, CRLF or a lone CR everywhere.
-2. **Line breaks** outside protected spans always end a segment (paragraphs, list items,
-   headings, display equations each start their own segment).
+2. **Line breaks** outside protected spans end a segment (paragraphs, list items, headings,
+   display equations each start their own segment), except where the next line continues the
+   unit (:meth:`Segmenter._join_lines`): a line starting with ``=`` continues the equation above
+   it, a Markdown table rule (``---|---``) its header row, and lines of symbols (no word of three
+   letters or more: table rows, a column of values) one line end apart form one piece, while the
+   piece stays within the soft limit of rule 4.
 3. **Sentence ends**: a sentence mark of any script (``.!?…``, ``।``, ``؟`` ...) with closing
    quotes or brackets, then whitespace; full-width CJK enders (``。！？``) need no whitespace.
    A candidate is dropped when it would cut inside a protected span, between an enumerator and
    its item (``1.``, ``(a)``, ``- ``), after an abbreviation (spaCy's English tokenizer
    exceptions plus a list for technical prose: ``approx.``, ``incl.``, ``e.g.``, ``Eq. 3``
    ...), before a lowercase word (except after a bare question mark: ``is it? yes`` ends a
-   sentence, ``"is it?" and`` does not), and when no whitespace separates the two sides
+   sentence, ``"is it?" and`` does not; and a formula after a period, ``2.45 rad. cos(2.45)``,
+   ``100%. g1 is``, starts one), and when no whitespace separates the two sides
    (decimals, file names).
 4. **Clauses**, at the method's granularity (a sentence stays whole unless it is long or a new
    reasoning step starts inside it): a cue that opens a new step (``, wait``, ``; hmm``,
@@ -84,8 +89,11 @@ __all__ = [
 ]
 
 #: Versioned id of the rule set below; change it whenever a rule changes the output (the store
-#: compares it to skip re-segmenting traces already segmented by the same rules).
-SEGMENTER_NAME = "ror-clause-v3"
+#: compares it to skip re-segmenting traces already segmented by the same rules). v4 (from v3):
+#: line joins of rule 2, formula sentence starts of rule 3, soft limit 100 (was 80) approximate
+#: tokens. Only the current rule set is implemented: `ror segment` re-segments a trace segmented
+#: by v3 (refused while labels refer to it, as after any rule change).
+SEGMENTER_NAME = "ror-clause-v4"
 #: The method's hard cap on a segment's length, in tokens of the subject model's tokenizer.
 MAX_SEGMENT_TOKENS = 125
 #: Segment length profile of the method's corpus (tokens; Wang, Fayyaz, Peng, arXiv:2611.05919):
@@ -102,7 +110,7 @@ MIN_CLAUSE_TOKENS = 4
 #: A sentence (or a cue-led clause) longer than this many approximate tokens is cut at its most
 #: central strong clause mark (``; ``, ``, so``, ``, but`` ...), else at weaker clause punctuation,
 #: until every piece fits; a shorter one stays whole, like the reference clause segmentations.
-SOFT_MAX_TOKENS = 80
+SOFT_MAX_TOKENS = 100
 
 
 # --------------------------------------------------------------------------- records
@@ -591,7 +599,8 @@ _CLAUSE_CUE = re.compile(
 _CLAUSE_CUE_HINT = re.compile(r"wait|hmm|alternatively", re.IGNORECASE)
 # Where a long sentence is cut first: discourse markers and clause punctuation (ASCII and full width).
 _CLAUSE_STRONG = re.compile(
-    r";\s+(?=\S)|；\s*(?=\S)"
+    r"[ \t]*[\n\r][\s]*(?=\S)"  # a line end inside a piece of joined lines (Segmenter._join_lines)
+    r"|;\s+(?=\S)|；\s*(?=\S)"
     r"|,\s+(?=(?:so|but|however|therefore|thus|hence|otherwise|whereas|"
     r"which\s+(?:means|gives|implies)|meaning|that\s+means)\b)"
     r"|，\s*(?=所以|但是|但|因此|然而|那么|不过|于是|因而|可是)"
@@ -606,6 +615,16 @@ _CLAUSE_WEAK = re.compile(
     re.IGNORECASE,
 )
 _WHITESPACE_RUN = re.compile(r"\s+")
+# A word of three letters or more (any script): a line without one is a line of symbols.
+_WORD3 = re.compile(r"[^\W\d_]{3,}")
+# One line end (CRLF counts once), for counting the line ends between two lines.
+_LINE_END = re.compile(r"\r\n|[\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
+# The rule under a Markdown table's header row: "---|---", "|:--|--:|".
+_TABLE_RULE = re.compile(r"\|?[ \t]*:?-{2,}:?[ \t]*(?:\|[ \t]*:?-{2,}:?[ \t]*)+\|?")
+# A formula opening a sentence after a period: "... ≈ 1.617 rad. cos(1.617) ≈ ...", "... is 100%. g1 is 75%".
+# A lowercase letter (or a short name: cos, sin, log) directly followed by a subscript, prime,
+# bracket, digit, superscript or relation, or a letter then a spaced relation ("x = 3").
+_FORMULA_START = re.compile(r"[a-z][A-Za-z]{0,4}(?:[_^'′(=≈<>≤≥≡∈→|²³⁴¹⁰⁵⁶⁷⁸⁹\d]|\s*[=≈<>≤≥≡]\s)")
 
 
 class Segmenter:
@@ -723,7 +742,46 @@ class Segmenter:
         s, e = _trim(text, start, len(text))
         if s < e:
             lines.append((s, e))
-        return lines
+        return self._join_lines(text, lines)
+
+    def _join_lines(self, text: str, lines: list[tuple[int, int]]) -> list[tuple[int, int]]:
+        """Join the lines that continue one unit (the exceptions to rule 2), in place of cutting.
+
+        A line that starts with ``=`` continues the equation of the line before it
+        (``KE = c² [...]`` / ``= c² [...]``); a Markdown table rule (``---|---``) belongs to
+        the header row above it; two lines of symbols (no word of three letters or more on
+        either: table rows ``3 | W``, a column of values ``x = 2^(-7/24)``) separated by one
+        line end, not a blank line, form one piece. A join is made only while the piece stays
+        within ``soft_max_tokens`` approximate tokens; a joined piece that grows past it later
+        is cut at its line ends first (:data:`_CLAUSE_STRONG`).
+
+        Measured against the ReasoningFlow clause segmentations (``benchmarks/compare_boundaries.py``):
+        each of these line ends was a boundary there in fewer than one case in four.
+        """
+        if len(lines) < 2:
+            return lines
+        count = self._approx.count
+        out = [lines[0]]
+        prev_symbols = _WORD3.search(text, *lines[0]) is None
+        piece_tokens = count(text[lines[0][0]:lines[0][1]])
+        for s, e in lines[1:]:
+            ps, pe = out[-1]
+            symbols = _WORD3.search(text, s, e) is None
+            n = count(text[s:e])
+            continues = (
+                text[s] == "="
+                or _TABLE_RULE.fullmatch(text, s, e) is not None
+                or (symbols and prev_symbols and len(_LINE_END.findall(text, pe, s)) == 1)
+            )
+            joined_tokens = count(text[ps:e]) if continues and piece_tokens + n < self.soft_max_tokens else -1
+            if 0 <= joined_tokens <= self.soft_max_tokens:
+                out[-1] = (ps, e)
+                piece_tokens = joined_tokens
+            else:
+                out.append((s, e))
+                piece_tokens = n
+            prev_symbols = symbols
+        return out
 
     # ------------------------------------------------------------------ sentences
     def _sentences(self, text: str, lines: list[tuple[int, int]], protected: _Spans) -> Iterable[tuple[int, int, list[int]]]:
@@ -793,7 +851,12 @@ class Segmenter:
                     return None
         if not (nxt[0].isalnum() or nxt[0] in _OPENERS or nxt[0] in "\\$¿¡"):
             return None  # "8! / 2", "x? = y": an operator cannot open a sentence
-        if nxt[0].isalpha() and nxt[0].islower() and (prev[-1] not in _QUESTION_MARKS or len(prev) < len(raw_prev)):
+        if (
+            nxt[0].isalpha()
+            and nxt[0].islower()
+            and (prev[-1] not in _QUESTION_MARKS or len(prev) < len(raw_prev))
+            and not (prev[-1] == "." and _FORMULA_START.match(nxt) and prev[:-1].lstrip(_OPENERS).lower() not in self._abbrev_num)
+        ):
             # "approx. twelve", "etc. and", "5! ways", "so... then", and a quoted or bracketed
             # question: 'I ask "is n even?" and', '(does it hold?) for': same sentence. A bare
             # "? lowercase" still ends one: traces often skip the capital after a question.

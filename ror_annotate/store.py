@@ -224,6 +224,9 @@ class _Shared:
         self.temp_components: set[str] = set()
         self.memory_limit: str | None = None  # the configured DuckDB memory_limit; None: DuckDB's default
         self.cache_checked_at = float("-inf")  # time.monotonic() of the last Store.release_cache check
+        # the commit journal (ror_annotate.journal): None until Store._journal_open, and on ":memory:"
+        self.journal: Any = None
+        self.journal_state: list[Any] = ["", 0, []]  # store_id, commit counter, notes of the open transaction
 
 
 _OPEN: dict[str, _Shared] = {}
@@ -654,6 +657,7 @@ class Store:
             else:
                 self._ensure_versions_table()
                 self.migrate("core", CORE_MIGRATIONS)
+            self._journal_open()
         except BaseException:
             self.close()
             raise
@@ -693,6 +697,7 @@ class Store:
         with _OPEN_LOCK:
             self._shared.refs -= 1
             if self._shared.refs <= 0:
+                self._journal_close()
                 self._shared.con.close()
                 if _OPEN.get(self.path) is self._shared:
                     _OPEN.pop(self.path, None)
@@ -720,6 +725,7 @@ class Store:
             if shared.tx_depth == 0:
                 with duckdb_errors(self.path, "begin transaction"):
                     self.con.execute("BEGIN TRANSACTION")
+                shared.journal_state[2] = []
             shared.tx_depth += 1
             try:
                 yield self
@@ -737,7 +743,9 @@ class Store:
                 shared.tx_depth -= 1
                 if shared.tx_depth == 0:
                     with duckdb_errors(self.path, "commit"):
+                        self._journal_count_commit()
                         self.con.execute("COMMIT")
+                    self._journal_committed()
                     self.release_cache()
 
     def release_cache(self, *, keep_bytes: int = CACHE_KEEP_BYTES, force: bool = False) -> int:
@@ -816,6 +824,7 @@ class Store:
                 return False
             with duckdb_errors(self.path, "checkpoint"):
                 self.con.execute("CHECKPOINT").fetchall()
+            self._journal_checkpointed()
         self.release_cache(force=True)
         return True
 
@@ -1372,12 +1381,18 @@ class Store:
         """
         self._require_writable("store labels")
         # one row per label_id, the last given winning (the table has no unique index to refuse a repeat)
-        labels = list({lab.label_id: lab for lab in labels}.values())
+        by_id = {lab.label_id: lab for lab in labels}
+        labels = list(by_id.values())
         if not labels:
             return 0
+        # A judge's labels of one answer share one ``extra`` dict: its JSON is written once per dict.
+        extra_json: dict[int, str] = {}
+        for lab in labels:
+            if id(lab.extra) not in extra_json:
+                extra_json[id(lab.extra)] = json.dumps(lab.extra, ensure_ascii=False, default=str)
         table = pa.table(
             {
-                "label_id": [lab.label_id for lab in labels],
+                "label_id": list(by_id),
                 "trace_id": [lab.trace_id for lab in labels],
                 "segment_index": pa.array([lab.segment_index for lab in labels], type=pa.int32()),
                 "label": [lab.label for lab in labels],
@@ -1389,7 +1404,7 @@ class Store:
                 "confidence": pa.array([lab.confidence for lab in labels], type=pa.float64()),
                 "rationale": pa.array([lab.rationale for lab in labels], type=pa.string()),
                 "created_at": pa.array([to_naive_utc(lab.created_at) for lab in labels], type=pa.timestamp("us")),
-                "extra": [json.dumps(lab.extra, ensure_ascii=False, default=str) for lab in labels],
+                "extra": [extra_json[id(lab.extra)] for lab in labels],
                 "distribution": pa.array([lab.distribution for lab in labels], type=pa.list_(pa.float64())),
             }
         )
@@ -1911,6 +1926,192 @@ class Store:
             t: self._count(f"SELECT count(*) FROM {t}")
             for t in ("traces", "segments", "labels", "runs")
         }
+
+    # ------------------------------------------------------------------ commit journal (ror_annotate.journal)
+    def journal_note(self, kind: str, payload: dict[str, Any]) -> None:
+        """Attach a note to the open transaction's record in the commit journal (``<db>.commits``).
+
+        The note is written (and ``fsync``-ed) after the ``COMMIT``, and kept until the next checkpoint,
+        so it survives a write-ahead log cut short. The LLM judge notes each paid response's cache row
+        (kind ``"judge_cache"``: column -> value), which ``ror recover`` restores. Outside a
+        transaction, on ``:memory:`` or read-only stores, it does nothing.
+
+        Parameters
+        ----------
+        kind : str
+            What the payload is (``"judge_cache"``).
+        payload : dict
+            JSON-serializable values (datetimes are written as text).
+        """
+        shared = self._shared
+        if shared.journal is not None and shared.tx_depth > 0:
+            shared.journal_state[2].append((kind, payload))
+
+    def _journal_open(self) -> None:
+        """Compare the store's commit counter with its journal; raise ``E220`` when commits were lost."""
+        from .journal import JOURNAL_MIGRATIONS, CommitJournal, journal_enabled, lost_commits_error, new_store_id
+
+        shared = self._shared
+        if self.path == ":memory:" or shared.journal is not None or not journal_enabled():
+            return
+        if shared.read_only:
+            found = self._count("SELECT count(*) FROM information_schema.tables WHERE table_name = 'store_journal'")
+            row = self.con.execute("SELECT store_id, seq FROM store_journal").fetchone() if found else None
+        else:
+            self.migrate("journal", JOURNAL_MIGRATIONS)
+            row = self.con.execute("SELECT store_id, seq FROM store_journal").fetchone()
+            if row is None:
+                row = (new_store_id(), 0)
+                self.con.execute("INSERT INTO store_journal VALUES (?, ?)", list(row))
+        if row is None:
+            return  # a read-only store written before the journal existed
+        journal = CommitJournal(self.path)
+        state = journal.read()
+        store_id, seq = str(row[0]), int(row[1])
+        if state.store_id == store_id and state.seq > seq:
+            raise lost_commits_error(self.path, seq, state)
+        if not shared.read_only:
+            if state.store_id != store_id:
+                journal.reset(store_id, seq)  # the journal of a store deleted since: not this one's
+            shared.journal = journal
+            shared.journal_state = [store_id, seq, []]
+
+    def _journal_count_commit(self) -> None:
+        """Raise the store's commit counter inside the transaction about to commit (rolled back on failure)."""
+        shared = self._shared
+        if shared.journal is not None:
+            try:
+                self.con.execute("UPDATE store_journal SET seq = ?", [shared.journal_state[1] + 1])
+            except duckdb.Error:
+                try:
+                    self.con.execute("ROLLBACK")
+                except duckdb.Error:
+                    pass
+                raise
+
+    def _journal_committed(self) -> None:
+        shared = self._shared
+        if shared.journal is not None:
+            state = shared.journal_state
+            state[1] += 1
+            shared.journal.append(state[0], state[1], state[2])
+            state[2] = []
+
+    def _journal_checkpointed(self) -> None:
+        shared = self._shared
+        if shared.journal is not None:
+            shared.journal.reset(shared.journal_state[0], shared.journal_state[1])
+
+    def _journal_close(self) -> None:
+        """Checkpoint before the last handle closes (DuckDB would at close anyway), then shorten the journal."""
+        shared = self._shared
+        if shared.journal is None or shared.tx_depth:
+            return
+        try:
+            shared.con.execute("CHECKPOINT").fetchall()
+        except duckdb.Error:
+            return  # the log keeps the data; the journal keeps its records
+        self._journal_checkpointed()
+    def labelled_indices_by_trace(self, trace_ids: Sequence[str], *, annotator: str, codebook_version: str,
+                                  source: str) -> dict[str, set[int]]:
+        """:meth:`labelled_segment_indices` of many traces in one query: ``{trace_id: {segment_index}}``
+        (a trace without such labels is absent)."""
+        out: dict[str, set[int]] = {}
+        if not trace_ids:
+            return out
+        with duckdb_errors(self.path, "read labels"):
+            rows = self.con.execute(
+                f"SELECT trace_id, segment_index FROM labels WHERE {_IDS_FILTER} AND annotator = ? AND codebook_version = ? "
+                "AND source = ?",
+                [list(trace_ids), annotator, codebook_version, source],
+            ).fetchall()
+        for tid, index in rows:
+            out.setdefault(tid, set()).add(int(index))
+        return out
+    # ------------------------------------------------------------------ compact label reads (viewer at corpus scale)
+    def label_codes(self, categories: Sequence[str]) -> "LabelCodes":
+        """Every stored label as integer codes, for agreement over a million labels without Label objects.
+
+        Rows are ordered as :meth:`labels` orders them (trace id, segment index, source, annotator);
+        each row holds small integers only, so 2,000,000 labels take about 50 MB. The codes come from
+        joins with the (small) tables of distinct names, and rows are put in order in NumPy, so DuckDB
+        neither sorts nor hashes the labels table.
+
+        Parameters
+        ----------
+        categories : sequence of str
+            The label set; ``label_code`` is the index of the label in it (-1 for a label not in it).
+
+        Returns
+        -------
+        LabelCodes
+            ``table`` with columns ``trace_code`` (int32, index into ``trace_ids``), ``segment_index``
+            (int32), ``annotator_code`` (int32, index into ``annotators``), ``source_code`` (int32, index
+            into ``sources``), ``label_code`` (int32) and ``n_tokens`` (int32, the segment's token count,
+            0 when the segment is no longer stored); the sorted distinct ``trace_ids``, ``annotators``
+            and ``sources`` of the labels; and ``with_confidence``, the annotators with at least one
+            label that has a confidence.
+        """
+        import numpy as np
+
+        with duckdb_errors(self.path, "read labels"):
+            names = {
+                col: [r[0] for r in self.con.execute(f"SELECT DISTINCT {col} FROM labels ORDER BY 1").fetchall()]
+                for col in ("trace_id", "annotator", "source")
+            }
+            confident = [r[0] for r in self.con.execute(
+                "SELECT DISTINCT annotator FROM labels WHERE confidence IS NOT NULL ORDER BY 1").fetchall()]
+            codes = {}
+
+            def arrow(sql: str, params: list[Any] | None = None) -> pa.Table:
+                relation = self.con.sql(sql, params=params)  # a relation hands Arrow over without a copy
+                fetch = next(getattr(relation, n) for n in ("to_arrow_table", "fetch_arrow_table", "arrow") if hasattr(relation, n))
+                got = fetch()
+                return got if isinstance(got, pa.Table) else got.read_all()
+
+            for col in names:
+                view = f"_ror_codes_{col}"
+                self._register(view, pa.table({col: pa.array(names[col], pa.string()), "code": pa.array(range(len(names[col])), pa.int32())}))
+            try:
+                labels = arrow(
+                    "SELECT t.code AS trace_code, l.segment_index::INTEGER AS segment_index, a.code AS annotator_code, s.code AS source_code, "
+                    "(coalesce(list_position(?, l.label), 0) - 1)::INTEGER AS label_code "
+                    "FROM labels l JOIN _ror_codes_trace_id t ON t.trace_id = l.trace_id JOIN _ror_codes_annotator a ON a.annotator = l.annotator "
+                    "JOIN _ror_codes_source s ON s.source = l.source", [list(categories)])
+                segs = arrow(
+                    "SELECT t.code AS trace_code, s.segment_index::INTEGER AS segment_index, s.n_tokens::INTEGER AS n_tokens "
+                    "FROM segments s JOIN _ror_codes_trace_id t ON t.trace_id = s.trace_id")
+            finally:
+                for col in names:
+                    self._unregister(f"_ror_codes_{col}")
+        for col in labels.column_names:
+            codes[col] = labels.column(col).to_numpy()
+        del labels
+        order = np.lexsort((codes["annotator_code"], codes["source_code"], codes["segment_index"], codes["trace_code"]))
+        codes = {k: v[order] for k, v in codes.items()}
+        # each label's segment token count: look its (trace, segment) key up among the segments' sorted keys
+        width = int(max(codes["segment_index"].max(initial=0), segs.column("segment_index").to_numpy().max(initial=0))) + 1
+        seg_key = segs.column("trace_code").to_numpy().astype(np.int64) * width + segs.column("segment_index").to_numpy()
+        seg_tokens = segs.column("n_tokens").to_numpy()
+        del segs
+        by_key = np.argsort(seg_key)
+        seg_key, seg_tokens = seg_key[by_key], seg_tokens[by_key]
+        lab_key = codes["trace_code"].astype(np.int64) * width + codes["segment_index"]
+        at = np.clip(np.searchsorted(seg_key, lab_key), 0, max(len(seg_key) - 1, 0))
+        found = (seg_key[at] == lab_key) if len(seg_key) else np.zeros(len(lab_key), dtype=bool)
+        codes["n_tokens"] = np.where(found, seg_tokens[at] if len(seg_key) else 0, 0).astype(np.int32)
+        table = pa.table({k: pa.array(codes[k], pa.int32()) for k in ("trace_code", "segment_index", "annotator_code", "source_code", "label_code", "n_tokens")})
+        return LabelCodes(table, names["trace_id"], names["annotator"], names["source"], confident)
+
+
+class LabelCodes(NamedTuple):
+    """What :meth:`Store.label_codes` returns: the labels as integer columns and the names the codes index."""
+
+    table: pa.Table
+    trace_ids: list[str]
+    annotators: list[str]
+    sources: list[str]
+    with_confidence: list[str]
 
 
 def _arrow_of(result: Any) -> pa.Table:

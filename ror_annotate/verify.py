@@ -371,6 +371,10 @@ def verify(store: "Store", options: VerifyOptions, *, trace_ids: Sequence[str] |
         raise VerifyError(f"rater {of!r} has no labels in {store.path}; raters with labels: {known}", code="E521")
     versions = {lab.codebook_version for lab in rated}
     if verifier.codebook_version not in versions:
+        imported = sorted(v for v in versions if v.startswith("crosswalk:"))
+        if imported:  # an imported rater's labels carry their crosswalk, not a codebook hash (was shown cut: "crosswalk:si")
+            raise VerifyError(f"rater {of!r} holds imported labels ({', '.join(imported)}), not labels under a codebook: ror verify "
+                              "audits a judge's labels; compare the imported rater with ror agree instead", code="E521")
         raise VerifyError(f"rater {of!r} has no labels under codebook {verifier.book.versioned_name} ({verifier.codebook_version[:12]}); "
                           f"its labels use {', '.join(sorted(v[:12] for v in versions))}: pass the same --codebook", code="E521")
     wanted = None if trace_ids is None else set(trace_ids)

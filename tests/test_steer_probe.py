@@ -4,6 +4,9 @@ plus the CLI commands that print and write them."""
 from __future__ import annotations
 
 import csv
+import os
+import textwrap
+from pathlib import Path
 import json
 import subprocess
 import sys
@@ -359,3 +362,32 @@ def test_profile_correlation_heatmap_names_its_dataset_behavior_axes(tmp_path, m
     assert seen["y"] == expected and seen["x"] == expected
     assert "dataset" in seen["xlabel"] and "behavior" in seen["xlabel"]
     assert (tmp_path / "profile_correlation.png").stat().st_size > 0
+
+
+def test_expert_plots_keep_the_global_matplotlib_backend(tmp_path):
+    """A notebook's backend ('svg' here) survives `write_report`: no matplotlib.use, no pyplot (issue 23)."""
+    script = textwrap.dedent(
+        f"""
+        import json, sys
+        import numpy as np
+        import matplotlib
+        before = matplotlib.get_backend()
+        from ror_annotate.steer.experts import analyze, write_report
+        rng = np.random.default_rng(0)
+        n = 200
+        report = analyze(rng.integers(0, 8, size=(n, 1, 2)), rng.integers(0, 2, size=n), rng.integers(0, 2, size=n),
+                         np.arange(n) // 4, dataset_names=["a", "b"], layers=[0], n_experts=8, k=2, n_permutations=2)
+        pngs = [p.name for p in write_report(report, {str(tmp_path)!r}) if p.suffix == ".png"]
+        print(json.dumps({{"before": before, "after": matplotlib.get_backend(), "pyplot": "matplotlib.pyplot" in sys.modules,
+                           "pngs": sorted(pngs)}}))
+        """
+    )
+    env = {**os.environ, "MPLBACKEND": "svg", "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    assert seen["before"] == seen["after"] == "svg"
+    assert seen["pyplot"] is False
+    assert seen["pngs"] == ["profile_correlation.png", "rd_a.png", "rd_b.png"]
+    for name in seen["pngs"]:
+        assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

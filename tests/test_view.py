@@ -20,7 +20,7 @@ from ror_annotate.errors import ConfigError, ViewError
 from ror_annotate.records import BEHAVIORS, Label, Trace
 from ror_annotate.store import Store
 from ror_annotate.view import ViewOptions, build_view, make_server
-from ror_annotate.view.build import _Calibration, js_payload, round_starts, shard_path
+from ror_annotate.view.build import _Calibration, js_payload, read_index_rows, round_starts, shard_path
 
 from .view_fixtures import HOSTILE_ID, HOSTILE_TEXT, build_store
 
@@ -48,8 +48,9 @@ def test_shards_hold_exact_segment_texts_and_every_label(built):
     raters = [r["name"] for r in index["raters"]]
     with Store(db, read_only=True) as store:
         traces = {t.trace_id: t for t in store.iter_traces()}
-        assert summary.traces == len(traces) == len(index["traces"])
-        for row in index["traces"]:
+        rows = read_index_rows(tmp / "site")
+        assert summary.traces == len(traces) == len(rows) == index["n_traces"]
+        for row in rows:
             shard = _payload(tmp / "site" / shard_path(row["n"]))
             trace, segs = traces[row["id"]], store.segments(row["id"])
             assert shard["id"] == trace.trace_id
@@ -65,8 +66,7 @@ def test_shards_hold_exact_segment_texts_and_every_label(built):
 
 def test_hostile_text_is_ascii_json_without_a_closing_tag(built):
     tmp, _, _ = built
-    index = _payload(tmp / "site" / "data" / "index.js")
-    n = next(r["n"] for r in index["traces"] if r["id"] == HOSTILE_ID)
+    n = next(r["n"] for r in read_index_rows(tmp / "site") if r["id"] == HOSTILE_ID)
     raw = (tmp / "site" / shard_path(n)).read_text(encoding="ascii")
     assert "</" not in raw and "<script>" in raw  # "</script>" is written "<\/script>"
     shard = _payload(tmp / "site" / shard_path(n))
@@ -129,14 +129,13 @@ def test_from_export_builds_trace_pages(tmp_path, real_traces_path):
     res = runner.invoke(app, ["export", "demo", "--out", str(tmp_path / "export"), "--view", "--db", str(tmp_path / "s.duckdb")])
     assert res.exit_code == 0, res.output
     # `ror export --view` put the site (from the store) into the export folder
-    inside = _payload(tmp_path / "export" / "view" / "data" / "index.js")
-    assert {r["id"] for r in inside["traces"]} == set(want)
+    assert {r["id"] for r in read_index_rows(tmp_path / "export" / "view")} == set(want)
     res = runner.invoke(app, ["view", "--from-export", str(tmp_path / "export"), "--out", str(tmp_path / "site")])
     assert res.exit_code == 0, res.output
     index = _payload(tmp_path / "site" / "data" / "index.js")
-    assert {r["id"] for r in index["traces"]} == set(want)
+    assert {r["id"] for r in read_index_rows(tmp_path / "site")} == set(want)
     assert [r["name"] for r in index["raters"]] == ["baseline:cue-v1"]
-    for row in index["traces"]:
+    for row in read_index_rows(tmp_path / "site"):
         shard = _payload(tmp_path / "site" / shard_path(row["n"]))
         assert "".join(g + s[0] for g, s in zip(shard["gaps"], shard["segs"])) + shard["gaps"][-1] == want[row["id"]]
         assert all(len(e) == 1 for e in shard["labels"])
@@ -176,7 +175,7 @@ def test_rebuild_replaces_old_shards(tmp_path):
         pipeline.segment(store)
         build_view(store, tmp_path / "site", ViewOptions(resamples=0))
     assert not (tmp_path / "site" / shard_path(2)).exists()
-    assert [r["id"] for r in _payload(tmp_path / "site" / "data" / "index.js")["traces"]] == ["only"]
+    assert [r["id"] for r in read_index_rows(tmp_path / "site")] == ["only"]
 
 
 def test_serve_binds_loopback_and_serves_the_site(built):

@@ -20,6 +20,7 @@ import pytest
 from ror_annotate.records import BEHAVIORS
 from ror_annotate.store import Store
 from ror_annotate.view import ViewOptions, build_view
+from ror_annotate.view.build import read_index_rows
 
 from .view_fixtures import HOSTILE_ID, HOSTILE_TEXT, RATIONALE, build_store
 
@@ -67,7 +68,7 @@ def site(tmp_path_factory):
         segments = {t: store.segments(t) for t in traces}
         labels = store.labels()
     index = _payload(tmp / "site" / "data" / "index.js")
-    order = {row["id"]: row["n"] for row in index["traces"]}
+    order = {row["id"]: row["n"] for row in read_index_rows(tmp / "site")}
     return {"db": db, "out": tmp / "site", "summary": summary, "traces": traces, "segments": segments, "labels": labels, "n": order, "index": index}
 
 

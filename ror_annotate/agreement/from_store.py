@@ -211,7 +211,10 @@ def agreement_summary(store: Any, options: AgreementOptions | None = None, **kwa
     elif reference == "human":
         humans = [a for a in ratings.annotators if source_of.get(a) == "human"]
         if not humans:
-            raise AgreementError("--reference human: no human labels among the selected annotators; widen --source/--study")
+            imported = [a for a in ratings.annotators if store.rater_kinds().get(a) == "human"]
+            hint = (f"; imported human raters ({', '.join(imported)}) are not a review reference: name one with --reference NAME"
+                    if imported else "")
+            raise AgreementError(f"--reference human: no human labels (Label Studio review labels) among the selected annotators; widen --source/--study{hint}")
         ref_args = {"reference": "majority", "reference_pool": humans, "reference_name": "human majority" if len(humans) > 1 else humans[0]}
     elif reference is not None:
         ref_args = {"reference": reference}

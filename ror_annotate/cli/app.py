@@ -34,7 +34,11 @@ class _StdoutConsole(Console):
         raise SystemExit(0)
 
 
-console = _StdoutConsole()
+# markup=False: what goes to stdout is data (rater, model, file and study names in tables and summaries),
+# and a name such as "[/x]" was read as a Rich closing tag (MarkupError traceback in every command
+# that printed it) or "[bold red]alice" restyled the table. Styles on stdout come from Table / Text
+# objects, never from markup in strings; err_console keeps markup for its coded lines (data escaped).
+console = _StdoutConsole(markup=False)
 err_console = Console(stderr=True)
 
 # typer 0.2x vendors click (typer._click); older typer uses click itself. Catch whichever parses.
@@ -213,7 +217,7 @@ def open_store(db: Path, lock_timeout: float = 10.0, *, must_exist: bool = False
 
 @contextmanager
 def _removed_if_left_empty(store: Any) -> Any:
-    """A store this command created: removed again (file, WAL, progress file) when the command fails
+    """A store this command created: removed again (file, WAL, progress file, commit journal) when the command fails
     before storing any trace with a coded error (a hub that cannot be reached, a bad input), so no empty
     store is left. An interrupted command keeps the store: its run is recorded there as interrupted."""
     try:
@@ -227,7 +231,7 @@ def _removed_if_left_empty(store: Any) -> Any:
             empty = False
         store.close()
         if empty:
-            for suffix in ("", ".wal", ".progress.json"):
+            for suffix in ("", ".wal", ".progress.json", ".commits"):  # .commits: ror_annotate.journal.JOURNAL_SUFFIX
                 Path(store.path + suffix).unlink(missing_ok=True)
         raise
     finally:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from ..errors import ReviewError
@@ -60,7 +61,7 @@ def _print_pull(report) -> None:
     for kind, lines in (("removed", report.removed), ("replaced", report.replaced), ("re-anchored", report.reanchored),
                         ("superseded", report.superseded), ("rejected", report.rejected)):
         for line in lines:
-            err_console.print(f"[yellow]{kind}[/]: {line}", highlight=False, soft_wrap=True)
+            err_console.print(f"[yellow]{kind}[/]: {escape(str(line))}", highlight=False, soft_wrap=True)  # line holds label and segment text
 
 
 @review_app.command("create")
@@ -234,7 +235,7 @@ def adjudicate(
             run.counts.update(disagreements=report.disagreements, tasks_created=report.tasks_created,
                               show_judge=report.show_judge, **_pull_counts(report.pull))
     for w in report.warnings:
-        err_console.print(f"[yellow]warning[/]: {w}", highlight=False, soft_wrap=True)
+        err_console.print(f"[yellow]warning[/]: {escape(str(w))}", highlight=False, soft_wrap=True)
     console.print(f"{report.disagreements} disagreements, {report.tasks_created} new adjudication tasks "
                   f"(judge {'shown' if report.show_judge else 'hidden'}):", highlight=False)
     console.print(f"  {report.project_url}", soft_wrap=True, highlight=False)

@@ -23,6 +23,38 @@ ModelOption = Annotated[str, typer.Option("--model", help="Local checkpoint dire
 DeviceOption = Annotated[str, typer.Option("--device", help="torch device: cpu, cuda, cuda:1...")]
 DtypeOption = Annotated[str, typer.Option("--dtype", help="Model dtype: auto, float32, bfloat16, float16.")]
 EngineOption = Annotated[str, typer.Option("--engine", help="hf (transformers) or vllm (its own venv: scripts/setup_vllm.sh).")]
+_NOISE = "Label noise"
+ResamplesOption = Annotated[int, typer.Option(
+    "--label-resamples", min=0, rich_help_panel=_NOISE,
+    help="Redraw every segment's label N times (from the export's label_distribution, else --label-confusion) and "
+         "report each figure with its label-noise percentile interval; 0: off.")]
+ConfusionOption = Annotated[Optional[Path], typer.Option(
+    "--label-confusion", rich_help_panel=_NOISE,
+    help="P(true | judge label) for segments without a distribution: `ror agree --json` output, or JSON "
+         "{behaviors: [...], matrix: [[...]]} / CSV judge_label,<six behaviors> with rows summing to 1.")]
+ConfusionRaterOption = Annotated[Optional[str], typer.Option(
+    "--label-confusion-rater", rich_help_panel=_NOISE, help="Whose confusion matrix, when the `ror agree` file has several.")]
+LabelSeedOption = Annotated[int, typer.Option("--label-seed", rich_help_panel=_NOISE, help="Seed of the label draws.")]
+
+
+def _label_draws(table, tokens: Path, resamples: int, confusion: Optional[Path], rater: Optional[str], seed: int):
+    """The label draws of ``--label-resamples`` (None when 0), announced on stderr."""
+    if not resamples:
+        if confusion is not None or rater is not None:
+            from ..errors import LabelNoiseError
+
+            raise LabelNoiseError("--label-confusion / --label-confusion-rater take effect with --label-resamples N "
+                                  "(N > 0); add it, or leave them out", code="E938")
+        return None
+    from ..steer.noise import LabelNoiseOptions, draw_labels
+
+    options = LabelNoiseOptions.from_options({"resamples": resamples, "confusion": str(confusion) if confusion else None,
+                                              "confusion_rater": rater, "seed": seed})
+    draws = draw_labels(table, tokens, options)
+    err_console.print(f"label noise: {resamples} resamples; {draws.source()}", highlight=False, markup=False, soft_wrap=True)
+    for note in draws.notes:
+        err_console.print(f"label noise: {note}", highlight=False, markup=False, soft_wrap=True)
+    return draws
 
 
 def _parse_layers(text: str | None) -> list[int] | None:
@@ -112,6 +144,10 @@ def probe_cmd(
     max_train: Annotated[int, typer.Option("--max-train", min=1, help="Train rows kept (seeded subsample), token level.")] = 50_000,
     seed: Annotated[int, typer.Option("--seed")] = 0,
     out: Annotated[Optional[Path], typer.Option("--out", help="Write the table as CSV and per-layer dev curves as JSON here.")] = None,
+    label_resamples: ResamplesOption = 0,
+    label_confusion: ConfusionOption = None,
+    label_confusion_rater: ConfusionRaterOption = None,
+    label_seed: LabelSeedOption = 0,
 ) -> None:
     """Train linear probes on router logits (layer and C chosen on validation), report test macro-F1."""
     from ..steer.capture import Capture
@@ -136,10 +172,15 @@ def probe_cmd(
         embeddings = load_model(model).get_input_embeddings().weight.detach().float().cpu().numpy()
     cap = Capture(capture)
     table = labeled_tokens(cap, load_tokens(tokens))
+    draws = _label_draws(table, tokens, label_resamples, label_confusion, label_confusion_rater, label_seed)
     rows, curves = run_probes(cap, table, level=level, windows=window_sizes, controls=control_list,
                               embeddings=embeddings, max_train=max_train, seed=seed,
-                              progress=lambda msg: err_console.print(f"probe {msg}", highlight=False))
-    shown = Table(title=f"behavior probes ({level} level, macro-F1; C and layer chosen on validation)")
+                              progress=lambda msg: err_console.print(f"probe {msg}", highlight=False), label_draws=draws)
+    title = f"behavior probes ({level} level, macro-F1; C and layer chosen on validation)"
+    if draws is not None:
+        title += (f"; \\[lo, hi] = {100 * draws.confidence_level:g}% percentile interval over {draws.n_resamples} "
+                  "label resamples (label noise only)")
+    shown = Table(title=title)
     for col in PROBE_COLUMNS:
         shown.add_column(col)
     for r in format_table(rows):
@@ -158,6 +199,12 @@ def probe_cmd(
             writer.writerows(r.as_dict() for r in rows)
         (out / "probe_dev_curves.json").write_text(json.dumps(curves, indent=1))
         console.print(f"wrote {out / 'probe.csv'} and {out / 'probe_dev_curves.json'}")
+        if draws is not None:
+            from ..steer.noise import write_probe_noise
+
+            files = write_probe_noise(rows, draws, out, data=f"{len(table):,} labeled tokens of {', '.join(table.dataset_names)} "
+                                                              f"({tokens}), capture {capture}")
+            console.print(f"wrote {', '.join(str(f) for f in files)}")
 
 
 @app.command("experts", rich_help_panel=_PANEL)
@@ -170,6 +217,10 @@ def experts_cmd(
     steer_size: Annotated[Optional[int], typer.Option("--steer-size", min=0, help="Experts per layer in the steer_suppress_<behavior>.json specs (default: --top-k, capped so the router's top-k stay selectable; 0: no spec).")] = None,
     splits: Annotated[Optional[str], typer.Option("--splits", help="Comma-separated splits (default all).")] = None,
     seed: Annotated[int, typer.Option("--seed")] = 0,
+    label_resamples: ResamplesOption = 0,
+    label_confusion: ConfusionOption = None,
+    label_confusion_rater: ConfusionRaterOption = None,
+    label_seed: LabelSeedOption = 0,
 ) -> None:
     """Risk difference of every expert per behavior and dataset, top-k sets, Jaccard null, transfer AUC."""
     import numpy as np
@@ -186,20 +237,38 @@ def experts_cmd(
     size = resolve_steer_size(steer_size, set_size=top_k, n_experts=cap.meta.n_experts, router_top_k=cap.meta.top_k)
     dd = load_tokens(tokens)
     table = labeled_tokens(cap, dd, [s.strip() for s in splits.split(",")] if splits else None)
+    draws = _label_draws(table, tokens, label_resamples, label_confusion, label_confusion_rater, label_seed)
     selected = np.asarray(cap.selected[table.rows])
     report = analyze(selected, table.labels, table.dataset, table.segment, dataset_names=table.dataset_names,
                      layers=cap.meta.layers, n_experts=cap.meta.n_experts, k=min(top_k, cap.meta.n_experts),
                      n_permutations=permutations, seed=seed)
-    files = write_report(report, out, steer_size=size or None)
-    summary = Table(title="expert association")
+    noise = None
+    if draws is not None:
+        from ..steer.noise import expert_label_noise, fmt_interval, write_expert_noise
+
+        noise = expert_label_noise(selected, table, draws, report, n_experts=cap.meta.n_experts,
+                                   k=min(top_k, cap.meta.n_experts))
+    files = write_report(report, out, steer_size=size or None, noise=noise)
+    if noise is not None:
+        files += write_expert_noise(noise, report, out)
+    summary = Table(title="expert association" + (
+        "" if noise is None else f" (\\[lo, hi] = {100 * noise.level():g}% percentile interval over {noise.draws.n_resamples} "
+                                 "label resamples, label noise only)"))
     summary.add_column("statistic")
     summary.add_column("value")
-    for key, value in {**report.jaccard, **{f"profile corr {k}": v for k, v in report.corr_summary.items()}}.items():
-        summary.add_row(key.replace("_", " "), f"{value:.3f}")
-    if report.transfer:
-        cross = [r["auc"] for r in report.transfer if r["source"] != r["target"]]
-        if cross:
-            summary.add_row("transfer AUC (mean, cross-dataset)", f"{float(np.mean(cross)):.3f}")
+    if noise is None:
+        for key, value in {**report.jaccard, **{f"profile corr {k}": v for k, v in report.corr_summary.items()}}.items():
+            summary.add_row(key.replace("_", " "), f"{value:.3f}")
+        if report.transfer:
+            cross = [r["auc"] for r in report.transfer if r["source"] != r["target"]]
+            if cross:
+                summary.add_row("transfer AUC (mean, cross-dataset)", f"{float(np.mean(cross)):.3f}")
+    else:
+        for key, value in report.jaccard.items():
+            if key != "observed":
+                summary.add_row(key.replace("_", " ") + " (stored labels)", f"{value:.3f}")
+        for row in noise.headline(report):
+            summary.add_row(row["statistic"], fmt_interval(row["value"], row["interval"]))
     console.print(summary)
     specs = sorted(p.name for p in files if p.name.startswith("steer_suppress_"))
     console.print(f"wrote {len(files)} files to {out}"

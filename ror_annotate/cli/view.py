@@ -24,7 +24,7 @@ def view_cmd(
     reference: Annotated[str | None, typer.Option("--reference", help="Reference of the confusion matrices, as `ror agree --reference`.", rich_help_panel=_D)] = None,
     resamples: Annotated[int | None, typer.Option("--resamples", help="Bootstrap resamples of the agreement intervals (as `ror agree`).", rich_help_panel=_D)] = None,
     seed: Annotated[int | None, typer.Option("--seed", help="Bootstrap seed (as `ror agree`).", rich_help_panel=_D)] = None,
-    agreement: Annotated[bool, typer.Option("--agreement/--no-agreement", help="Compute the agreement figures (they hold every label in memory at once).", rich_help_panel=_D)] = True,
+    agreement: Annotated[bool, typer.Option("--agreement/--no-agreement", help="Compute the agreement figures (from integer label codes; off: the dashboard says so).", rich_help_panel=_D)] = True,
     title: Annotated[str | None, typer.Option("--title", help="Title shown on every page.")] = None,
     db: DbOption = DEFAULT_DB_PATH,
     lock_timeout: LockTimeoutOption = 10.0,

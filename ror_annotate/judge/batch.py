@@ -36,8 +36,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError, JudgeError
 from . import JudgeReport
-from .client import ChatClient, RequestRejectedError, ResponseBodyError, completion_from_dict
-from .llm import UsageMeter, naive_utc_now
+from .client import ChatClient, RequestRejectedError, ResponseBodyError, completion_from_dict, run_interruptible
+from .persist import UsageMeter, store_now
 from .pricing import BATCH_DISCOUNT
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -70,8 +70,6 @@ def label_with_batch(judge: "LLMJudge", store: "Store", trace_ids: Sequence[str]
         The endpoint refused an upload or batch (see :class:`~.client.ChatClient`); batches created
         before stay recorded and a re-run resumes them.
     """
-    from .llm import run_interruptible
-
     return run_interruptible(_label_with_batch(judge, store, trace_ids, run=run, progress=progress))
 
 
@@ -224,7 +222,7 @@ async def _submit(judge: "LLMJudge", store: "Store", client: ChatClient, lines: 
                 "INSERT INTO judge_batches (batch_id, input_file_id, annotators, codebook_version, requests, status, created_at, "
                 "ingested_at, run_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [batch.id, uploaded.id, _annotators(judge), judge.codebook_version, json.dumps(part), batch.status,
-                 naive_utc_now(), None, run_id],
+                 store_now(), None, run_id],
             )
         created.append(batch.id)
     return created
@@ -283,7 +281,7 @@ def _close(store: "Store", batch_id: str, *, status: str, output_file_id: str | 
     """Close a batch's bookkeeping row: no run polls or ingests it again."""
     store.execute(
         "UPDATE judge_batches SET status = ?, output_file_id = ?, error_file_id = ?, outcome = ?, ingested_at = ? WHERE batch_id = ?",
-        [status, output_file_id, error_file_id, json.dumps(outcome), naive_utc_now(), batch_id],
+        [status, output_file_id, error_file_id, json.dumps(outcome), store_now(), batch_id],
     )
 
 

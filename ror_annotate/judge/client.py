@@ -52,6 +52,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlparse
 
+import httpx
+
 from ..errors import (  # re-exported: these names were defined here before errors.py held them
     ConfigError,
     JudgeError,  # noqa: F401  (kept importable from here)
@@ -67,7 +69,7 @@ from ..provenance import register_secret, register_url_secrets, scrub_text, scru
 __all__ = [
     "ChatClient", "Completion", "RefusalError", "RequestRejectedError", "ResponseBodyError", "ResponseParseError",
     "RetriesExhaustedError", "TruncatedOutputError", "backoff_seconds", "check_base_url", "completion_from_dict",
-    "completion_from_text", "is_context_length_error", "parse_answer", "read_usage", "resolve_api_key", "retry_after_seconds",
+    "completion_from_text", "is_context_length_error", "parse_answer", "read_usage", "resolve_api_key", "retry_after_seconds", "run_interruptible",
 ]
 
 PLACEHOLDER_KEY = "sk-no-key-required"
@@ -568,6 +570,9 @@ class ChatClient:
         ``await sleep(seconds)``; tests pass a recorder instead of :func:`asyncio.sleep`.
     seed : int, optional
         Seed of the jitter generator.
+    connections : int, optional
+        Size of the HTTP connection pool, all kept alive (the judge passes its concurrency); ``None``
+        keeps the ``openai`` client's default pool.
     """
 
     def __init__(
@@ -581,6 +586,7 @@ class ChatClient:
         max_wait: float = 600.0,
         sleep: Sleep | None = None,
         seed: int | None = None,
+        connections: int | None = None,
     ) -> None:
         if max_attempts < 1:
             raise ConfigError(f"--max-attempts must be >= 1, got {max_attempts}")
@@ -590,6 +596,7 @@ class ChatClient:
         self.backoff_base = backoff_base
         self.backoff_cap = backoff_cap
         self.max_wait = max_wait
+        self.connections = connections
         self.sleep: Sleep = sleep or asyncio.sleep
         self.rng = random.Random(seed)
         self.waits: list[float] = []
@@ -610,7 +617,16 @@ class ChatClient:
         if self._client is None:
             from openai import AsyncOpenAI
 
-            self._client = AsyncOpenAI(api_key=self._api_key, base_url=self.base_url, max_retries=0, timeout=self.timeout)
+            kwargs: dict[str, Any] = {}
+            if self.connections:
+                # One pool sized to the requests in flight, every connection kept alive between them
+                # (the client's default keeps 100 alive: at a concurrency of 256 the rest reconnect).
+                import openai
+
+                http_client: Any = getattr(openai, "DefaultAsyncHttpxClient", None)  # openai >= 1.17
+                if http_client is not None:
+                    kwargs["http_client"] = http_client(limits=_limits(self.connections), timeout=self.timeout)
+            self._client = AsyncOpenAI(api_key=self._api_key, base_url=self.base_url, max_retries=0, timeout=self.timeout, **kwargs)
         return self._client
 
     async def aclose(self) -> None:
@@ -687,10 +703,75 @@ class ChatClient:
         async def call() -> Completion:
             # The raw body, parsed here: an HTTP 200 may carry an HTML page or an error object, which
             # the client's own parsing turns into a traceback or an empty completion.
-            response = await self.openai.chat.completions.with_raw_response.create(**body)
+            # ``post`` with ``cast_to=httpx.Response`` (the client's documented way to send a body as is):
+            # ``chat.completions.create`` walks the whole body through its type transforms first, about
+            # as long as the rest of the request on a zero-latency server.
+            response = await self.openai.post("/chat/completions", body=body, cast_to=httpx.Response)
             return completion_from_text(response.text, content_type=response.headers.get("content-type"))
 
         return await self.with_retries(call, what=what)
+
+
+def run_interruptible(coro: Any) -> Any:
+    """``asyncio.run(coro)`` where SIGINT and SIGTERM cancel the work instead of raising inside it.
+
+    A signal handler that raises ``KeyboardInterrupt`` in whatever task runs at that moment leaves
+    that task's exception unretrieved ("Task exception was never retrieved" and a long asyncio
+    traceback after the one ``interrupted:`` line). Here the loop's own signal handlers cancel the
+    main task: its ``finally`` blocks run (the counts are published), every request in flight is
+    cancelled, and ``KeyboardInterrupt`` is raised once the loop is closed. The handlers in place
+    before are restored. Off the main thread this is plain :func:`asyncio.run`.
+    """
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return asyncio.run(coro)
+    interrupted: list[int] = []
+
+    async def main() -> Any:
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        assert task is not None
+
+        def stop(signum: int) -> None:
+            interrupted.append(signum)
+            task.cancel()
+
+        previous: dict[signal.Signals, Any] = {}
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                before = signal.getsignal(sig)
+                loop.add_signal_handler(sig, stop, sig)
+                previous[sig] = before
+            except (NotImplementedError, RuntimeError, ValueError):  # pragma: no cover - platforms without it
+                continue
+        try:
+            return await coro
+        finally:
+            for sig, before in previous.items():
+                loop.remove_signal_handler(sig)
+                signal.signal(sig, before)
+
+    try:
+        return asyncio.run(main())
+    except asyncio.CancelledError:
+        if interrupted:
+            raise KeyboardInterrupt() from None
+        raise
+
+
+def _limits(connections: int) -> Any:
+    """Connection limits of ``connections`` connections, all kept alive, in the HTTP library the
+    installed ``openai`` uses (``httpx``, or ``httpx2`` in later releases)."""
+    limits_type: Any = httpx.Limits
+    try:
+        from openai._constants import DEFAULT_CONNECTION_LIMITS
+
+        limits_type = type(DEFAULT_CONNECTION_LIMITS)
+    except ImportError:  # pragma: no cover
+        pass
+    return limits_type(max_connections=connections, max_keepalive_connections=connections)
 
 
 def _api_code(exc: BaseException) -> str | None:

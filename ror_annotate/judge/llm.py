@@ -18,10 +18,19 @@ a re-run asks again for it with ``max_attempts`` new tries (``retry_failed``, th
 
 Exactly-once bookkeeping: every response is cached in ``judge_cache`` under a key of (codebook
 hash, prompt template hash, model, parameters, trace hash, segment ids, attempt), and the cache row,
-the labels it yields and any failure rows are written in ONE store transaction from the event-loop
-thread. A process killed at any point (kill -9) and started again loses no label, writes none twice
-and re-sends no request whose response was stored: segments with labels are skipped and every
-stored response is replayed from the cache.
+the labels it yields and any failure rows are written in the same store transaction from the
+event-loop thread (:mod:`.persist`: answers that arrive together share one transaction, at most
+about a second apart while other requests are in flight, at once when none is). A process killed at
+any point (kill -9) and started again loses no committed label, writes none twice and re-sends no
+request whose response was stored: segments with labels are skipped and every stored response is
+replayed from the cache (answers received in the last moment before the kill and not yet committed
+are asked again).
+
+Speed: the trace, its segments and its labelled and failed segments are read for blocks of 64
+traces in one query each, cache lookups happen only for traces that had stored responses when the
+run began, the prompt's token estimates are computed once per trace, requests are posted without
+the ``openai`` client's type transform, and one HTTP pool holds ``concurrency`` kept-alive
+connections (``benchmarks/bench_judge.py --throughput``).
 
 Fatal or local is decided by the kind of error, never by the order of the requests: a request
 refused as longer than the model's context fails that trace only (its other chunks are not sent),
@@ -44,6 +53,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -51,7 +61,7 @@ from typing import TYPE_CHECKING, Any
 from ..codebook import Codebook, load_codebook
 from ..errors import ConfigError, JudgeError
 from ..provenance import scrub_text, scrub_url
-from ..records import Annotator, Label, Segment, Trace, sha256_text, utc_now
+from ..records import Annotator, Label, Segment, Trace, sha256_text
 from . import JudgeReport, register_judge
 from .client import (
     ChatClient,
@@ -67,9 +77,23 @@ from .client import (
     is_context_length_error,
     parse_answer,
     resolve_api_key,
+    run_interruptible,
 )
 from .config import JudgeConfig
-from .pricing import Price, cost_usd, load_prices
+from .persist import (  # noqa: F401  (JUDGE_MIGRATIONS, LEDGER_MIGRATIONS: re-exported, defined here before persist.py)
+    JUDGE_MIGRATIONS,
+    LEDGER_MIGRATIONS,
+    Answer,
+    AnswerWriter,
+    UsageMeter,
+    cached_trace_ids,
+    ensure_judge_tables,
+    failed_segments_by_trace,
+    reconcile_run_ledger,
+    run_ledger,
+)
+from .persist import cached_response as _cached_response
+from .pricing import load_prices
 from .prompt import build_messages, system_message, template_hash, trace_block
 from .schema import LabelBatch, response_format
 
@@ -92,93 +116,10 @@ MAX_RATIONALE_CHARS = 2000
 #: any try (connection refused or reset), although the endpoint had answered before in the run.
 DOWN_AFTER_FAILED_REQUESTS = 3
 
-#: The judge component's own tables (declared through Store.migrate("judge", ...)).
-JUDGE_MIGRATIONS: tuple[str, ...] = (
-    """
-    CREATE TABLE judge_cache (
-        cache_key VARCHAR PRIMARY KEY,
-        annotator VARCHAR NOT NULL,
-        codebook_version VARCHAR NOT NULL,
-        prompt_template_hash VARCHAR NOT NULL,
-        model VARCHAR NOT NULL,
-        params VARCHAR NOT NULL,
-        trace_id VARCHAR NOT NULL,
-        trace_sha256 VARCHAR NOT NULL,
-        segment_ids VARCHAR NOT NULL,
-        attempt INTEGER NOT NULL,
-        response VARCHAR NOT NULL,
-        input_tokens INTEGER NOT NULL,
-        cached_input_tokens INTEGER NOT NULL,
-        output_tokens INTEGER NOT NULL,
-        cost_usd DOUBLE NOT NULL,
-        created_at TIMESTAMP NOT NULL,
-        run_id VARCHAR
-    );
-    CREATE TABLE judge_failures (
-        trace_id VARCHAR NOT NULL,
-        segment_index INTEGER NOT NULL,
-        annotator VARCHAR NOT NULL,
-        codebook_version VARCHAR NOT NULL,
-        reason VARCHAR NOT NULL,
-        attempts INTEGER NOT NULL,
-        run_id VARCHAR,
-        created_at TIMESTAMP NOT NULL,
-        PRIMARY KEY (trace_id, segment_index, annotator, codebook_version)
-    );
-    CREATE TABLE judge_batches (
-        batch_id VARCHAR PRIMARY KEY,
-        input_file_id VARCHAR NOT NULL,
-        annotators VARCHAR NOT NULL,
-        codebook_version VARCHAR NOT NULL,
-        requests VARCHAR NOT NULL,
-        status VARCHAR NOT NULL,
-        created_at TIMESTAMP NOT NULL,
-        ingested_at TIMESTAMP,
-        run_id VARCHAR
-    );
-    """,
-    # v2: the judge's reasoning text kept with its response; what a closed batch left behind; why a
-    # segment failed (a RETRY_CAUSES name or "context_length"), so a re-run changes its request.
-    """
-    ALTER TABLE judge_cache ADD COLUMN reasoning VARCHAR;
-    ALTER TABLE judge_batches ADD COLUMN output_file_id VARCHAR;
-    ALTER TABLE judge_batches ADD COLUMN error_file_id VARCHAR;
-    ALTER TABLE judge_batches ADD COLUMN outcome VARCHAR;
-    ALTER TABLE judge_failures ADD COLUMN cause VARCHAR;
-    """,
-)
-
-#: The cost ledger's own migrations (component ``judge_ledger``, applied after :data:`JUDGE_MIGRATIONS`):
-#: unknown usage is stored as NULL, never as 0, with why it is unknown (``usage_status``: ``ok``,
-#: ``missing`` or ``invalid: ...``, see :func:`.client.read_usage`).
-LEDGER_MIGRATIONS: tuple[str, ...] = (
-    """
-    ALTER TABLE judge_cache ALTER COLUMN input_tokens DROP NOT NULL;
-    ALTER TABLE judge_cache ALTER COLUMN cached_input_tokens DROP NOT NULL;
-    ALTER TABLE judge_cache ALTER COLUMN output_tokens DROP NOT NULL;
-    ALTER TABLE judge_cache ALTER COLUMN cost_usd DROP NOT NULL;
-    ALTER TABLE judge_cache ADD COLUMN usage_status VARCHAR;
-    """,
-)
-
 #: Why a request was asked again (``JudgeReport.extra["retries"]`` counts each).
 RETRY_CAUSES = ("transport", "truncated", "parse", "refusal", "invalid_ids")
 #: What the retry instruction (prompt.RETRY_TEMPLATE) says was wrong, per cause with a fixed text.
 _RETRY_PROBLEMS = {"parse": "it was not a JSON object", "refusal": "it was a refusal; the task is only to classify text"}
-
-
-def ensure_judge_tables(store: "Store") -> None:
-    """Create or upgrade the judge's tables, and declare them to the store: cached responses and
-    failures of a trace are derived from its segments, so re-segmenting the trace deletes them."""
-    store.migrate("judge", JUDGE_MIGRATIONS)
-    store.migrate("judge_ledger", LEDGER_MIGRATIONS)
-    for table in ("judge_cache", "judge_failures"):
-        store.register_trace_dependent(table, "cascade", component="judge")
-
-
-def naive_utc_now():
-    """Current UTC time without tzinfo: the store's TIMESTAMP convention."""
-    return utc_now().replace(tzinfo=None)
 
 
 @dataclass
@@ -251,39 +192,6 @@ def cap_rationale(text: str, limit: int = MAX_RATIONALE_CHARS) -> str:
         return text
     marker = f" … [rationale cut: {len(text)} characters]"
     return text[: max(limit - len(marker), 0)].rstrip() + marker
-
-
-@dataclass
-class UsageMeter:
-    """Adds each completion's tokens and cost (USD, times ``discount`` for the Batch API) to ``report``.
-
-    A completion whose usage is unknown (``usage_status`` other than ``"ok"``) counts as a request
-    and in ``extra["usage_unknown_requests"]``, not as 0 tokens: its cost is ``None`` (NULL in
-    ``judge_cache``), and the run's ``cost_usd`` is then a lower bound.
-    """
-
-    report: JudgeReport
-    price: Price | None
-    discount: float = 1.0
-    succeeded: int = 0
-
-    def add(self, c: Completion) -> float | None:
-        r = self.report
-        if c.usage_status != "ok":
-            r.requests += 1
-            r.extra["usage_unknown_requests"] = r.extra.get("usage_unknown_requests", 0) + 1
-            r.extra.setdefault("usage_unknown_example", c.usage_status)
-            self.succeeded += 1
-            return None
-        cost = cost_usd(self.price, input_tokens=c.input_tokens, cached_input_tokens=c.cached_input_tokens,
-                        output_tokens=c.output_tokens, discount=self.discount)
-        r.requests += 1
-        r.input_tokens += c.input_tokens
-        r.cached_input_tokens += c.cached_input_tokens
-        r.output_tokens += c.output_tokens
-        r.cost_usd += cost
-        self.succeeded += 1
-        return cost
 
 
 class LLMJudge:
@@ -451,11 +359,17 @@ class LLMJudge:
     def make_labels(self, trace: Trace, sample: int, run_id: str | None, result: ChunkResult, extra: dict[str, Any]) -> list[Label]:
         """The labels one validated answer yields (written by :meth:`commit_response`)."""
         annotator = self.annotator_for(sample)
-        return [
-            Label(trace_id=trace.trace_id, segment_index=sid, label=lab, source="judge", annotator=annotator,
-                  codebook_version=self.codebook_version, run_id=run_id, confidence=conf, rationale=why, extra=extra)
-            for sid, (lab, conf, why) in sorted(result.good.items())
-        ]
+        good = sorted(result.good.items())
+        if not good:
+            return []
+        # The first label is validated; the others are its shallow copies with their own segment,
+        # label, confidence and rationale (checked by validate_answer), sharing its ``extra`` dict
+        # and time: a chunk's labels cost one validation, and the store writes the JSON of ``extra`` once.
+        sid, (lab, conf, why) = good[0]
+        first = Label(trace_id=trace.trace_id, segment_index=sid, label=lab, source="judge", annotator=annotator,
+                      codebook_version=self.codebook_version, run_id=run_id, confidence=conf, rationale=why, extra=extra)
+        return [first] + [first.model_copy(update={"segment_index": sid, "label": lab, "confidence": conf, "rationale": why})
+                          for sid, (lab, conf, why) in good[1:]]
 
     # ------------------------------------------------------------------ store helpers
     def labeled_segments(self, store: "Store", trace_id: str, annotator: str) -> set[int]:
@@ -464,17 +378,24 @@ class LLMJudge:
 
     def failed_segments(self, store: "Store", trace_id: str, annotator: str) -> dict[int, tuple[int, str | None, str]]:
         """Segment index -> ``(attempts, cause, reason)`` for segments of ``trace_id`` this annotator left judge-failed."""
-        rows = store.execute(
-            "SELECT segment_index, attempts, cause, reason FROM judge_failures WHERE trace_id = ? AND annotator = ? "
-            "AND codebook_version = ?",
-            [trace_id, annotator, self.codebook_version],
-        ).fetchall()
-        return {int(r[0]): (int(r[1]), r[2], r[3]) for r in rows}
+        return failed_segments_by_trace(store, [trace_id], annotator, self.codebook_version).get(trace_id, {})
 
     def cached_response(self, store: "Store", key: str) -> dict[str, Any] | None:
         """The stored response for a request cache key, or None (a cached response is never paid for again)."""
-        row = store.execute("SELECT response FROM judge_cache WHERE cache_key = ?", [key]).fetchone()
-        return json.loads(row[0]) if row else None
+        return _cached_response(store, key)
+
+    def writer(self, store: "Store") -> AnswerWriter:
+        """The :class:`~.persist.AnswerWriter` of this judge's answers to ``store``."""
+        return AnswerWriter(store, codebook_version=self.codebook_version, prompt_template_hash=self.prompt_template_hash,
+                            model=self.model)
+
+    def answer_record(self, *, trace: Trace, sample: int, run_id: str | None, cache_row: dict[str, Any] | None,
+                      result: ChunkResult, failures: dict[int, str], attempts: int, extra: dict[str, Any],
+                      cause: str | None = None) -> Answer:
+        """What one response writes (:class:`~.persist.Answer`): its cache row, its labels, any final failures."""
+        return Answer(trace_id=trace.trace_id, trace_sha256=trace.text_sha256, annotator=self.annotator_for(sample), run_id=run_id,
+                      cache_row=cache_row, labels=self.make_labels(trace, sample, run_id, result, extra), failures=dict(failures),
+                      attempts=attempts, cause=cause)
 
     def commit_response(
         self,
@@ -490,42 +411,10 @@ class LLMJudge:
         extra: dict[str, Any],
         cause: str | None = None,
     ) -> None:
-        """Write one response's cache row, its labels and any final failures (with their ``cause``) in one transaction."""
-        annotator = self.annotator_for(sample)
-        labels = self.make_labels(trace, sample, run_id, result, extra)
-        now = naive_utc_now()
-        if cache_row is not None:
-            known = cache_row.get("usage_status", "ok") == "ok"
-            usage = [cache_row[k] if known else None for k in ("input_tokens", "cached_input_tokens", "output_tokens")]
-        with store.transaction():
-            if cache_row is not None:
-                store.execute(
-                    "INSERT INTO judge_cache (cache_key, annotator, codebook_version, prompt_template_hash, model, params, "
-                    "trace_id, trace_sha256, segment_ids, attempt, response, input_tokens, cached_input_tokens, output_tokens, "
-                    "cost_usd, created_at, run_id, reasoning, usage_status) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
-                    "ON CONFLICT DO NOTHING",
-                    [cache_row["cache_key"], annotator, self.codebook_version, self.prompt_template_hash, self.model,
-                     json.dumps(cache_row["params"], sort_keys=True), trace.trace_id, trace.text_sha256,
-                     json.dumps(cache_row["ids"]), cache_row["attempt"], json.dumps(cache_row["response"], ensure_ascii=False),
-                     *usage, cache_row["cost_usd"], now, run_id, cache_row.get("reasoning"), cache_row.get("usage_status", "ok")],
-                )
-            if labels:
-                store.upsert_labels(labels)
-                store.execute(
-                    "DELETE FROM judge_failures WHERE trace_id = ? AND annotator = ? AND codebook_version = ? "
-                    "AND list_contains(?, segment_index)",
-                    [trace.trace_id, annotator, self.codebook_version, sorted(result.good)],
-                )
-            if failures:
-                # One statement for all rows (unnest zips the two lists): a long trace that fails as a
-                # whole has hundreds of segments, and one INSERT each took ~10 ms.
-                ids = sorted(failures)
-                store.execute(
-                    "INSERT OR REPLACE INTO judge_failures (trace_id, segment_index, annotator, codebook_version, reason, attempts, "
-                    "run_id, created_at, cause) SELECT ?, unnest(?::INTEGER[]), ?, ?, unnest(?::VARCHAR[]), ?, ?, ?, ?",
-                    [trace.trace_id, ids, annotator, self.codebook_version, [scrub_text(failures[i])[:2000] for i in ids], attempts, run_id,
-                     now, cause],
-                )
+        """Write one response's cache row, its labels and any final failures (with their ``cause``) in one
+        transaction, now (the Batch API ingest; interactive runs group their answers, :class:`~.persist.AnswerWriter`)."""
+        self.writer(store).write(self.answer_record(trace=trace, sample=sample, run_id=run_id, cache_row=cache_row, result=result,
+                                                    failures=failures, attempts=attempts, extra=extra, cause=cause))
 
     # ------------------------------------------------------------------ interactive labeling
     def label(self, store: "Store", trace_ids: Sequence[str], *, run: "Run | None" = None,
@@ -564,9 +453,12 @@ class LLMJudge:
         report.extra["price"] = "known" if usage.price else "unknown"
         reconcile_run_ledger(store)  # runs an earlier process left unfinished (kill -9) get their totals back
         client = ChatClient(self.base_url, max_attempts=self.max_attempts, timeout=self.timeout,
-                            backoff_base=self.backoff_base, sleep=self.sleep)
+                            backoff_base=self.backoff_base, sleep=self.sleep, connections=self.concurrency)
         ctx = _RunContext(store=store, run_id=run.run_id if run else None, client=client, usage=usage,
-                          req_sem=asyncio.Semaphore(self.concurrency), progress=progress)
+                          req_sem=asyncio.Semaphore(self.concurrency), progress=progress, writer=self.writer(store),
+                          prefetch=_Prefetch(self, store, trace_ids),
+                          cached_traces=cached_trace_ids(store, codebook_version=self.codebook_version,
+                                                         prompt_template_hash=self.prompt_template_hash, model=self.model))
         if progress is not None:
             ctx.task = progress.add_task(f"judge {self.annotator}", total=self._count_pending(store, trace_ids))
         trace_sem = asyncio.Semaphore(max(2 * self.concurrency, 4))
@@ -576,7 +468,9 @@ class LLMJudge:
                 await self._judge_trace(ctx, trace_id, sample)
 
         try:
-            await asyncio.gather(*(one(t, k) for k in range(1, self.samples + 1) for t in trace_ids))
+            # A trace id given twice is judged once (two concurrent passes would send the same requests).
+            unique = list(dict.fromkeys(trace_ids))
+            await asyncio.gather(*(one(t, k) for k in range(1, self.samples + 1) for t in unique))
         finally:
             report.extra["retries"]["transport"] += len(client.waits)
             if client.abandoned:
@@ -585,7 +479,10 @@ class LLMJudge:
             try:
                 await client.aclose()
             finally:
-                ctx.publish(final=True)
+                try:
+                    ctx.close_writer()
+                finally:
+                    ctx.publish(final=True)
         return report
 
     def _count_pending(self, store: "Store", trace_ids: Sequence[str]) -> int:
@@ -601,14 +498,11 @@ class LLMJudge:
 
     async def _judge_trace(self, ctx: "_RunContext", trace_id: str, sample: int) -> None:
         store = ctx.store
-        trace = store.get_trace(trace_id)
-        segments = store.segments(trace_id)
+        annotator = self.annotator_for(sample)
+        trace, segments, done, failed = ctx.prefetch.take(trace_id, annotator)
         if not segments:
             ctx.usage.report.extra["unsegmented_traces"] += 1
             return
-        annotator = self.annotator_for(sample)
-        done = self.labeled_segments(store, trace_id, annotator)
-        failed = self.failed_segments(store, trace_id, annotator)
         ctx.usage.report.skipped += sum(1 for s in segments if s.segment_index in done)
         if not self.retry_failed:
             kept = {i for i in failed if i not in done}
@@ -662,7 +556,7 @@ class LLMJudge:
             messages, windowed = self.render_messages(job.trace, job.segments, remaining, max_tokens=max_tokens, block=job.block,
                                                       retry_problem=retry_problem)
             key = self.cache_key(job.trace, remaining, params, attempt, messages)
-            cached = self.cached_response(ctx.store, key)
+            cached = self.cached_response(ctx.store, key) if ctx.may_be_cached(job.trace.trace_id) else None
             cache_row = None
             if cached is not None:
                 completion = completion_from_dict(cached)
@@ -670,10 +564,14 @@ class LLMJudge:
             else:
                 try:
                     async with ctx.req_sem:
-                        completion = await ctx.client.complete(
-                            self.request_body(messages, job.sample, max_tokens),
-                            what=f"trace {job.trace.trace_id} segments {remaining[0]}-{remaining[-1]}",
-                        )
+                        ctx.in_flight += 1
+                        try:
+                            completion = await ctx.client.complete(
+                                self.request_body(messages, job.sample, max_tokens),
+                                what=f"trace {job.trace.trace_id} segments {remaining[0]}-{remaining[-1]}",
+                            )
+                        finally:
+                            ctx.in_flight -= 1
                 except RequestRejectedError as exc:
                     if not is_context_length_error(exc):
                         # A rejected key, model, URL or request shape is wrong for every request.
@@ -727,8 +625,8 @@ class LLMJudge:
                      "response_model": completion.raw.get("model"), "codebook": self.book.versioned_name,
                      "params": params, "mode": self.mode, "chunk_size": self.chunk_size,
                      "attempt": attempt, "cache_key": key, "windowed": windowed}
-            self.commit_response(ctx.store, trace=job.trace, sample=job.sample, run_id=ctx.run_id, cache_row=cache_row, result=result,
-                                 failures=result.bad if final else {}, attempts=attempt, extra=extra, cause=cause)
+            ctx.record(self.answer_record(trace=job.trace, sample=job.sample, run_id=ctx.run_id, cache_row=cache_row, result=result,
+                                          failures=result.bad if final else {}, attempts=attempt, extra=extra, cause=cause))
             ctx.usage.report.labeled += len(result.good)
             if final:
                 ctx.usage.report.failed += len(result.bad)
@@ -741,8 +639,8 @@ class LLMJudge:
         if local_failure is not None and remaining:
             # No answer to store: the failure rows are written alone.
             failures = {i: local_failure for i in remaining}
-            self.commit_response(ctx.store, trace=job.trace, sample=job.sample, run_id=ctx.run_id, cache_row=None,
-                                 result=ChunkResult(), failures=failures, attempts=attempt, extra={}, cause=local_cause)
+            ctx.record(self.answer_record(trace=job.trace, sample=job.sample, run_id=ctx.run_id, cache_row=None,
+                                          result=ChunkResult(), failures=failures, attempts=attempt, extra={}, cause=local_cause))
             ctx.usage.report.failed += len(failures)
             ctx.usage.report.extra.setdefault("failure_example", _shorten(scrub_text(local_failure)))
             ctx.advance(len(failures))
@@ -779,6 +677,71 @@ class _TraceJob:
     too_long: str | None = None
 
 
+class _Prefetch:
+    """The per-trace reads of a run, done for blocks of :attr:`BLOCK` traces in one query each: the
+    trace, its segments, and per annotator its labelled and judge-failed segments (taken once, then
+    dropped). Hooks a subclass overrides (``labeled_segments``, ``failed_segments``) are called per
+    trace instead."""
+
+    BLOCK = 64
+
+    def __init__(self, judge: LLMJudge, store: "Store", trace_ids: Sequence[str]) -> None:
+        self.judge, self.store = judge, store
+        self.order = list(dict.fromkeys(trace_ids))
+        self.pos = {t: i for i, t in enumerate(self.order)}
+        self.annotators = [judge.annotator_for(k) for k in range(1, judge.samples + 1)]
+        self.own_done = type(judge).labeled_segments is LLMJudge.labeled_segments
+        self.own_failed = type(judge).failed_segments is LLMJudge.failed_segments
+        self.traces: dict[str, Trace] = {}
+        self.segments: dict[str, list[Segment]] = {}
+        self.done: dict[tuple[str, str], set[int]] = {}
+        self.failed: dict[tuple[str, str], dict[int, tuple[int, str | None, str]]] = {}
+        self.uses: dict[str, int] = {}
+
+    def _load(self, trace_id: str) -> None:
+        start = self.pos.get(trace_id, 0)
+        ids = [t for t in self.order[start : start + self.BLOCK] if t not in self.segments]
+        if trace_id not in ids:
+            ids.insert(0, trace_id)
+        store, judge = self.store, self.judge
+        self.traces.update((t.trace_id, t) for t in store.iter_traces(ids))
+        by_trace = store.segments_by_trace(ids)
+        for tid in ids:
+            self.segments[tid] = by_trace.get(tid, [])
+            self.uses[tid] = 0
+        for annotator in self.annotators:
+            if self.own_done:
+                done = store.labelled_indices_by_trace(ids, annotator=annotator, codebook_version=judge.codebook_version, source="judge")
+                self.done.update(((tid, annotator), done.get(tid, set())) for tid in ids)
+            if self.own_failed:
+                failed = failed_segments_by_trace(store, ids, annotator, judge.codebook_version)
+                self.failed.update(((tid, annotator), failed.get(tid, {})) for tid in ids)
+
+    def take(self, trace_id: str, annotator: str) -> tuple[Trace, list[Segment], set[int], dict[int, tuple[int, str | None, str]]]:
+        """``(trace, segments, labelled indices, failed segments)`` of ``trace_id`` for ``annotator``.
+
+        Raises
+        ------
+        StoreError
+            No such trace in the store.
+        """
+        if trace_id not in self.segments:
+            self._load(trace_id)
+        trace = self.traces.get(trace_id) or self.store.get_trace(trace_id)
+        segments = self.segments[trace_id]
+        done = self.done.pop((trace_id, annotator), None)
+        if done is None:
+            done = self.judge.labeled_segments(self.store, trace_id, annotator)
+        failed = self.failed.pop((trace_id, annotator), None)
+        if failed is None:
+            failed = self.judge.failed_segments(self.store, trace_id, annotator)
+        self.uses[trace_id] += 1
+        if self.uses[trace_id] >= len(self.annotators):
+            for table in (self.traces, self.segments, self.uses):
+                table.pop(trace_id, None)  # type: ignore[attr-defined]
+        return trace, segments, done, failed
+
+
 @dataclass
 class _RunContext:
     store: "Store"
@@ -786,11 +749,62 @@ class _RunContext:
     client: ChatClient
     usage: UsageMeter
     req_sem: asyncio.Semaphore
+    writer: AnswerWriter
+    prefetch: _Prefetch
+    #: Traces with stored responses of this judge when the run began (others need no cache lookup).
+    cached_traces: set[str] = field(default_factory=set)
     progress: "Progress | None" = None
     task: Any = None
     _since_publish: int = 0
+    _published_at: float = field(default_factory=time.monotonic)
     #: Requests in a row that found nothing answering on any try (reset by any answer).
     down_streak: int = 0
+    #: Requests sent and not yet answered.
+    in_flight: int = 0
+    _timer: asyncio.TimerHandle | None = None
+    _flush_error: BaseException | None = None
+
+    def may_be_cached(self, trace_id: str) -> bool:
+        """Whether a request of ``trace_id`` may have a stored response (else the lookup is skipped).
+
+        Only responses stored before the run began count: within a run no request is sent twice
+        (each trace and sample is judged once, and a retry differs from its first try in the attempt
+        number of its cache key)."""
+        return trace_id in self.cached_traces
+
+    def record(self, answer: Answer) -> None:
+        """Queue one answer's writes; commit the group now when due (:meth:`.persist.AnswerWriter.due`),
+        else when the group's time is up."""
+        if self._flush_error is not None:
+            raise self._flush_error
+        self.writer.add(answer)
+        if self.writer.due(idle=self.in_flight == 0):
+            self._flush()
+        elif self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(self.writer.wait_s(), self._on_timer)
+
+    def _flush(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self.writer.flush()
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        try:
+            self.writer.flush()
+        except BaseException as exc:  # raised by the next record() or close_writer(), in a task
+            self._flush_error = exc
+
+    def close_writer(self) -> None:
+        """Commit every waiting answer (the end of a run, also an interrupted or failed one)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        error, self._flush_error = self._flush_error, None
+        self.writer.flush()
+        if error is not None:
+            raise error
 
     def count_retry(self, cause: str) -> None:
         """Count one re-ask of a request, by cause (:data:`RETRY_CAUSES`)."""
@@ -798,7 +812,7 @@ class _RunContext:
         retries[cause] = retries.get(cause, 0) + 1
 
     def advance(self, n: int) -> None:
-        """Move the progress bar and store live counts in ``runs`` (every 20 updates)."""
+        """Move the progress bar and store live counts in ``runs`` (every 20 updates, at most once a second)."""
         r = self.usage.report
         if self.progress is not None and self.task is not None:
             self.progress.update(
@@ -807,13 +821,14 @@ class _RunContext:
                 f"· {r.output_tokens / 1000:.0f}k out · ${r.cost_usd:.4f}",
             )
         self._since_publish += 1
-        if self._since_publish >= 20:
+        if self._since_publish >= 20 and time.monotonic() - self._published_at >= 1.0:
             self.publish()
 
     def publish(self, final: bool = False) -> None:
         """Store the live counts in ``runs``; the final call replaces the usage totals with the
         ledger of the responses stored for the run (:func:`run_ledger`)."""
         self._since_publish = 0
+        self._published_at = time.monotonic()
         if self.run_id is None:
             return
         counts = self.usage.report.as_counts()
@@ -826,98 +841,6 @@ class _RunContext:
 
 def _shorten(text: str, limit: int = 400) -> str:
     return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
-
-
-def run_ledger(store: "Store", run_id: str) -> dict[str, Any]:
-    """A run's usage totals from what was stored: the ``judge_cache`` rows the run paid for.
-
-    Returns ``requests``, ``input_tokens``, ``cached_input_tokens``, ``output_tokens`` (tokens of the
-    judge model), ``cost_usd`` (USD, a lower bound when usage is unknown), ``usage_unknown_requests``
-    (responses without usable usage, NULL in the cache) and ``ledger: "from judge_cache"``. Counts
-    kept only in memory (a run killed with SIGKILL between two publications of its counts) are
-    not needed: every paid response is stored in the same transaction as its labels.
-    """
-    row = store.execute(
-        "SELECT count(*), coalesce(sum(input_tokens), 0), coalesce(sum(cached_input_tokens), 0), coalesce(sum(output_tokens), 0), "
-        "coalesce(sum(cost_usd), 0.0), count(*) FILTER (WHERE input_tokens IS NULL) FROM judge_cache WHERE run_id = ?",
-        [run_id],
-    ).fetchone()
-    n, tokens_in, cached, tokens_out, cost, unknown = row if row else (0, 0, 0, 0, 0.0, 0)
-    return {"requests": int(n), "input_tokens": int(tokens_in), "cached_input_tokens": int(cached),
-            "output_tokens": int(tokens_out), "cost_usd": float(cost), "usage_unknown_requests": int(unknown),
-            "ledger": "from judge_cache"}
-
-
-def reconcile_run_ledger(store: "Store", run_id: str | None = None) -> list[str]:
-    """Write the ledger (:func:`run_ledger`) into ``runs.counts`` of ``run_id``, or of every run that
-    did not finish (status ``running``, ``interrupted`` or ``failed``) and has stored responses
-    without a ledger yet. Returns the run ids updated. A read-only store is left alone.
-
-    ``running`` here means "never recorded its end": DuckDB lets one process write the file, so a run
-    of another live process cannot be seen while this one holds the store.
-    """
-    if store.read_only:
-        return []
-    ensure_judge_tables(store)
-    if run_id is not None:
-        ids = [run_id]
-    else:
-        unfinished = store.run_ids_with_status(("running", "interrupted", "failed"))
-        done = {r.run_id for r in store.runs() if r.run_id in set(unfinished) and "ledger" in r.counts}
-        rows = store.execute("SELECT DISTINCT run_id FROM judge_cache WHERE list_contains(?, run_id)", [unfinished]).fetchall()
-        ids = [r[0] for r in rows if r[0] not in done]
-    for rid in ids:
-        store.update_run_counts(rid, run_ledger(store, rid))
-    return ids
-
-
-def run_interruptible(coro: Any) -> Any:
-    """``asyncio.run(coro)`` where SIGINT and SIGTERM cancel the work instead of raising inside it.
-
-    A signal handler that raises ``KeyboardInterrupt`` in whatever task runs at that moment leaves
-    that task's exception unretrieved ("Task exception was never retrieved" and a long asyncio
-    traceback after the one ``interrupted:`` line). Here the loop's own signal handlers cancel the
-    main task: its ``finally`` blocks run (the counts are published), every request in flight is
-    cancelled, and ``KeyboardInterrupt`` is raised once the loop is closed. The handlers in place
-    before are restored. Off the main thread this is plain :func:`asyncio.run`.
-    """
-    import signal
-    import threading
-
-    if threading.current_thread() is not threading.main_thread():
-        return asyncio.run(coro)
-    interrupted: list[int] = []
-
-    async def main() -> Any:
-        loop = asyncio.get_running_loop()
-        task = asyncio.current_task()
-        assert task is not None
-
-        def stop(signum: int) -> None:
-            interrupted.append(signum)
-            task.cancel()
-
-        previous: dict[signal.Signals, Any] = {}
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            try:
-                before = signal.getsignal(sig)
-                loop.add_signal_handler(sig, stop, sig)
-                previous[sig] = before
-            except (NotImplementedError, RuntimeError, ValueError):  # pragma: no cover - platforms without it
-                continue
-        try:
-            return await coro
-        finally:
-            for sig, before in previous.items():
-                loop.remove_signal_handler(sig)
-                signal.signal(sig, before)
-
-    try:
-        return asyncio.run(main())
-    except asyncio.CancelledError:
-        if interrupted:
-            raise KeyboardInterrupt() from None
-        raise
 
 
 @register_judge("openai")

@@ -21,6 +21,7 @@ context.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Sequence
 
@@ -71,6 +72,13 @@ def approx_tokens(text: str) -> int:
     endpoint reports.
     """
     return len(_TOKEN_RE.findall(text))
+
+
+@functools.lru_cache(maxsize=256)
+def _approx_tokens_cached(text: str) -> int:
+    # Every request of a trace measures the same system message and trace block (the same string
+    # objects: a cache hit costs an identity check), once per trace instead of once per request.
+    return approx_tokens(text)
 
 
 def template_hash() -> str:
@@ -184,9 +192,9 @@ def build_messages(
     """
     system = system if system is not None else system_message(codebook)
     block = full_trace_block if full_trace_block is not None else trace_block(trace, segments, mark=mark)
-    budget = context_tokens - max_tokens - approx_tokens(system) - _RESERVED_TOKENS
+    budget = context_tokens - max_tokens - _approx_tokens_cached(system) - _RESERVED_TOKENS
     windowed = False
-    if approx_tokens(block) > budget:
+    if _approx_tokens_cached(block) > budget:
         index_of = {s.segment_index: pos for s, pos in zip(segments, range(len(segments)))}
         window = _choose_window(segments, [index_of[i] for i in ids], budget - approx_tokens(trace.problem or ""))
         block = TRACE_TEMPLATE.format(problem=trace.problem or "(not given)", trace=marked_trace(trace, segments, window=window, mark=mark))

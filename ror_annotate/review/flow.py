@@ -41,7 +41,7 @@ from ..errors import ReviewError
 from ..options import StageOptions
 from ..provenance import scrub_url
 from .labelstudio import KEY_ENV, LabelStudioClient, server_url, signup_annotator
-from .studies import StudyOptions, ensure_tables, load_study, person_email, pseudonym_for, study_design, study_people
+from .studies import StudyOptions, check_email, check_study_name, ensure_tables, load_study, person_email, pseudonym_for, study_design, study_people
 from .sync import PullReport, PushReport, pull_study, push_study, require_accounts
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -344,9 +344,10 @@ def review_start(store: "Store", name: str, options: ReviewStartOptions | None =
         As :func:`~.studies.create_study` (bad options, nothing to sample); nothing is stored.
     """
     o = ReviewStartOptions.resolve(options, kwargs)
+    check_study_name(name)  # before a server is started or anything is written (a bad name was a pydantic traceback)
+    emails = list(dict.fromkeys(check_email(e).lower() for e in o.annotators))
     ensure_tables(store)
     exists = store.execute("SELECT 1 FROM review_studies WHERE name = ?", [name]).fetchone() is not None
-    emails = list(dict.fromkeys(e.strip().lower() for e in o.annotators))
     if exists:
         _check_people(store, name, emails)
     elif not emails:

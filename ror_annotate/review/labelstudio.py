@@ -13,6 +13,7 @@ after astral characters (shared/pitfalls/LS-01). :func:`anchor_span` therefore t
 
 from __future__ import annotations
 
+import html
 import os
 import re
 from collections.abc import Sequence
@@ -245,6 +246,22 @@ class LabelStudioClient:
 
 
 # ------------------------------------------------------------------------------------ accounts
+def signup_errors(page: str) -> str:
+    """The form errors of a refused sign-up page, ``"; "``-joined (empty when none is found).
+
+    Label Studio puts them in ``<ul class="field_errors"><li>...</li></ul>`` (and older pages in an
+    element whose class holds ``error``): the text of each such element, tags dropped and white space
+    collapsed. (The first element's text alone is only the white space before its ``<li>``, which
+    once left the E600 line ending in "refused the signup of X:" with no reason.)
+    """
+    found = []
+    for block in re.findall(r'class="[^"]*error[^"]*"[^>]*>(.*?)</(?:ul|div|p|span)>', page, flags=re.S):
+        text = " ".join(html.unescape(re.sub(r"<[^>]+>", " ", block)).split())
+        if text and text not in found:
+            found.append(text)
+    return "; ".join(found)
+
+
 def signup_annotator(url: str, invite_url: str, email: str, password: str, *, timeout: float = 60.0) -> str:
     """Create a Label Studio account through the organization's invite link and return its API token.
 
@@ -286,8 +303,7 @@ def signup_annotator(url: str, invite_url: str, email: str, password: str, *, ti
             r = c.post(invite_url, data={"email": email, "password": password, "csrfmiddlewaretoken": csrf},
                        headers={"Referer": invite_url if invite_url.startswith("http") else url + invite_url})
             if r.status_code != 302:
-                reason = re.findall(r'class="[^"]*error[^"]*"[^>]*>([^<]+)<', r.text)
-                raise ReviewError(f"Label Studio at {scrub_url(url)} refused the signup of {email}: {'; '.join(reason) or f'HTTP {r.status_code}'}")
+                raise ReviewError(f"Label Studio at {scrub_url(url)} refused the signup of {email}: {signup_errors(r.text) or f'HTTP {r.status_code}'}")
             tok = c.get("/api/current-user/token")
             tok.raise_for_status()
             return tok.json()["token"]

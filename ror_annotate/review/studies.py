@@ -39,6 +39,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import re
 import secrets
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -190,11 +191,36 @@ def pseudonym_for(store: "Store", email: str) -> str:
     return "h-" + sha256_text(_salt(store) + ":" + email.strip().lower())[:10]
 
 
-def register_person(store: "Store", email: str) -> str:
-    """Record ``email`` in the private people table and return its pseudonym."""
+#: What an annotator e-mail must look like before it is stored or sent to Label Studio: one "@", a
+#: local part and a domain without spaces, control characters or the specials of RFC 5322 that Label
+#: Studio's sign-up (Django's EmailValidator) refuses, so a study is never stored with an annotator
+#: whose account can never be created. The local part must be ASCII (Django's user_regex).
+_EMAIL = re.compile(r"""[^\s\x00-\x1f\x7f@<>()\[\]\\,;:"]+@[^\s\x00-\x1f\x7f@<>()\[\]\\,;:"'.][^\s\x00-\x1f\x7f@<>()\[\]\\,;:"']*""")
+_STUDY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+def check_email(email: str) -> str:
+    """``email`` stripped, or InputError (E100) naming it when it cannot be a Label Studio account e-mail."""
     email = email.strip()
-    if "@" not in email:
-        raise InputError(f"annotator {email!r} is not an e-mail address; give the annotator's Label Studio account e-mail")
+    # Label Studio's sign-up (Django's EmailValidator) takes an ASCII local part only ("brk.ünï@x.org" is refused)
+    if not _EMAIL.fullmatch(email) or email.endswith(".") or not email.split("@", 1)[0].isascii():
+        raise InputError(f"annotator {email[:120]!r} is not an e-mail address; give the annotator's Label Studio account e-mail")
+    return email
+
+
+def check_study_name(name: str) -> str:
+    """``name``, or ConfigError E753 when it is not a study name (letters, digits, ``._-``; a letter or digit first)."""
+    if not _STUDY_NAME.fullmatch(name):
+        raise ConfigError(
+            f"study name {name[:120]!r} is not allowed: use letters, digits, '.', '_' and '-', starting with a letter or digit "
+            "(e.g. pilot-1)", code="E753",
+        )
+    return name
+
+
+def register_person(store: "Store", email: str) -> str:
+    """Record ``email`` in the private people table and return its pseudonym (InputError E100: not an e-mail)."""
+    email = check_email(email)
     pseudonym = pseudonym_for(store, email)
     store.execute(
         "INSERT INTO review_people (pseudonym, email) VALUES (?, ?) ON CONFLICT DO NOTHING", [pseudonym, email.lower()]
@@ -692,6 +718,9 @@ def create_study(  # noqa: C901  (one branch per option check before anything is
     strategy, n, n_traces, seed, overlap, blind, mode = o.strategy, o.n, o.n_traces, o.seed, o.overlap, o.blind, o.mode
     codebook, judge_annotator, compare_annotators, adjudicator = o.codebook, o.judge_annotator, o.compare_annotators, o.adjudicator
     context_chars, low_confidence, control_fraction, rater = o.context_chars, o.low_confidence, o.control_fraction, o.rater
+    check_study_name(name)
+    for email in annotators:
+        check_email(email)
     ensure_tables(store)
     if store.execute("SELECT 1 FROM review_studies WHERE name = ?", [name]).fetchone():
         raise ConfigError(f"study {name!r} already exists in {store.path}; pick another name (studies are immutable once sampled)")

@@ -317,7 +317,8 @@ def set_size_warning(set_size: int, n_experts: int) -> str | None:
     return None
 
 
-def write_report(report: ExpertReport, out_dir: str | Path, *, steer_size: int | None = None) -> list[Path]:
+def write_report(report: ExpertReport, out_dir: str | Path, *, steer_size: int | None = None,  # noqa: C901  (one branch per optional label-noise column)
+                 noise: Any = None) -> list[Path]:
     """Write the tables (CSV), plots (PNG) and steering specs (JSON) of an :class:`ExpertReport`.
 
     Files: ``risk_difference.csv`` (long format), ``top_experts.csv``, ``profile_correlation.csv``,
@@ -325,6 +326,12 @@ def write_report(report: ExpertReport, out_dir: str | Path, *, steer_size: int |
     with the largest |RD|), ``profile_correlation.png``, and for each behavior
     ``steer_suppress_<behavior>.json`` suppressing its ``steer_size`` top experts per layer
     (pooled over datasets, positive RD only) for ``ror steer``.
+
+    With ``noise`` (:class:`~ror_annotate.steer.noise.ExpertNoise`): ``top_experts.csv`` adds
+    ``label_noise_frequency`` (share of label resamples whose set keeps the expert), ``jaccard.csv``
+    ``label_noise_lo`` / ``label_noise_hi`` for the observed Jaccard and the profile correlations, and
+    ``transfer_auc.csv`` ``auc_noise_lo`` / ``auc_noise_hi`` / ``n_label_resamples`` (percentile
+    intervals over the resamples; label noise only).
 
     Returns
     -------
@@ -354,19 +361,45 @@ def write_report(report: ExpertReport, out_dir: str | Path, *, steer_size: int |
             f"{p_d[d, li, e]:.6g}", int(counts[d, b]))
            for d in range(rd.shape[0]) for b in range(rd.shape[1]) for li in range(rd.shape[2])
            for e in range(rd.shape[3])))
-    table("top_experts.csv", ["dataset", "behavior", "layer", "rank", "expert", "rd"],
-          ((names[d], BEHAVIORS[b], layers[li], r, int(e), f"{rd[d, b, li, e]:.6g}")
+    freq = None if noise is None else noise.stability["frequency"]
+    table("top_experts.csv", ["dataset", "behavior", "layer", "rank", "expert", "rd",
+                              *([] if freq is None else ["label_noise_frequency"])],
+          ((names[d], BEHAVIORS[b], layers[li], r, int(e), f"{rd[d, b, li, e]:.6g}",
+            *([] if freq is None else [f"{freq[d, b, li, e]:.4f}"]))
            for d in range(rd.shape[0]) for b in range(rd.shape[1]) for li in range(rd.shape[2])
            for r, e in enumerate(report.top[d, b, li]) if e >= 0))
     labels = profile_labels(report)
     table("profile_correlation.csv", ["profile", *labels],
           ([labels[i], *(f"{v:.4f}" for v in report.corr[i])] for i in range(len(labels))))
-    table("jaccard.csv", ["statistic", "value"],
-          [*((k, f"{v:.4f}") for k, v in report.jaccard.items()),
-           *((f"profile_corr_{k}", f"{v:.4f}") for k, v in report.corr_summary.items())])
-    table("transfer_auc.csv", ["source", "target", "layer", "behavior", "auc", "n_pos", "n_neg"],
-          ((names[r["source"]], names[r["target"]], layers[r["layer"]], BEHAVIORS[r["behavior"]], f"{r['auc']:.4f}",
-            r["n_pos"], r["n_neg"]) for r in report.transfer))
+    if noise is None:
+        table("jaccard.csv", ["statistic", "value"],
+              [*((k, f"{v:.4f}") for k, v in report.jaccard.items()),
+               *((f"profile_corr_{k}", f"{v:.4f}") for k, v in report.corr_summary.items())])
+        table("transfer_auc.csv", ["source", "target", "layer", "behavior", "auc", "n_pos", "n_neg"],
+              ((names[r["source"]], names[r["target"]], layers[r["layer"]], BEHAVIORS[r["behavior"]], f"{r['auc']:.4f}",
+                r["n_pos"], r["n_neg"]) for r in report.transfer))
+    else:
+        from .noise import interval
+
+        lvl = noise.level()
+        ivs = {"observed": interval(noise.jaccard_cross_dataset, lvl),
+               **{f"profile_corr_{k}": interval(v, lvl) for k, v in noise.profile_corr.items()}}
+
+        def cells(key: str) -> list[str]:
+            iv = ivs.get(key)
+            return ["", ""] if iv is None else [f"{iv['lo']:.4f}", f"{iv['hi']:.4f}"]
+
+        table("jaccard.csv", ["statistic", "value", "label_noise_lo", "label_noise_hi"],
+              [*((k, f"{v:.4f}", *cells(k)) for k, v in report.jaccard.items()),
+               *((f"profile_corr_{k}", f"{v:.4f}", *cells(f"profile_corr_{k}")) for k, v in report.corr_summary.items())])
+        auc_iv = {key: interval(v, lvl) for key, v in noise.transfer.items()}
+        table("transfer_auc.csv", ["source", "target", "layer", "behavior", "auc", "n_pos", "n_neg", "auc_noise_lo",
+                                   "auc_noise_hi", "n_label_resamples"],
+              ((names[r["source"]], names[r["target"]], layers[r["layer"]], BEHAVIORS[r["behavior"]], f"{r['auc']:.4f}",
+                r["n_pos"], r["n_neg"],
+                *((f"{iv['lo']:.4f}", f"{iv['hi']:.4f}", iv["n"]) if (iv := auc_iv.get(
+                    (r["source"], r["target"], r["layer"], r["behavior"]))) else ("", "", 0)))
+               for r in report.transfer))
     written += _plots(report, out)
     if steer_size:
         pooled = risk_difference_pooled(report)
@@ -402,10 +435,8 @@ def profile_labels(report: ExpertReport) -> list[str]:
 
 
 def _plots(report: ExpertReport, out: Path) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    # figures with their own Agg canvas: no pyplot, no global backend switch (a notebook's stays as it was)
+    from ..agreement_report import _figure
 
     paths = []
     rd = report.rd["rd"]
@@ -413,7 +444,8 @@ def _plots(report: ExpertReport, out: Path) -> list[Path]:
         with np.errstate(invalid="ignore"):
             strength = np.nanmax(np.abs(rd[d]), axis=(0, 2)) if not np.isnan(rd[d]).all() else np.zeros(rd.shape[2])
         li = int(np.nanargmax(strength)) if not np.isnan(strength).all() else 0
-        fig, ax = plt.subplots(figsize=(max(6, rd.shape[3] * 0.12), 3.2))
+        fig = _figure(max(6, rd.shape[3] * 0.12), 3.2)
+        ax = fig.subplots()
         lim = float(np.nanmax(np.abs(rd[d, :, li]))) if not np.isnan(rd[d, :, li]).all() else 1.0
         im = ax.imshow(rd[d, :, li], aspect="auto", cmap="RdBu_r", vmin=-lim, vmax=lim, interpolation="nearest")
         ax.set_yticks(range(len(BEHAVIORS)), BEHAVIORS)
@@ -423,11 +455,11 @@ def _plots(report: ExpertReport, out: Path) -> list[Path]:
         fig.tight_layout()
         path = out / f"rd_{stem}.png"
         fig.savefig(path, dpi=120)
-        plt.close(fig)
         paths.append(path)
     labels = profile_labels(report)
     side = max(6.0, 0.32 * len(labels) + 2.5)
-    fig, ax = plt.subplots(figsize=(side + 1.0, side))
+    fig = _figure(side + 1.0, side)
+    ax = fig.subplots()
     im = ax.imshow(report.corr, cmap="RdBu_r", vmin=-1, vmax=1, interpolation="nearest")
     ax.set_xticks(range(len(labels)), labels, rotation=90, fontsize=7)
     ax.set_yticks(range(len(labels)), labels, fontsize=7)
@@ -438,7 +470,6 @@ def _plots(report: ExpertReport, out: Path) -> list[Path]:
     fig.tight_layout()
     path = out / "profile_correlation.png"
     fig.savefig(path, dpi=120)
-    plt.close(fig)
     paths.append(path)
     return paths
 

@@ -217,7 +217,9 @@ class ProbeRow:
     """One line of the probe table (the method's layout).
 
     ``absent_in_test``: comma-separated behaviors with no row in the test split, which the test
-    macro-F1 does not average over.
+    macro-F1 does not average over. ``label_noise`` (with ``label_draws``, see :func:`run_probes`):
+    ``{"test_f1": interval, "baseline_f1": interval, "n_resamples": int}``, intervals as
+    :func:`~ror_annotate.steer.noise.interval` over the label resamples.
     """
 
     features: str
@@ -229,9 +231,19 @@ class ProbeRow:
     test_f1: float
     baseline_f1: float
     absent_in_test: str = ""
+    label_noise: dict[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The row as CSV columns; with label noise, ``test_f1_noise_lo`` / ``_hi`` / ``_mean``,
+        ``baseline_f1_noise_lo`` / ``_hi`` and ``n_label_resamples`` are added."""
+        out = asdict(self)
+        noise = out.pop("label_noise")
+        if noise:
+            for key in ("test_f1", "baseline_f1"):
+                iv = noise[key]
+                out.update({f"{key}_noise_mean": iv["mean"], f"{key}_noise_lo": iv["lo"], f"{key}_noise_hi": iv["hi"]})
+            out["n_label_resamples"] = noise["n_resamples"]
+        return out
 
 
 def _split_arrays(feats: Any, labels: np.ndarray, split: np.ndarray, names=("train", "validation", "test")):
@@ -257,7 +269,8 @@ def _subsample(table: TokenTable, max_train: int | None, seed: int) -> TokenTabl
 def run_probes(capture: Capture, table: TokenTable, *, level: str = "token", windows: Sequence[int] = (1,),  # noqa: C901  (one branch per optional table row (windows, residual, controls))
                controls: Sequence[str] = ("position", "tfidf"), embeddings: np.ndarray | None = None,
                Cs: Sequence[float] = DEFAULT_CS, max_train: int | None = 50_000, seed: int = 0,
-               progress: Callable[[str], None] | None = None) -> tuple[list[ProbeRow], dict[str, dict[int, float]]]:
+               progress: Callable[[str], None] | None = None,
+               label_draws: Any = None) -> tuple[list[ProbeRow], dict[str, dict[int, float]]]:
     """Run the router-logit probes (per layer and per window) and the controls.
 
     Parameters
@@ -278,6 +291,12 @@ def run_probes(capture: Capture, table: TokenTable, *, level: str = "token", win
     seed : int
     progress : callable, optional
         Called with a short description before each candidate.
+    label_draws : LabelDraws, optional
+        Redrawn segment labels (:func:`ror_annotate.steer.noise.draw_labels` on ``table``). Each
+        reported row is then refitted per resample on its fixed features and hyperparameters (the
+        layer or window and C chosen on the stored labels: one fit per row and resample) with the
+        redrawn train labels, and scored on the redrawn test labels; :attr:`ProbeRow.label_noise`
+        holds the percentile intervals.
 
     Returns
     -------
@@ -319,33 +338,67 @@ def run_probes(capture: Capture, table: TokenTable, *, level: str = "token", win
         return ProbeRow(name, layers, level, int(feats.shape[1]), fit.C, fit.dev_f1, fit.test_f1, fit.baseline_f1,
                         absent)
 
+    def with_noise(row: ProbeRow, feats: Any) -> ProbeRow:
+        if label_draws is None or label_draws.n_resamples == 0:
+            return row
+        from .noise import interval
+
+        split = table.split
+        keys = table.segment
+        if level == "segment":
+            feats, _, split = segment_means(table, feats)
+            keys = np.unique(table.segment)
+        drawn = label_draws.for_segments(keys)
+        x_train, _, x_dev, _, x_test, _ = _split_arrays(feats, drawn[0], split)
+        masks = [split == name for name in ("train", "validation", "test")]
+        test_f1, base_f1 = [], []
+        for r in range(label_draws.n_resamples):
+            y_train, y_dev, y_test = (drawn[r][m] for m in masks)
+            try:
+                fit = fit_probe(x_train, y_train, x_dev, y_dev, x_test, y_test, Cs=(row.C,), seed=seed)
+                test_f1.append(fit.test_f1)
+                base_f1.append(fit.baseline_f1)
+            except SteerError:  # a resample whose train split holds one behavior only: no probe, no figure
+                test_f1.append(float("nan"))
+                base_f1.append(float("nan"))
+        lvl = label_draws.confidence_level
+        row.label_noise = {"test_f1": interval(test_f1, lvl), "baseline_f1": interval(base_f1, lvl),
+                           "n_resamples": label_draws.n_resamples}
+        return row
+
     rows: list[ProbeRow] = []
     curves: dict[str, dict[int, float]] = {}
     for w in windows:
         if not 1 <= w <= len(layer_ids):
             raise SteerError(f"window {w} outside 1..{len(layer_ids)} captured layers")
         best: ProbeRow | None = None
+        best_start = 0
         curve: dict[int, float] = {}
         for start in range(len(layer_ids) - w + 1):
             span = f"L{layer_ids[start]}" if w == 1 else f"L{layer_ids[start]}-L{layer_ids[start + w - 1]}"
             row = evaluate("router logits", span, router_features(capture, table.rows, range(start, start + w)))
             curve[layer_ids[start]] = row.dev_f1
             if best is None or row.dev_f1 > best.dev_f1:
-                best = row
+                best, best_start = row, start
         curves[f"window={w}"] = curve
         assert best is not None
+        if label_draws is not None:
+            best = with_noise(best, router_features(capture, table.rows, range(best_start, best_start + w)))
         rows.append(best)
     if capture.residual is not None and rows:
-        rows.extend(_residual_rows(capture, table, evaluate, width=rows[0].n_features, curves=curves, seed=seed))
+        rows.extend(_residual_rows(capture, table, evaluate, width=rows[0].n_features, curves=curves, seed=seed,
+                                   noise=with_noise if label_draws is not None else None))
     for control in controls:
         if control == "position":
-            rows.append(evaluate("position", "-", position_features(table)))
+            feats: Any = position_features(table)
+            name = "position"
         elif control == "embeddings":
             if embeddings is None:
                 raise SteerError("the embeddings control needs the model's input embedding matrix (--model)")
-            rows.append(evaluate("input embeddings", "-", embedding_features(table, embeddings)))
-        elif control == "tfidf":
-            rows.append(evaluate("TF-IDF", "-", tfidf_features(table)))
+            feats, name = embedding_features(table, embeddings), "input embeddings"
+        else:  # tfidf
+            feats, name = tfidf_features(table), "TF-IDF"
+        rows.append(with_noise(evaluate(name, "-", feats), feats))
     return rows, curves
 
 
@@ -363,7 +416,8 @@ def residual_features(capture: Capture, rows: np.ndarray, position: int) -> np.n
 
 
 def _residual_rows(capture: Capture, table: TokenTable, evaluate: Callable[[str, str, Any], "ProbeRow"], *, width: int,
-                   curves: dict[str, dict[int, float]], seed: int) -> list["ProbeRow"]:
+                   curves: dict[str, dict[int, float]], seed: int,
+                   noise: Callable[["ProbeRow", Any], "ProbeRow"] | None = None) -> list["ProbeRow"]:
     """The method's residual-stream controls: the best captured layer (chosen on dev), and the same layer
     projected by PCA (fitted on train rows) to ``width``, the router row's number of features."""
     from sklearn.decomposition import PCA
@@ -381,10 +435,15 @@ def _residual_rows(capture: Capture, table: TokenTable, evaluate: Callable[[str,
     feats = residual_features(capture, table.rows, best_pos)
     train = feats[table.split == "train"]
     n_components = int(min(width, feats.shape[1], len(train)))
+    if noise is not None:
+        best = noise(best, feats)
     if n_components >= feats.shape[1]:
         return [best]  # the router features are as wide as the residual stream: nothing to project
     pca = PCA(n_components=n_components, random_state=seed).fit(train)
-    projected = evaluate(f"residual stream, PCA to {n_components}", best.layers, pca.transform(feats).astype(np.float32))
+    reduced = pca.transform(feats).astype(np.float32)
+    projected = evaluate(f"residual stream, PCA to {n_components}", best.layers, reduced)
+    if noise is not None:
+        projected = noise(projected, reduced)
     return [best, projected]
 
 
@@ -412,9 +471,16 @@ def _id_ngrams(doc: list[str]) -> list[str]:
 
 
 def format_table(rows: Sequence[ProbeRow]) -> list[list[str]]:
-    """Rows of strings for printing: features, layers, level, dims, C, dev, test, baseline."""
-    return [[r.features, r.layers, r.level, str(r.n_features), f"{r.C:g}", f"{r.dev_f1:.3f}", f"{r.test_f1:.3f}",
-             f"{r.baseline_f1:.3f}"] for r in rows]
+    """Rows of strings for printing: features, layers, level, dims, C, dev, test, baseline; with label
+    noise the test and baseline cells read ``0.512 [0.480, 0.540]`` (label-noise interval)."""
+    from .noise import fmt_interval
+
+    out = []
+    for r in rows:
+        n = r.label_noise or {}
+        out.append([r.features, r.layers, r.level, str(r.n_features), f"{r.C:g}", f"{r.dev_f1:.3f}",
+                    fmt_interval(r.test_f1, n.get("test_f1")), fmt_interval(r.baseline_f1, n.get("baseline_f1"))])
+    return out
 
 
 PROBE_COLUMNS = ("features", "layers", "level", "n_features", "C", "dev macro-F1", "test macro-F1", "majority baseline")

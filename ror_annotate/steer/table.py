@@ -6,7 +6,7 @@ come from the capture, addressed by row. Both probe and expert association read 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import numpy as np
@@ -38,6 +38,11 @@ class TokenTable:
         Tokens in the token's trace.
     token_id : ndarray of shape (n,), int64
         The token's input id.
+    trace_ids : list of str
+        Every trace read, in order (also those without labeled tokens).
+    segment_base : ndarray of shape (len(trace_ids),), int64
+        Global segment key of each trace's segment 0: a token's ``segment_index`` in its trace is
+        ``segment - segment_base[t]`` (see :meth:`segment_origin`).
     """
 
     rows: np.ndarray
@@ -49,11 +54,39 @@ class TokenTable:
     position: np.ndarray
     trace_len: np.ndarray
     token_id: np.ndarray
+    trace_ids: list[str] = field(default_factory=list)
+    segment_base: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
     def subset(self, mask: np.ndarray) -> "TokenTable":
         """Rows where ``mask`` is true (same dataset names)."""
         return TokenTable(self.rows[mask], self.labels[mask], self.split[mask], self.dataset[mask], self.dataset_names,
-                          self.segment[mask], self.position[mask], self.trace_len[mask], self.token_id[mask])
+                          self.segment[mask], self.position[mask], self.trace_len[mask], self.token_id[mask],
+                          self.trace_ids, self.segment_base)
+
+    def segment_origin(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Trace and ``segment_index`` of global segment keys.
+
+        Parameters
+        ----------
+        keys : ndarray of shape (m,), int64
+            Values of :attr:`segment`.
+
+        Returns
+        -------
+        trace : ndarray of shape (m,), int64
+            Index into :attr:`trace_ids`.
+        segment_index : ndarray of shape (m,), int64
+
+        Raises
+        ------
+        SteerError
+            The table was built without trace bookkeeping (not by :func:`labeled_tokens`).
+        """
+        if len(self.trace_ids) == 0:
+            raise SteerError("this token table does not record its traces; build it with labeled_tokens()")
+        # a trace without segments has the next trace's base: side="right" picks the later one
+        trace = np.searchsorted(self.segment_base, keys, side="right") - 1
+        return trace, np.asarray(keys, dtype=np.int64) - self.segment_base[trace]
 
     def __len__(self) -> int:
         return int(self.rows.shape[0])
@@ -84,6 +117,8 @@ def labeled_tokens(capture: Capture, tokens: Any, splits: Sequence[str] | None =
                                                            "trace_len", "token_id", "split")}
     names: dict[str, int] = {}
     seg_base = 0
+    trace_ids: list[str] = []
+    bases: list[int] = []
     for split in splits:
         ds = tokens[split].select_columns(["trace_id", "dataset", "input_ids", "labels", "segment_ids"])
         for rec in ds:
@@ -106,6 +141,8 @@ def labeled_tokens(capture: Capture, tokens: Any, splits: Sequence[str] | None =
             parts["labels"].append(labels[keep])
             parts["dataset"].append(np.full(keep.shape, d, dtype=np.int64))
             parts["segment"].append(seg_base + segs[keep])
+            trace_ids.append(tid)
+            bases.append(seg_base)
             seg_base += int(segs.max(initial=-1)) + 1
             parts["position"].append(keep)
             parts["trace_len"].append(np.full(keep.shape, labels.shape[0], dtype=np.int64))
@@ -116,7 +153,8 @@ def labeled_tokens(capture: Capture, tokens: Any, splits: Sequence[str] | None =
     cat = {k: np.concatenate(v) for k, v in parts.items()}
     return TokenTable(rows=cat["rows"], labels=cat["labels"], split=cat["split"], dataset=cat["dataset"],
                       dataset_names=list(names), segment=cat["segment"], position=cat["position"],
-                      trace_len=cat["trace_len"], token_id=cat["token_id"])
+                      trace_len=cat["trace_len"], token_id=cat["token_id"], trace_ids=trace_ids,
+                      segment_base=np.asarray(bases, dtype=np.int64))
 
 
 __all__ = ["TokenTable", "labeled_tokens"]

@@ -4,9 +4,11 @@ Layout of the site (``DIR``)::
 
     index.html  trace.html  compare.html  dashboard.html  cell.html   pages (static, from assets/)
     assets/view.css  assets/view.js                                    style and the one script
-    data/index.js                                                      every trace's index row, the raters
+    data/index.js                                                      the raters, counts, how the rows are sharded
+    data/rows/<k>.js                                                   index rows ``k*S .. k*S+S-1`` (S = INDEX_SHARD_SIZE)
     data/t/<k>/<n>.js                                                  trace ``n``'s text, segments, labels
-    data/dashboard.js  data/cells.js                                   agreement, confusion cells, ledger
+    data/dashboard.js                                                  agreement, calibration, ledger, review progress
+    data/cells/<rater>/<r>_<c>.js                                      the segments behind one confusion-matrix cell
     data/agreement.json                                                the same figures as ``ror agree --json``
 
 Data files are JavaScript calling a function (``ROR.shard({...})``, JSONP style) because a page opened
@@ -16,16 +18,21 @@ exactly the Python string; segment texts are sliced in Python (``trace.text[char
 code-point offsets), so no offset is converted in the browser. Pages only ever insert data with
 ``textContent``: no text from the data is parsed as HTML.
 
-Traces are read in batches of ``batch_size`` (traces, their segments, their labels), so memory stays
-bounded by a batch plus one index row per trace.
+Traces are read in batches of ``batch_size`` (traces, their segments, their labels) and every file
+is written as soon as its data are complete (a trace's shard after its batch, an index shard every
+``INDEX_SHARD_SIZE`` traces), so memory is bounded by one batch, one index shard and the confusion
+cells' listed segments (at most ``cell_examples`` per cell), whatever the corpus size. The agreement
+figures come from integer codes (:mod:`ror_annotate.view.agreement`), not from Label objects. The
+index page loads the row shards one after another and renders only the rows in view.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -49,6 +56,10 @@ PAGES: tuple[str, ...] = ("index.html", "trace.html", "compare.html", "dashboard
 ASSETS: tuple[str, ...] = ("view.css", "view.js")
 #: Traces per shard sub-folder (keeps folders small at 10,000+ traces).
 SHARD_DIR_SIZE = 1000
+#: Index rows per ``data/rows/<k>.js`` file (the index page shows the first file's rows while the rest load).
+INDEX_SHARD_SIZE = 2000
+#: Fields of an index row, in the order each row of ``data/rows/<k>.js`` lists them.
+INDEX_COLUMNS: tuple[str, ...] = ("n", "id", "model", "dataset", "chars", "segments", "correct", "raters", "agreement", "disagreements", "low")
 
 
 class ViewOptions(StageOptions):
@@ -69,8 +80,8 @@ class ViewOptions(StageOptions):
     cell_examples : int
         At most this many segments listed behind one confusion-matrix cell.
     agreement : bool
-        Compute the dashboard's agreement figures (``ror agree`` holds every label in memory at once:
-        turn it off for a corpus too large for that).
+        Compute the dashboard's agreement figures (from integer label codes,
+        :mod:`ror_annotate.view.agreement`; off: the dashboard says so).
     title : str
         Title shown on every page.
     """
@@ -147,7 +158,11 @@ def order_raters(pairs: Sequence[tuple[str, str]], kinds: dict[str, str]) -> lis
 
 
 def store_batches(store: "Store", batch_size: int) -> Iterator[TraceBundle]:
-    """Every segmented trace of ``store`` with its segments and labels, read ``batch_size`` traces at a time."""
+    """Every segmented trace of ``store`` with its segments and labels, read ``batch_size`` traces at a time.
+
+    Between batches the store's cached table blocks are released (:meth:`Store.release_cache`), so
+    memory stays at one batch whatever the corpus size.
+    """
     segmented = store.segmentations()
     ids = [t for t in store.trace_ids() if t in segmented]
     for start in range(0, len(ids), batch_size):
@@ -158,6 +173,8 @@ def store_batches(store: "Store", batch_size: int) -> Iterator[TraceBundle]:
             by_trace.setdefault(lab.trace_id, []).append(lab)
         for trace in store.iter_traces(batch):
             yield TraceBundle(trace, sorted(segs.get(trace.trace_id, []), key=lambda s: s.segment_index), by_trace.get(trace.trace_id, []))
+        del segs, by_trace
+        store.release_cache()  # DuckDB keeps every block read until its memory_limit: drop them as the corpus streams by
 
 
 def js_payload(callback: str, data: Any) -> str:
@@ -174,6 +191,75 @@ def js_payload(callback: str, data: Any) -> str:
 def shard_path(n: int) -> str:
     """Relative path of trace ``n``'s data file (also computed by view.js)."""
     return f"data/t/{n // SHARD_DIR_SIZE}/{n}.js"
+
+
+def index_shard_path(k: int) -> str:
+    """Relative path of the ``k``-th index shard (rows ``k * INDEX_SHARD_SIZE`` onwards; also computed by view.js)."""
+    return f"data/rows/{k}.js"
+
+
+def cell_path(rater: int, ref: int, said: int) -> str:
+    """Relative path of the segments behind confusion cell (reference ``ref``, rater said ``said``) of rater number ``rater``."""
+    return f"data/cells/{rater}/{ref}_{said}.js"
+
+
+def read_index_rows(site: str | Path) -> list[dict[str, Any]]:
+    """Every index row of a built site, as dicts keyed by :data:`INDEX_COLUMNS` (for tests and scripts).
+
+    Raises
+    ------
+    ViewError
+        E860: ``site`` holds no built index (``data/index.js``) or an index shard is missing.
+    """
+    root = Path(site)
+    try:
+        meta = _read_payload(root / "data" / "index.js")
+        rows: list[dict[str, Any]] = []
+        for k in range(meta["index_shards"]):
+            rows += [dict(zip(meta["columns"], r)) for r in _read_payload(root / index_shard_path(k))["rows"]]
+    except (OSError, ValueError, KeyError) as exc:
+        raise ViewError(f"{root} holds no complete viewer index ({exc})", code="E860") from exc
+    return rows
+
+
+def _read_payload(path: Path) -> Any:
+    text = path.read_text(encoding="ascii")
+    return json.loads(text[text.index("(") + 1 : text.rindex(")")])
+
+
+class _IndexWriter:
+    """Index rows written ``INDEX_SHARD_SIZE`` at a time, and the best trace to compare each rater pair on.
+
+    ``compare[(a, b)]`` is the trace number with the most disagreements among traces labelled by
+    both raters ``a < b`` (the first such trace on a tie), for the dashboard's "most disagreements" link.
+    """
+
+    def __init__(self, out: Path) -> None:
+        self.out, self.shards, self.count = out, 0, 0
+        self.rows: list[list[Any]] = []
+        self.size = INDEX_SHARD_SIZE
+        self.compare: dict[tuple[int, int], tuple[int, int]] = {}
+
+    def add(self, row: dict[str, Any]) -> None:
+        self.rows.append([row[c] for c in INDEX_COLUMNS])
+        self.count += 1
+        raters = row["raters"]
+        for i, a in enumerate(raters):
+            for b in raters[i + 1 :]:
+                best = self.compare.get((a, b))
+                if best is None or row["disagreements"] > best[0]:
+                    self.compare[(a, b)] = (row["disagreements"], row["n"])
+        if len(self.rows) >= self.size:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self.rows:
+            return
+        path = self.out / index_shard_path(self.shards)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(js_payload("rows", {"k": self.shards, "rows": self.rows}), encoding="ascii")
+        self.shards += 1
+        self.rows = []
 
 
 def round_starts(labels: Sequence[str | None], first: int | None) -> list[int]:
@@ -289,12 +375,16 @@ def write_site(
     raters: list[Rater],
     options: ViewOptions,
     *,
-    dashboard: dict[str, Any] | None = None,
-    cells: dict[str, Any] | None = None,
+    dashboard: Callable[[], dict[str, Any]] | None = None,
+    cells: Callable[[], dict[str, Any]] | None = None,
     agreement_json: dict[str, Any] | None = None,
     origin: str = "",
 ) -> ViewSummary:
-    """Write the site from trace bundles (any source: store or export).
+    """Write the site from trace bundles (any source: store or export), each file as soon as its data are complete.
+
+    ``dashboard`` and ``cells`` are called once every bundle is written (their figures are gathered
+    while the bundles stream by): the dashboard's data and ``{annotator: {"r,c": cell}}`` (see
+    :meth:`_Cells.result`), each cell written to its own file.
 
     Raises
     ------
@@ -305,27 +395,35 @@ def write_site(
     _copy_static(out, options.title)
     rater_index = {r.name: i for i, r in enumerate(raters)}
     summary = ViewSummary(out=out, raters=[r.name for r in raters])
-    rows = []
+    index = _IndexWriter(out)
     for n, bundle in enumerate(bundles):
         shard, row = trace_shard(n, bundle, rater_index, options.low_confidence)
         path = out / shard_path(n)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(js_payload("shard", shard), encoding="ascii")
-        rows.append(row)
+        index.add(row)
         summary.traces += 1
         summary.segments += len(bundle.segments)
         summary.labels += sum(len(e) for e in shard["labels"])
-    if not rows:
+    if not summary.traces:
         raise ViewError(f"no segmented trace in {origin or 'the input'}: run `ror segment` (or `ror run`) first", code="E852")
-    index = {
+    index.flush()
+    meta = {
         "title": options.title, "origin": origin, "behaviors": list(BEHAVIORS), "low_confidence": options.low_confidence,
-        "raters": [r.__dict__ for r in raters], "traces": rows, "shard_dir_size": SHARD_DIR_SIZE,
+        "raters": [r.__dict__ for r in raters], "shard_dir_size": SHARD_DIR_SIZE, "n_traces": summary.traces,
+        "n_segments": summary.segments, "index_shards": index.shards, "index_shard_size": index.size, "columns": list(INDEX_COLUMNS),
     }
-    (out / "data" / "index.js").write_text(js_payload("index", index), encoding="ascii")
-    dash = dict(dashboard or {})
+    (out / "data" / "index.js").write_text(js_payload("index", meta), encoding="ascii")
+    dash = dict(dashboard() if dashboard else {})
     dash.setdefault("agreement", None)
+    dash["compare"] = {f"{a},{b}": n for (a, b), (_, n) in sorted(index.compare.items())}
     (out / "data" / "dashboard.js").write_text(js_payload("dashboard", dash), encoding="ascii")
-    (out / "data" / "cells.js").write_text(js_payload("cells", cells or {}), encoding="ascii")
+    for rater, by_cell in (cells() if cells else {}).items():
+        for key, cell in by_cell.items():
+            ref, said = (int(x) for x in key.split(","))
+            path = out / cell_path(rater_index[rater], ref, said)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(js_payload("cell", {"annotator": rater, "r": ref, "c": said, **cell}), encoding="ascii")
     if agreement_json is not None:
         (out / "data" / "agreement.json").write_text(json.dumps(agreement_json, indent=2, allow_nan=False, ensure_ascii=False), encoding="utf-8")
     return summary
@@ -343,11 +441,19 @@ def cost_ledger(store: "Store") -> list[dict[str, Any]]:
         for c in found:
             out.append({
                 "run_id": run.run_id, "command": run.command, "status": run.status, "started_at": run.started_at.isoformat(),
-                "requests": int(c.get("requests") or 0), "cached_responses": int(c.get("cached_responses") or 0),
-                "input_tokens": int(c.get("input_tokens") or 0), "output_tokens": int(c.get("output_tokens") or 0),
-                "cost_usd": float(c.get("cost_usd") or 0.0), "labeled": int(c.get("labeled") or 0),
+                "requests": _count(c.get("requests")), "cached_responses": _count(c.get("cached_responses")),
+                "input_tokens": _count(c.get("input_tokens")), "output_tokens": _count(c.get("output_tokens")),
+                "cost_usd": _count(c.get("cost_usd"), float), "labeled": _count(c.get("labeled")),
             })
     return out
+
+
+def _count(value: Any, kind: type = int) -> Any:
+    """A ledger counter as a finite number, or None where the run recorded it as unknown (None, a word
+    such as ``"unknown"``, NaN): shown as "unknown", never as 0 and never a crash."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return kind(value)
 
 
 def review_progress(store: "Store") -> list[dict[str, Any]]:
@@ -378,7 +484,8 @@ class _Cells:
         self.reference, self.raters, self.limit = reference, raters, limit
         self.cells: dict[int, dict[str, Any]] = {}
 
-    def add(self, bundle: TraceBundle, per_seg: list[list[list[Any]]]) -> None:
+    def add(self, n: int, bundle: TraceBundle, per_seg: list[list[list[Any]]]) -> None:
+        """Count trace number ``n``'s segments into their cells (``per_seg``: ``[rater, label code, confidence]`` per label)."""
         if self.reference in ("human", "adjudicated", "", "none"):
             return
         ref_rater = next((i for i, r in enumerate(self.raters) if r.name == self.reference), None)
@@ -402,10 +509,10 @@ class _Cells:
                 cell = self.cells.setdefault(e[0], {}).setdefault(f"{ref},{e[1]}", {"n": 0, "items": []})
                 cell["n"] += 1
                 if len(cell["items"]) < self.limit:
-                    cell["items"].append([seg.trace_id, seg.segment_index, text[seg.char_start : seg.char_end][:300]])
+                    cell["items"].append([seg.trace_id, seg.segment_index, text[seg.char_start : seg.char_end][:300], n])
 
     def result(self, agreement: dict[str, Any] | None) -> dict[str, Any]:
-        """``{annotator: {"r,c": {"n": count, "items": [[trace_id, segment_index, text[:300]], ...]}}}`` for the
+        """``{annotator: {"r,c": {"n": count, "items": [[trace_id, segment_index, text[:300], trace number], ...]}}}`` for the
         raters ``agreement["per_class"]`` scores (empty without agreement figures)."""
         scored = ((agreement or {}).get("per_class") or {}).get("annotators") or {}
         return {self.raters[i].name: cells for i, cells in self.cells.items() if self.raters[i].name in scored}
@@ -473,21 +580,22 @@ def build_view(store: "Store", out: str | Path, options: ViewOptions | None = No
 
     def bundles() -> Iterator[TraceBundle]:
         rater_index = {r.name: i for i, r in enumerate(raters)}
-        for b in store_batches(store, options.batch_size):
+        for n, b in enumerate(store_batches(store, options.batch_size)):
             per_seg = _labels_by_segment(b, rater_index)
             calib.add(per_seg)
-            cells.add(b, per_seg)
+            cells.add(n, b, per_seg)
             yield b
 
     agreement_json: dict[str, Any] | None = None
     why: str | None = None
     try:
-        from ..agreement import agreement_summary
+        from .agreement import view_agreement
 
         if not options.agreement:
             raise AgreementError("turned off (--no-agreement)")
         ref = None if options.reference in ("", "none") else options.reference
-        agreement_json = agreement_summary(store, reference=ref, n_resamples=options.resamples, confidence_level=0.95, seed=options.seed)
+        agreement_json = view_agreement(store, reference=ref, n_resamples=options.resamples, confidence_level=0.95, seed=options.seed,
+                                        batch_size=options.batch_size)
     except AgreementError as exc:
         why = exc.message
     dashboard: dict[str, Any] = {
@@ -496,10 +604,8 @@ def build_view(store: "Store", out: str | Path, options: ViewOptions | None = No
         "label_counts": [{"source": s, "annotator": a, "counts": c} for (s, a), c in store.label_counts().items()],
         "ledger": cost_ledger(store), "review": review_progress(store),
     }
-    summary = write_site(out, bundles(), raters, options, dashboard=dashboard, agreement_json=agreement_json, origin=str(store.path))
-    dashboard["calibration"] = calib.result()
-    (out / "data" / "dashboard.js").write_text(js_payload("dashboard", dashboard), encoding="ascii")
-    (out / "data" / "cells.js").write_text(js_payload("cells", cells.result(agreement_json)), encoding="ascii")
+    summary = write_site(out, bundles(), raters, options, dashboard=lambda: {**dashboard, "calibration": calib.result()},
+                         cells=lambda: cells.result(agreement_json), agreement_json=agreement_json, origin=str(store.path))
     summary.agreement = why
     return summary
 
@@ -543,11 +649,9 @@ def build_view_from_export(path: str | Path, out: str | Path, options: ViewOptio
             yield b
 
     why = "an export has one label per segment; build the site from the store (`ror view --db ...`) for agreement figures"
-    summary = write_site(Path(out), counted(), raters, options, origin=str(path))
-    dashboard: dict[str, Any] = {
+    summary = write_site(Path(out), counted(), raters, options, origin=str(path), dashboard=lambda: {
         "agreement": None, "agreement_missing": why, "calibration": {}, "ledger": [], "review": [],
         "label_counts": [{"source": s, "annotator": a, "counts": dict(c)} for (s, a), c in sorted(counts.items())],
-    }
-    (Path(out) / "data" / "dashboard.js").write_text(js_payload("dashboard", dashboard), encoding="ascii")
+    })
     summary.agreement = why
     return summary

@@ -1,12 +1,15 @@
 /* ror_annotate viewer: one small script for every page of the static site.
  *
- * Data arrive as JSONP-style files (data/*.js call ROR.index / ROR.shard / ROR.dashboard / ROR.cells)
- * because a page opened from file:// may load <script src> but not fetch() a file.
+ * Data arrive as JSONP-style files (data/*.js call ROR.index / ROR.rows / ROR.shard / ROR.dashboard / ROR.cell)
+ * because a page opened from file:// may load <script src> but not fetch() a file. Everything that grows
+ * with the corpus is sharded and loaded on demand: index rows (data/rows/K.js, loaded one after another
+ * while the first ones are shown; only the rows in view are in the DOM), one file per trace, one per
+ * confusion cell.
  * Safety: data only ever reach the DOM through textContent / attributes, never innerHTML.
  */
 "use strict";
 var ROR = (function () {
-  var S = { index: null, dashboard: null, cells: null, shards: {}, waiting: {} };
+  var S = { index: null, dashboard: null, shards: {}, waiting: {}, onRows: null, onCell: null };
   var SHORT = { planning: "PLAN", execution: "EXEC", restatement: "REST", fact: "FACT", reflection: "REFL", conclusion: "CONC" };
 
   function el(tag, attrs, text) {
@@ -21,7 +24,9 @@ var ROR = (function () {
     location.hash.replace(/^#/, "").split("&").forEach(function (kv) {
       if (!kv) return;
       var i = kv.indexOf("=");
-      out[decodeURIComponent(i < 0 ? kv : kv.slice(0, i))] = i < 0 ? "" : decodeURIComponent(kv.slice(i + 1));
+      try {
+        out[decodeURIComponent(i < 0 ? kv : kv.slice(0, i))] = i < 0 ? "" : decodeURIComponent(kv.slice(i + 1));
+      } catch (e) { /* a malformed escape in a hand-edited link (#t=%E0): that part is ignored, the page still opens */ }
     });
     return out;
   }
@@ -29,7 +34,30 @@ var ROR = (function () {
     return "#" + Object.keys(obj).filter(function (k) { return obj[k] !== null && obj[k] !== undefined && obj[k] !== ""; })
       .map(function (k) { return encodeURIComponent(k) + "=" + encodeURIComponent(obj[k]); }).join("&");
   }
-  function fmt(v, d) { return v === null || v === undefined ? "n/a" : Number(v).toFixed(d === undefined ? 3 : d); }
+  // parts joined by " · ", each in its own <bdi>: a right-to-left override (U+202E) in a model or
+  // dataset name reorders that name only, never its neighbours (textContent is the plain join)
+  function joined(box, parts) {
+    box.textContent = "";
+    parts.filter(function (x) { return x; }).forEach(function (x, i) {
+      if (i) box.appendChild(document.createTextNode(" · "));
+      box.appendChild(el("bdi", null, x));
+    });
+  }
+  function known(v) { return v === null || v === undefined ? "unknown" : v; }
+  // as Python's format (and so `ror agree`'s tables): an exact tie (0.5625 to 3 places) rounds half to
+  // even ("0.562"); toFixed rounds it up ("0.563"). toFixed(100) is the exact decimal value of the double.
+  function fmt(v, d) {
+    if (v === null || v === undefined) return "n/a";
+    d = d === undefined ? 3 : d;
+    var x = Number(v), out = x.toFixed(d);
+    if (!isFinite(x) || Math.abs(x) >= 1e21) return out;
+    var full = Math.abs(x).toFixed(100), cut = full.indexOf(".") + 1 + d;
+    if (/^50*$/.test(full.slice(cut))) {
+      var kept = full.slice(0, d ? cut : cut - 1);
+      if (Number(kept.charAt(kept.length - 1)) % 2 === 0) out = (x < 0 ? "-" : "") + kept;
+    }
+    return out;
+  }
   function pct(v) { return v === null || v === undefined ? "n/a" : (100 * v).toFixed(1) + "%"; }
   function shardPath(n) { return "data/t/" + Math.floor(n / S.index.shard_dir_size) + "/" + n + ".js"; }
   function loadShard(n, done) {
@@ -54,19 +82,55 @@ var ROR = (function () {
     S.index.behaviors.forEach(function (b) { box.appendChild(chip(b)); });
     box.appendChild(el("span", { "class": "chip unl", "data-mark": "----" }, "no label"));
   }
-  function traceById(id) {
-    if (!S.byId) { S.byId = {}; S.index.traces.forEach(function (t) { S.byId[t.id] = t.n; }); }
-    return S.byId[id];
+  function loadScript(src, onerror) {
+    var s = el("script", { src: src });
+    if (onerror) s.onerror = onerror;
+    document.body.appendChild(s);
   }
 
   // ------------------------------------------------------------------------------------- index
   function pageIndex() {
-    var rows = S.index.traces, key = "n", dir = 1, limit = 1000;
-    $("summary").textContent = rows.length + " traces, " + S.index.raters.length + " raters (" +
-      S.index.raters.map(function (r) { return r.name; }).join(", ") + ")" + (S.index.origin ? " from " + S.index.origin : "");
+    // Rows arrive shard by shard (data/rows/K.js); filtering and sorting run over the rows loaded so far and
+    // again as each shard arrives. The table is virtualised: only the rows in view (plus a margin) are in the
+    // DOM, the rest of the list's height is padding on its wrapper, so 10,000 or 1,000,000 rows scroll alike.
+    var M = S.index, cols = M.columns, rows = [], hits = [], key = "n", dir = 1, loaded = 0, rowH = 0, queued = false;
+    var wrap = $("traces-wrap"), table = $("traces"), body = table.tBodies[0], OVER = 30;
+    $("summary").textContent = M.n_traces + " traces, " + M.raters.length + " raters (" +
+      M.raters.map(function (r) { return r.name; }).join(", ") + ")" + (M.origin ? " from " + M.origin : "");
+    function rowEl(t) {
+      var tr = el("tr", { "data-n": t.n });
+      var td = el("td"); td.appendChild(el("a", { href: "trace.html" + hash({ t: t.n }) }, t.id)); tr.appendChild(td);
+      tr.appendChild(el("td", null, t.model || ""));
+      tr.appendChild(el("td", null, t.dataset || ""));
+      tr.appendChild(el("td", { "class": "num" }, t.chars));
+      tr.appendChild(el("td", { "class": "num" }, t.segments));
+      tr.appendChild(el("td", null, t.correct === null ? "" : t.correct ? "yes" : "no"));
+      tr.appendChild(el("td", { "class": "num" }, t.agreement === null ? "" : pct(t.agreement)));
+      tr.appendChild(el("td", { "class": "num" }, t.disagreements));
+      return tr;
+    }
+    function draw() {
+      queued = false;
+      var start = wrap.getBoundingClientRect().top + window.scrollY + (table.tHead ? table.tHead.offsetHeight : 0);
+      var first = 0, last = Math.min(hits.length, 2 * OVER);
+      if (rowH) {
+        first = Math.max(0, Math.floor((window.scrollY - start) / rowH) - OVER);
+        first = Math.min(first, Math.max(0, hits.length - 1));
+        last = Math.min(hits.length, first + Math.ceil(window.innerHeight / rowH) + 2 * OVER);
+      }
+      var frag = document.createDocumentFragment();
+      for (var i = first; i < last; i++) frag.appendChild(rowEl(hits[i]));
+      body.textContent = "";
+      body.appendChild(frag);
+      if (!rowH && body.rows.length) { rowH = body.rows[0].getBoundingClientRect().height || 0; if (rowH) return draw(); }
+      wrap.style.paddingTop = (first * rowH) + "px";
+      wrap.style.paddingBottom = ((hits.length - last) * rowH) + "px";
+      table.setAttribute("data-first", first);
+    }
+    function schedule() { if (!queued) { queued = true; window.requestAnimationFrame(draw); } }
     function render() {
       var q = $("search").value.trim().toLowerCase(), dis = $("only-dis").checked;
-      var hits = rows.filter(function (t) {
+      hits = rows.filter(function (t) {
         if (dis && !t.disagreements) return false;
         if (!q) return true;
         return [t.id, t.model, t.dataset].some(function (v) { return v && String(v).toLowerCase().indexOf(q) >= 0; });
@@ -78,23 +142,9 @@ var ROR = (function () {
         if (y === null || y === undefined) return -1;
         return (x < y ? -1 : 1) * dir;
       });
-      var body = $("traces").tBodies[0], frag = document.createDocumentFragment();
-      body.textContent = "";
-      hits.slice(0, limit).forEach(function (t) {
-        var tr = el("tr", { "data-n": t.n });
-        var td = el("td"); td.appendChild(el("a", { href: "trace.html" + hash({ t: t.n }) }, t.id)); tr.appendChild(td);
-        tr.appendChild(el("td", null, t.model || ""));
-        tr.appendChild(el("td", null, t.dataset || ""));
-        tr.appendChild(el("td", { "class": "num" }, t.chars));
-        tr.appendChild(el("td", { "class": "num" }, t.segments));
-        tr.appendChild(el("td", null, t.correct === null ? "" : t.correct ? "yes" : "no"));
-        tr.appendChild(el("td", { "class": "num" }, t.agreement === null ? "" : pct(t.agreement)));
-        tr.appendChild(el("td", { "class": "num" }, t.disagreements));
-        frag.appendChild(tr);
-      });
-      body.appendChild(frag);
-      $("count").textContent = hits.length + " shown" + (hits.length > limit ? " (first " + limit + " listed)" : "");
-      $("more").hidden = hits.length <= limit;
+      draw();
+      $("count").textContent = hits.length + " shown" + (loaded < M.index_shards ? " (loading: " + rows.length + " of " + M.n_traces + " traces read)" : "");
+      table.setAttribute("data-loaded", loaded < M.index_shards ? "partial" : "all");
     }
     Array.prototype.forEach.call(document.querySelectorAll("#traces th"), function (th) {
       th.tabIndex = 0;
@@ -110,8 +160,21 @@ var ROR = (function () {
     });
     $("search").addEventListener("input", render);
     $("only-dis").addEventListener("change", render);
-    $("more").addEventListener("click", function () { limit += 1000; render(); });
+    window.addEventListener("scroll", schedule);
+    window.addEventListener("resize", schedule);
+    S.onRows = function (d) {
+      if (d.k !== loaded) return;
+      d.rows.forEach(function (r) { var o = {}; for (var i = 0; i < cols.length; i++) o[cols[i]] = r[i]; rows.push(o); });
+      loaded++;
+      render();
+      if (loaded < M.index_shards) next();
+    };
+    function next() {
+      loadScript(index_path(loaded), function () { $("count").textContent = "Cannot load " + index_path(loaded) + "."; });
+    }
+    function index_path(k) { return "data/rows/" + k + ".js"; }
     render();
+    if (M.index_shards) next();
   }
 
   // ------------------------------------------------------------------------------------- trace
@@ -165,8 +228,8 @@ var ROR = (function () {
   function renderTrace(d, p) {
     document.title = d.id + " · " + document.title;
     $("title").textContent = d.id;
-    $("meta").textContent = [d.model, d.dataset, d.source, d.n_chars + " characters", d.segs.length + " segments",
-      d.correct === null ? null : d.correct ? "answer correct" : "answer wrong"].filter(function (x) { return x; }).join(" · ");
+    joined($("meta"), [d.model, d.dataset, d.source, d.n_chars + " characters", d.segs.length + " segments",
+      d.correct === null ? null : d.correct ? "answer correct" : "answer wrong"]);
     if (d.problem) { $("problem-box").hidden = false; $("problem").textContent = d.problem; }
     $("answer").textContent = d.answer || "(no final answer)";
     $("gold").textContent = d.gold ? "Reference answer: " + d.gold : "";
@@ -295,7 +358,7 @@ var ROR = (function () {
     legend("legend");
     loadShard(n, function (d) {
       $("title").textContent = "Compare raters · " + d.id;
-      $("meta").textContent = [d.model, d.dataset, d.segs.length + " segments"].filter(function (x) { return x; }).join(" · ");
+      joined($("meta"), [d.model, d.dataset, d.segs.length + " segments"]);
       $("trace-link").setAttribute("href", "trace.html" + hash({ t: d.n }));
       var A = $("rater-a"), B = $("rater-b");
       d.raters.forEach(function (r) { A.appendChild(el("option", { value: r }, raterLabel(r))); B.appendChild(el("option", { value: r }, raterLabel(r))); });
@@ -362,7 +425,7 @@ var ROR = (function () {
   }
   function pageDashboard() {
     var D = S.dashboard, A = D.agreement;
-    $("origin").textContent = S.index.traces.length + " traces" + (S.index.origin ? " · " + S.index.origin : "");
+    $("origin").textContent = S.index.n_traces + " traces" + (S.index.origin ? " · " + S.index.origin : "");
     if (!A) {
       $("agree-missing").hidden = false;
       $("agree-missing").textContent = "No agreement figures: " + (D.agreement_missing || "fewer than two raters.");
@@ -379,9 +442,8 @@ var ROR = (function () {
         tr.appendChild(el("td", { "class": "num" }, k.n_items)); estCells(tr, k, "kappa/" + k.annotator_a + "|" + k.annotator_b);
         var td = el("td"), ia = -1, ib = -1;
         S.index.raters.forEach(function (r, i) { if (r.name === k.annotator_a) ia = i; if (r.name === k.annotator_b) ib = i; });
-        var first = S.index.traces.filter(function (t) { return t.raters.indexOf(ia) >= 0 && t.raters.indexOf(ib) >= 0; })
-          .sort(function (x, y) { return y.disagreements - x.disagreements; })[0];
-        if (first) td.appendChild(el("a", { href: "compare.html" + hash({ t: first.n, a: ia, b: ib }) }, "most disagreements"));
+        var first = (D.compare || {})[Math.min(ia, ib) + "," + Math.max(ia, ib)];
+        if (first !== undefined) td.appendChild(el("a", { href: "compare.html" + hash({ t: first, a: ia, b: ib }) }, "most disagreements"));
         tr.appendChild(td);
         return tr;
       }));
@@ -418,13 +480,14 @@ var ROR = (function () {
     var sum = { requests: 0, input_tokens: 0, output_tokens: 0, cost_usd: 0 };
     var lrows = ledger.map(function (r) {
       var tr = el("tr");
-      [r.started_at.slice(0, 19).replace("T", " "), r.command, r.status, r.labeled, r.requests, r.cached_responses, r.input_tokens, r.output_tokens, "$" + r.cost_usd.toFixed(4)].forEach(function (v, i) { tr.appendChild(el("td", { "class": i >= 3 ? "num" : "" }, v)); });
-      ["requests", "input_tokens", "output_tokens", "cost_usd"].forEach(function (k) { sum[k] += r[k]; });
+      // a counter the run recorded as unknown arrives as null: shown "unknown", and the total says so too
+      [r.started_at.slice(0, 19).replace("T", " "), r.command, r.status, known(r.labeled), known(r.requests), known(r.cached_responses), known(r.input_tokens), known(r.output_tokens), r.cost_usd === null ? "unknown" : "$" + r.cost_usd.toFixed(4)].forEach(function (v, i) { tr.appendChild(el("td", { "class": i >= 3 ? "num" : "" }, v)); });
+      ["requests", "input_tokens", "output_tokens", "cost_usd"].forEach(function (k) { sum[k] = (sum[k] === null || r[k] === null) ? null : sum[k] + r[k]; });
       return tr;
     });
     if (ledger.length) {
       var tot = el("tr", { "class": "total" });
-      ["total", "", "", "", sum.requests, "", sum.input_tokens, sum.output_tokens, "$" + sum.cost_usd.toFixed(4)].forEach(function (v, i) { tot.appendChild(el("td", { "class": i >= 3 ? "num" : "" }, v)); });
+      ["total", "", "", "", known(sum.requests), "", known(sum.input_tokens), known(sum.output_tokens), sum.cost_usd === null ? "unknown" : "$" + sum.cost_usd.toFixed(4)].forEach(function (v, i) { tot.appendChild(el("td", { "class": i >= 3 ? "num" : "" }, v)); });
       lrows.push(tot);
     } else {
       var none = el("tr"); none.appendChild(el("td", { colspan: "9", "class": "muted" }, "No judge run made requests (the offline baseline costs nothing).")); lrows.push(none);
@@ -497,23 +560,26 @@ var ROR = (function () {
 
   // ------------------------------------------------------------------------------------- cell
   function pageCell() {
-    var p = params(), cats = S.index.behaviors, r = parseInt(p.r, 10), c = parseInt(p.c, 10);
-    var cell = (S.cells[p.a] || {})[r + "," + c];
-    $("title").textContent = "Reference " + cats[r] + ", " + p.a + " said " + cats[c];
-    if (!cell) { $("meta").textContent = "No segment in this cell."; return; }
-    $("meta").textContent = cell.n + " segments" + (cell.items.length < cell.n ? " (first " + cell.items.length + " listed)" : "");
-    var body = $("cell-items").tBodies[0], ri = -1;
+    // The cell's segments are in their own file, data/cells/<rater>/<r>_<c>.js (loaded only here).
+    var p = params(), cats = S.index.behaviors, r = parseInt(p.r, 10), c = parseInt(p.c, 10), ri = -1;
     S.index.raters.forEach(function (x, i) { if (x.name === p.a) ri = i; });
-    cell.items.forEach(function (it) {
-      var n = traceById(it[0]), tr = el("tr");
-      var td = el("td");
-      if (n === undefined) td.textContent = it[0];
-      else td.appendChild(el("a", { href: "trace.html" + hash({ t: n, s: it[1], r: ri }) }, it[0]));
-      tr.appendChild(td);
-      tr.appendChild(el("td", { "class": "num" }, it[1]));
-      tr.appendChild(el("td", { "class": "pre segtext" }, it[2]));
-      body.appendChild(tr);
-    });
+    $("title").textContent = "Reference " + cats[r] + ", " + p.a + " said " + cats[c];
+    function none() { $("meta").textContent = "No segment in this cell."; }
+    if (ri < 0 || !(r >= 0 && r < cats.length) || !(c >= 0 && c < cats.length)) return none();
+    S.onCell = function (cell) {
+      $("meta").textContent = cell.n + " segments" + (cell.items.length < cell.n ? " (first " + cell.items.length + " listed)" : "");
+      var body = $("cell-items").tBodies[0], frag = document.createDocumentFragment();
+      cell.items.forEach(function (it) {
+        var tr = el("tr"), td = el("td");
+        td.appendChild(el("a", { href: "trace.html" + hash({ t: it[3], s: it[1], r: ri }) }, it[0]));
+        tr.appendChild(td);
+        tr.appendChild(el("td", { "class": "num" }, it[1]));
+        tr.appendChild(el("td", { "class": "pre segtext" }, it[2]));
+        frag.appendChild(tr);
+      });
+      body.appendChild(frag);
+    };
+    loadScript("data/cells/" + ri + "/" + r + "_" + c + ".js", none);
   }
 
   var PAGES = { index: pageIndex, trace: pageTrace, compare: pageCompare, dashboard: pageDashboard, cell: pageCell };
@@ -521,7 +587,6 @@ var ROR = (function () {
     var page = document.body.getAttribute("data-page");
     if (!S.index) return;
     if (page === "dashboard" && !S.dashboard) return;
-    if (page === "cell" && !S.cells) return;
     if (S.started) return;
     S.started = true;
     PAGES[page]();
@@ -530,7 +595,8 @@ var ROR = (function () {
   return {
     index: function (d) { S.index = d; maybeStart(); },
     dashboard: function (d) { S.dashboard = d; maybeStart(); },
-    cells: function (d) { S.cells = d; maybeStart(); },
+    rows: function (d) { if (S.onRows) S.onRows(d); },
+    cell: function (d) { if (S.onCell) S.onCell(d); },
     shard: function (d) {
       S.shards[d.n] = d;
       (S.waiting[d.n] || []).forEach(function (f) { f(d); });

@@ -1,0 +1,393 @@
+"""The LLM judge's persistence: its tables, the response cache, failures, the cost ledger, and the
+writer that commits answers in groups.
+
+Used by the interactive judge (:mod:`.llm`), the Batch API path (:mod:`.batch`) and the verifier;
+it imports neither of them, so ``llm`` and ``batch`` no longer import each other.
+
+Exactly-once bookkeeping: every paid response is stored in ``judge_cache`` in the same transaction
+as the labels and failure rows it yields (an :class:`Answer`). :class:`AnswerWriter` holds answers
+for a moment and commits them together (group commit): with several requests in flight it commits
+at most every :data:`COMMIT_EVERY_S` seconds (longer, up to :data:`MAX_COMMIT_GAP_S`, when a commit
+takes more than a ninth of that) or every :data:`COMMIT_EVERY_ANSWERS` answers, and at once whenever
+no other request is in flight, so a slow or sequential run commits each answer as it arrives, as
+before. A process killed with SIGKILL loses at most the answers of the last second (they are asked
+again on the next run, never half-written); every committed answer is replayed from the cache,
+never paid twice.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ..provenance import scrub_text
+from ..records import Label, utc_now
+from ..store import to_naive_utc
+from . import JudgeReport
+from .client import Completion
+from .pricing import Price, cost_usd
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..store import Store
+
+#: Group commit: with other requests in flight, answers wait at most this long (seconds) ...
+COMMIT_EVERY_S = 0.2
+#: ... or until this many are waiting, before one transaction writes them all.
+COMMIT_EVERY_ANSWERS = 512
+#: The longest wait between commits when a commit is slow (:attr:`AnswerWriter.gap_s`), in seconds.
+MAX_COMMIT_GAP_S = 1.0
+
+#: The judge component's own tables (declared through Store.migrate("judge", ...)).
+JUDGE_MIGRATIONS: tuple[str, ...] = (
+    """
+    CREATE TABLE judge_cache (
+        cache_key VARCHAR PRIMARY KEY,
+        annotator VARCHAR NOT NULL,
+        codebook_version VARCHAR NOT NULL,
+        prompt_template_hash VARCHAR NOT NULL,
+        model VARCHAR NOT NULL,
+        params VARCHAR NOT NULL,
+        trace_id VARCHAR NOT NULL,
+        trace_sha256 VARCHAR NOT NULL,
+        segment_ids VARCHAR NOT NULL,
+        attempt INTEGER NOT NULL,
+        response VARCHAR NOT NULL,
+        input_tokens INTEGER NOT NULL,
+        cached_input_tokens INTEGER NOT NULL,
+        output_tokens INTEGER NOT NULL,
+        cost_usd DOUBLE NOT NULL,
+        created_at TIMESTAMP NOT NULL,
+        run_id VARCHAR
+    );
+    CREATE TABLE judge_failures (
+        trace_id VARCHAR NOT NULL,
+        segment_index INTEGER NOT NULL,
+        annotator VARCHAR NOT NULL,
+        codebook_version VARCHAR NOT NULL,
+        reason VARCHAR NOT NULL,
+        attempts INTEGER NOT NULL,
+        run_id VARCHAR,
+        created_at TIMESTAMP NOT NULL,
+        PRIMARY KEY (trace_id, segment_index, annotator, codebook_version)
+    );
+    CREATE TABLE judge_batches (
+        batch_id VARCHAR PRIMARY KEY,
+        input_file_id VARCHAR NOT NULL,
+        annotators VARCHAR NOT NULL,
+        codebook_version VARCHAR NOT NULL,
+        requests VARCHAR NOT NULL,
+        status VARCHAR NOT NULL,
+        created_at TIMESTAMP NOT NULL,
+        ingested_at TIMESTAMP,
+        run_id VARCHAR
+    );
+    """,
+    # v2: the judge's reasoning text kept with its response; what a closed batch left behind; why a
+    # segment failed (a RETRY_CAUSES name or "context_length"), so a re-run changes its request.
+    """
+    ALTER TABLE judge_cache ADD COLUMN reasoning VARCHAR;
+    ALTER TABLE judge_batches ADD COLUMN output_file_id VARCHAR;
+    ALTER TABLE judge_batches ADD COLUMN error_file_id VARCHAR;
+    ALTER TABLE judge_batches ADD COLUMN outcome VARCHAR;
+    ALTER TABLE judge_failures ADD COLUMN cause VARCHAR;
+    """,
+)
+
+#: The cost ledger's own migrations (component ``judge_ledger``, applied after :data:`JUDGE_MIGRATIONS`):
+#: unknown usage is stored as NULL, never as 0, with why it is unknown (``usage_status``: ``ok``,
+#: ``missing`` or ``invalid: ...``, see :func:`.client.read_usage`).
+LEDGER_MIGRATIONS: tuple[str, ...] = (
+    """
+    ALTER TABLE judge_cache ALTER COLUMN input_tokens DROP NOT NULL;
+    ALTER TABLE judge_cache ALTER COLUMN cached_input_tokens DROP NOT NULL;
+    ALTER TABLE judge_cache ALTER COLUMN output_tokens DROP NOT NULL;
+    ALTER TABLE judge_cache ALTER COLUMN cost_usd DROP NOT NULL;
+    ALTER TABLE judge_cache ADD COLUMN usage_status VARCHAR;
+    """,
+)
+
+_CACHE_COLUMNS = ("cache_key", "annotator", "codebook_version", "prompt_template_hash", "model", "params", "trace_id", "trace_sha256",
+                  "segment_ids", "attempt", "response", "input_tokens", "cached_input_tokens", "output_tokens", "cost_usd",
+                  "created_at", "run_id", "reasoning", "usage_status")
+_CACHE_TYPES = ("VARCHAR", "VARCHAR", "VARCHAR", "VARCHAR", "VARCHAR", "VARCHAR", "VARCHAR", "VARCHAR", "VARCHAR", "INTEGER",
+                "VARCHAR", "INTEGER", "INTEGER", "INTEGER", "DOUBLE", "TIMESTAMP", "VARCHAR", "VARCHAR", "VARCHAR")
+
+
+def ensure_judge_tables(store: "Store") -> None:
+    """Create or upgrade the judge's tables, and declare them to the store: cached responses and
+    failures of a trace are derived from its segments, so re-segmenting the trace deletes them."""
+    store.migrate("judge", JUDGE_MIGRATIONS)
+    store.migrate("judge_ledger", LEDGER_MIGRATIONS)
+    for table in ("judge_cache", "judge_failures"):
+        store.register_trace_dependent(table, "cascade", component="judge")
+
+
+def store_now() -> Any:
+    """The current time in the store's TIMESTAMP convention (naive UTC, :func:`~ror_annotate.store.to_naive_utc`)."""
+    return to_naive_utc(utc_now())
+
+
+# ---------------------------------------------------------------------------------------- reads
+def cached_response(store: "Store", key: str) -> dict[str, Any] | None:
+    """The stored response body for a request cache key, or None (a cached response is never paid for again)."""
+    row = store.execute("SELECT response FROM judge_cache WHERE cache_key = ?", [key]).fetchone()
+    return json.loads(row[0]) if row else None
+
+
+def cached_trace_ids(store: "Store", *, codebook_version: str, prompt_template_hash: str, model: str) -> set[str]:
+    """Trace ids with any stored response of this codebook, prompt template and model.
+
+    A request's cache key hashes these three (:meth:`.llm.LLMJudge.cache_key`), so a trace outside
+    this set has no stored response for any request of this judge: its lookups can be skipped.
+    """
+    rows = store.execute(
+        "SELECT DISTINCT trace_id FROM judge_cache WHERE codebook_version = ? AND prompt_template_hash = ? AND model = ?",
+        [codebook_version, prompt_template_hash, model],
+    ).fetchall()
+    return {r[0] for r in rows}
+
+
+def failed_segments(store: "Store", trace_id: str, annotator: str, codebook_version: str) -> dict[int, tuple[int, str | None, str]]:
+    """Segment index -> ``(attempts, cause, reason)`` of the segments of ``trace_id`` this annotator left judge-failed."""
+    return failed_segments_by_trace(store, [trace_id], annotator, codebook_version).get(trace_id, {})
+
+
+def failed_segments_by_trace(store: "Store", trace_ids: Sequence[str], annotator: str,
+                             codebook_version: str) -> dict[str, dict[int, tuple[int, str | None, str]]]:
+    """:func:`failed_segments` of many traces in one query (traces without failures are absent)."""
+    rows = store.execute(
+        "SELECT trace_id, segment_index, attempts, cause, reason FROM judge_failures WHERE trace_id IN (SELECT unnest(?::VARCHAR[])) "
+        "AND annotator = ? AND codebook_version = ?",
+        [list(trace_ids), annotator, codebook_version],
+    ).fetchall()
+    out: dict[str, dict[int, tuple[int, str | None, str]]] = {}
+    for tid, index, attempts, cause, reason in rows:
+        out.setdefault(tid, {})[int(index)] = (int(attempts), cause, reason)
+    return out
+
+
+# ---------------------------------------------------------------------------------------- writes
+@dataclass
+class Answer:
+    """What one response (or one local failure) writes, in one transaction with the others of its group.
+
+    ``cache_row`` holds the paid response (keys ``cache_key``, ``params``, ``ids``, ``attempt``,
+    ``response``, ``input_tokens``, ``cached_input_tokens``, ``output_tokens``, ``cost_usd``,
+    ``reasoning``, ``usage_status``), ``None`` for a replayed or local one; ``labels`` the labels
+    it yields (their segments' failure rows are deleted); ``failures`` maps segment index -> reason
+    for segments that used their last try (``attempts`` tries, ``cause`` why).
+    """
+
+    trace_id: str
+    trace_sha256: str
+    annotator: str
+    run_id: str | None
+    cache_row: dict[str, Any] | None = None
+    labels: list[Label] = field(default_factory=list)
+    failures: dict[int, str] = field(default_factory=dict)
+    attempts: int = 0
+    cause: str | None = None
+
+
+class AnswerWriter:
+    """Commits :class:`Answer` s to the store in groups (see the module docstring).
+
+    Parameters
+    ----------
+    store : Store
+    codebook_version, prompt_template_hash, model : str
+        Written on every ``judge_cache`` row.
+    every_s : float, default :data:`COMMIT_EVERY_S`
+        Longest wait, in seconds, of an answer while other requests are in flight.
+    every_answers : int, default :data:`COMMIT_EVERY_ANSWERS`
+        Answers that trigger a commit at once.
+
+    Attributes
+    ----------
+    commits, written : int
+        Transactions committed and answers written so far (the benchmark reports them).
+    commit_s : float
+        Seconds spent in those transactions.
+    """
+
+    def __init__(self, store: "Store", *, codebook_version: str, prompt_template_hash: str, model: str,
+                 every_s: float = COMMIT_EVERY_S, every_answers: int = COMMIT_EVERY_ANSWERS) -> None:
+        self.store = store
+        self.codebook_version = codebook_version
+        self.prompt_template_hash = prompt_template_hash
+        self.model = model
+        self.every_s = every_s
+        self.every_answers = every_answers
+        self.pending: list[Answer] = []
+        self.last_commit = float("-inf")
+        self.commits = 0
+        self.written = 0
+        self.commit_s = 0.0
+        self.last_commit_s = 0.0
+
+    def add(self, answer: Answer) -> None:
+        """Hold ``answer`` for the next :meth:`flush`."""
+        self.pending.append(answer)
+
+    @property
+    def gap_s(self) -> float:
+        """Least time between two commits while requests are in flight: :attr:`every_s`, or nine times
+        the last commit's duration when that is longer (capped at :data:`MAX_COMMIT_GAP_S`), so that
+        commits take at most about a tenth of the time on a slow or busy machine."""
+        return min(max(self.every_s, 9.0 * self.last_commit_s), max(self.every_s, MAX_COMMIT_GAP_S))
+
+    def due(self, *, idle: bool) -> bool:
+        """Whether the waiting answers should be committed now: nothing else in flight (``idle``), the
+        last commit :attr:`gap_s` ago or more, or :attr:`every_answers` waiting."""
+        if not self.pending:
+            return False
+        return idle or len(self.pending) >= self.every_answers or time.monotonic() - self.last_commit >= self.gap_s
+
+    def wait_s(self) -> float:
+        """Seconds until the waiting answers are due by time (0 when they are)."""
+        return max(self.gap_s - (time.monotonic() - self.last_commit), 0.0)
+
+    def write(self, answer: Answer) -> None:
+        """Commit ``answer`` (with any waiting ones) now."""
+        self.add(answer)
+        self.flush()
+
+    def flush(self) -> int:
+        """Write every waiting answer in one transaction; returns how many. On an error nothing of
+        the group is written and the answers stay waiting (the error propagates)."""
+        if not self.pending:
+            return 0
+        group = self.pending
+        store = self.store
+        t0 = time.perf_counter()
+        now = store_now()
+        cache = [a for a in group if a.cache_row is not None]
+        labels = [lab for a in group for lab in a.labels]
+        with store.transaction():
+            if cache:
+                columns = list(zip(*(self._cache_values(a, now) for a in cache), strict=True))
+                select = ", ".join(f"unnest(?::{t}[])" for t in _CACHE_TYPES)
+                store.execute(f"INSERT INTO judge_cache ({', '.join(_CACHE_COLUMNS)}) SELECT {select} ON CONFLICT DO NOTHING",
+                              [list(c) for c in columns])
+                # the paid responses also go to the commit journal, which outlives a write-ahead log cut short
+                for values in zip(*columns, strict=True):
+                    row = dict(zip(_CACHE_COLUMNS, values, strict=True))
+                    store.journal_note("judge_cache", {**row, "created_at": now.isoformat()})
+            if labels:
+                store.upsert_labels(labels)
+                keys = [(a.trace_id, lab.segment_index, a.annotator) for a in group for lab in a.labels]
+                store.execute(
+                    "DELETE FROM judge_failures f USING (SELECT unnest(?::VARCHAR[]) AS t, unnest(?::INTEGER[]) AS i, "
+                    "unnest(?::VARCHAR[]) AS a) d WHERE f.trace_id = d.t AND f.segment_index = d.i AND f.annotator = d.a "
+                    "AND f.codebook_version = ?",
+                    [[k[0] for k in keys], [k[1] for k in keys], [k[2] for k in keys], self.codebook_version],
+                )
+            rows = [(a, i) for a in group for i in sorted(a.failures)]
+            if rows:
+                # One statement for all rows (unnest zips the lists): a long trace that fails as a whole has
+                # hundreds of segments, and one INSERT each took ~10 ms.
+                store.execute(
+                    "INSERT OR REPLACE INTO judge_failures (trace_id, segment_index, annotator, codebook_version, reason, attempts, "
+                    "run_id, created_at, cause) SELECT unnest(?::VARCHAR[]), unnest(?::INTEGER[]), unnest(?::VARCHAR[]), ?, "
+                    "unnest(?::VARCHAR[]), unnest(?::INTEGER[]), unnest(?::VARCHAR[]), ?, unnest(?::VARCHAR[])",
+                    [[a.trace_id for a, _ in rows], [i for _, i in rows], [a.annotator for a, _ in rows], self.codebook_version,
+                     [scrub_text(a.failures[i])[:2000] for a, i in rows], [a.attempts for a, _ in rows], [a.run_id for a, _ in rows],
+                     now, [a.cause for a, _ in rows]],
+                )
+        self.pending = []
+        self.last_commit = time.monotonic()
+        self.commits += 1
+        self.written += len(group)
+        self.last_commit_s = time.perf_counter() - t0
+        self.commit_s += self.last_commit_s
+        return len(group)
+
+    def _cache_values(self, a: Answer, now: Any) -> tuple[Any, ...]:
+        row = a.cache_row
+        assert row is not None
+        known = row.get("usage_status", "ok") == "ok"
+        usage = [row[k] if known else None for k in ("input_tokens", "cached_input_tokens", "output_tokens")]
+        return (row["cache_key"], a.annotator, self.codebook_version, self.prompt_template_hash, self.model,
+                json.dumps(row["params"], sort_keys=True), a.trace_id, a.trace_sha256, json.dumps(row["ids"]), row["attempt"],
+                json.dumps(row["response"], ensure_ascii=False), *usage, row["cost_usd"], now, a.run_id, row.get("reasoning"),
+                row.get("usage_status", "ok"))
+
+
+# ---------------------------------------------------------------------------------------- the cost ledger
+@dataclass
+class UsageMeter:
+    """Adds each completion's tokens and cost (USD, times ``discount`` for the Batch API) to ``report``.
+
+    A completion whose usage is unknown (``usage_status`` other than ``"ok"``) counts as a request
+    and in ``extra["usage_unknown_requests"]``, not as 0 tokens: its cost is ``None`` (NULL in
+    ``judge_cache``), and the run's ``cost_usd`` is then a lower bound.
+    """
+
+    report: JudgeReport
+    price: Price | None
+    discount: float = 1.0
+    succeeded: int = 0
+
+    def add(self, c: Completion) -> float | None:
+        r = self.report
+        if c.usage_status != "ok":
+            r.requests += 1
+            r.extra["usage_unknown_requests"] = r.extra.get("usage_unknown_requests", 0) + 1
+            r.extra.setdefault("usage_unknown_example", c.usage_status)
+            self.succeeded += 1
+            return None
+        cost = cost_usd(self.price, input_tokens=c.input_tokens, cached_input_tokens=c.cached_input_tokens,
+                        output_tokens=c.output_tokens, discount=self.discount)
+        r.requests += 1
+        r.input_tokens += c.input_tokens
+        r.cached_input_tokens += c.cached_input_tokens
+        r.output_tokens += c.output_tokens
+        r.cost_usd += cost
+        self.succeeded += 1
+        return cost
+
+
+def run_ledger(store: "Store", run_id: str) -> dict[str, Any]:
+    """A run's usage totals from what was stored: the ``judge_cache`` rows the run paid for.
+
+    Returns ``requests``, ``input_tokens``, ``cached_input_tokens``, ``output_tokens`` (tokens of the
+    judge model), ``cost_usd`` (USD, a lower bound when usage is unknown), ``usage_unknown_requests``
+    (responses without usable usage, NULL in the cache) and ``ledger: "from judge_cache"``. Counts
+    kept only in memory (a run killed with SIGKILL between two publications of its counts) are
+    not needed: every paid response is stored in the same transaction as its labels.
+    """
+    row = store.execute(
+        "SELECT count(*), coalesce(sum(input_tokens), 0), coalesce(sum(cached_input_tokens), 0), coalesce(sum(output_tokens), 0), "
+        "coalesce(sum(cost_usd), 0.0), count(*) FILTER (WHERE input_tokens IS NULL) FROM judge_cache WHERE run_id = ?",
+        [run_id],
+    ).fetchone()
+    n, tokens_in, cached, tokens_out, cost, unknown = row if row else (0, 0, 0, 0, 0.0, 0)
+    return {"requests": int(n), "input_tokens": int(tokens_in), "cached_input_tokens": int(cached),
+            "output_tokens": int(tokens_out), "cost_usd": float(cost), "usage_unknown_requests": int(unknown),
+            "ledger": "from judge_cache"}
+
+
+def reconcile_run_ledger(store: "Store", run_id: str | None = None) -> list[str]:
+    """Write the ledger (:func:`run_ledger`) into ``runs.counts`` of ``run_id``, or of every run that
+    did not finish (status ``running``, ``interrupted`` or ``failed``) and has stored responses
+    without a ledger yet. Returns the run ids updated. A read-only store is left alone.
+
+    ``running`` here means "never recorded its end": DuckDB lets one process write the file, so a run
+    of another live process cannot be seen while this one holds the store.
+    """
+    if store.read_only:
+        return []
+    ensure_judge_tables(store)
+    if run_id is not None:
+        ids = [run_id]
+    else:
+        unfinished = store.run_ids_with_status(("running", "interrupted", "failed"))
+        done = {r.run_id for r in store.runs() if r.run_id in set(unfinished) and "ledger" in r.counts}
+        rows = store.execute("SELECT DISTINCT run_id FROM judge_cache WHERE list_contains(?, run_id)", [unfinished]).fetchall()
+        ids = [r[0] for r in rows if r[0] not in done]
+    for rid in ids:
+        store.update_run_counts(rid, run_ledger(store, rid))
+    return ids
