@@ -171,6 +171,8 @@ def _descendant_cpu(root: int, seen: dict[int, float], stop: threading.Event, ev
     """Sample the CPU seconds (user + system) of every process below ``root`` (segment workers, the
     forkserver) from /proc until ``stop``; ``seen[pid]`` keeps each one's last reading. wait4 does not
     count them: the workers are the forkserver's children, not the command's."""
+    if not os.path.isdir("/proc"):  # not Linux: the workers' CPU is not counted
+        return
     tick = os.sysconf("SC_CLK_TCK")
     while not stop.is_set():
         parent: dict[int, int] = {}
