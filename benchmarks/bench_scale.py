@@ -21,6 +21,8 @@ and the peak at 250k segments within 10% of it (memory flat in corpus size).
 ratio of its time to ours per row (>1: we are faster) and compares the two exports byte for byte:
 every file except ``README.md``, ``ror_export.json`` and the ``state.json`` files, which carry the
 export's name, time and a random fingerprint (``ror_export.json`` is compared without those keys).
+When the bytes differ (an export layout version changed, e.g. version 2's row groups), the rows are
+compared instead: every config and split read back from parquet, in order.
 ``--short-traces N`` replaces the corpus by N short traces (2-5 sentences each, cut from the real
 traces), the shape of chat datasets where per-trace costs dominate. ``--workers N`` is passed on.
 
@@ -44,6 +46,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -143,20 +146,81 @@ def compare_exports(ours: Path, theirs: Path) -> tuple[bool, list[str]]:
     return not differ and bool(a), differ
 
 
+def same_rows(ours: Path, theirs: Path) -> bool:
+    """Whether two exports hold the same rows in the same order in every config and split (their parquet
+    files read back, shards concatenated): the check when the bytes differ by a layout version."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    def tables(root: Path) -> dict[str, pa.Table]:
+        groups: dict[str, list[Path]] = {}
+        for p in sorted((root / "data").rglob("*.parquet")):
+            groups.setdefault(f"{p.parent.name}/{p.name.split('-')[0]}", []).append(p)
+        return {k: pa.concat_tables([pq.read_table(p) for p in v]) for k, v in groups.items()}
+
+    a, b = tables(ours), tables(theirs)
+    return bool(a) and a.keys() == b.keys() and all(a[k].equals(b[k]) for k in a)
+
+
+def layout_version(out: Path) -> int:
+    """The export's ``layout_version`` (1 when its manifest has none: exports before the key)."""
+    return int(json.loads((out / "ror_export.json").read_text(encoding="utf-8")).get("layout_version", 1))
+
+
+def _descendant_cpu(root: int, seen: dict[int, float], stop: threading.Event, every: float = 0.25) -> None:
+    """Sample the CPU seconds (user + system) of every process below ``root`` (segment workers, the
+    forkserver) from /proc until ``stop``; ``seen[pid]`` keeps each one's last reading. wait4 does not
+    count them: the workers are the forkserver's children, not the command's."""
+    if not os.path.isdir("/proc"):  # not Linux: the workers' CPU is not counted
+        return
+    tick = os.sysconf("SC_CLK_TCK")
+    while not stop.is_set():
+        parent: dict[int, int] = {}
+        cpu: dict[int, float] = {}
+        for d in os.listdir("/proc"):
+            if not d.isdigit():
+                continue
+            try:
+                fields = Path(f"/proc/{d}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            parent[int(d)] = int(fields[1])
+            cpu[int(d)] = (int(fields[11]) + int(fields[12])) / tick
+        for pid in cpu:
+            p, depth = parent.get(pid), 0
+            while p and p != root and depth < 8:
+                p, depth = parent.get(p), depth + 1
+            if p == root and pid != root:
+                seen[pid] = cpu[pid]
+        stop.wait(every)
+
+
 def run_child(argv: list[str], env: dict[str, str], cwd: Path) -> dict:
-    """Run one command; return its wall seconds, peak RSS (MiB, from wait4) and exit status."""
+    """Run one command; return its wall seconds, CPU seconds, peak RSS (MiB, from wait4) and exit status."""
     t0 = time.perf_counter()
     proc = subprocess.Popen(argv, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    workers_cpu: dict[int, float] = {}
+    stop = threading.Event()
+    sampler = threading.Thread(target=_descendant_cpu, args=(proc.pid, workers_cpu, stop), daemon=True)
+    sampler.start()
     out_f = proc.stdout.read()  # the CLI prints little; read to the end before waiting
     err_f = proc.stderr.read()
     _, status, usage = os.wait4(proc.pid, 0)
+    stop.set()
+    sampler.join()
     proc.returncode = os.waitstatus_to_exitcode(status)
     seconds = time.perf_counter() - t0
     if proc.returncode != 0:
         sys.stderr.write(err_f.decode(errors="replace")[-3000:])
         raise SystemExit(f"{' '.join(argv[3:])} failed with exit status {proc.returncode}")
-    # ru_maxrss is in KiB on Linux
-    return {"seconds": seconds, "peak_rss_mib": usage.ru_maxrss / 1024, "stdout": out_f.decode(errors="replace")}
+    # ru_maxrss is in KiB on Linux; CPU seconds (user + system, the process and the children it waited for,
+    # e.g. segment workers) are the steadier figure on a machine shared with other work
+    main_cpu = usage.ru_utime + usage.ru_stime  # the command itself (and any child it waited for)
+    cpu = main_cpu + sum(workers_cpu.values())  # plus its workers, sampled every 0.25 s
+    return {"seconds": seconds, "cpu_s": cpu, "peak_rss_mib": usage.ru_maxrss / 1024,
+            # the main process's share of the CPU (what the segment workers do not share): the serial share
+            "serial_share": main_cpu / cpu if cpu > 0 else None,
+            "stdout": out_f.decode(errors="replace")}
 
 
 def dir_size(path: Path, pattern: str = "**/*") -> int:
@@ -238,16 +302,17 @@ def main() -> None:
         results = bench(work, corpus, n_segments, args.mode, args.duckdb_memory_limit, workers=args.workers)
         theirs = (bench(work, corpus, n_segments, args.mode, args.duckdb_memory_limit, root=args.against.resolve(),
                         workers=args.workers, tag="-against") if args.against is not None else None)
-        header = f"{'stage':<24}{'seconds':>10}{'segments/s':>14}{'peak RSS MiB':>15}"
+        header = f"{'stage':<24}{'seconds':>10}{'CPU s':>9}{'segments/s':>14}{'peak RSS MiB':>15}"
         if theirs is not None:
-            header += f"{'against s':>12}{'against MiB':>13}{'speed-up':>10}"
+            header += f"{'against s':>12}{'CPU s':>9}{'against MiB':>13}{'speed-up':>10}{'CPU ratio':>11}"
         print(header)
         for k, r in enumerate(results):
             if "seconds" in r:
-                line = f"{r['what']:<24}{r['seconds']:>10.1f}{r['segments_per_s']:>14.0f}{r['peak_rss_mib']:>15.0f}"
+                line = f"{r['what']:<24}{r['seconds']:>10.1f}{r['cpu_s']:>9.1f}{r['segments_per_s']:>14.0f}{r['peak_rss_mib']:>15.0f}"
                 if theirs is not None:
                     t = theirs[k]
-                    line += f"{t['seconds']:>12.1f}{t['peak_rss_mib']:>13.0f}{t['seconds'] / r['seconds']:>9.2f}x"
+                    line += (f"{t['seconds']:>12.1f}{t['cpu_s']:>9.1f}{t['peak_rss_mib']:>13.0f}{t['seconds'] / r['seconds']:>9.2f}x"
+                             f"{t['cpu_s'] / max(r['cpu_s'], 1e-9):>10.2f}x")
                 print(line)
             else:
                 print(f"{r['what']:<24} parquet {r['parquet_mib']:.1f} MiB, whole directory {r['dir_mib']:.1f} MiB")
@@ -255,6 +320,17 @@ def main() -> None:
                     same, differ = compare_exports(r["out"], theirs[k]["out"])
                     print(f"{'':<24} export byte-identical to {args.against}'s: {'yes' if same else 'NO: ' + ', '.join(differ[:5])}")
                     r["identical_to_against"] = same
+                    versions = (layout_version(r["out"]), layout_version(theirs[k]["out"]))
+                    if not same:
+                        rows = same_rows(r["out"], theirs[k]["out"])
+                        print(f"{'':<24} layout versions {versions[0]} vs {versions[1]}; same rows in every config and split: "
+                              f"{'yes' if rows else 'NO'}")
+                        r["same_rows_as_against"] = rows
+        for name, rows in (("ours", results), ("against", theirs or [])):
+            for r in rows:
+                if r.get("serial_share") is not None and r["what"] in ("segment", "ror run (one process)"):
+                    print(f"{name} {r['what']}: main process {r['serial_share']:.0%} of {r['cpu_s']:.1f} CPU s "
+                          "(the rest in its worker processes, sampled from /proc)")
         stage_peaks = [r["peak_rss_mib"] for r in results if "peak_rss_mib" in r and not r["what"].startswith("ror run")]
         if stage_peaks:
             print(f"peak RSS over the stages: {max(stage_peaks):.0f} MiB (target: < 2048 MiB at 1M segments)")

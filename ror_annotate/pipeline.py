@@ -256,6 +256,9 @@ def _iter_traces_batched(store: "Store", ids: Sequence[str], batch: int = TRACE_
 
 #: Traces per committed batch of :func:`ingest`.
 INGEST_BATCH = 500
+#: Characters of trace text (reasoning and problem) that :func:`ingest` keeps from its validating pass
+#: to store without reading the input again; a larger input is read twice (memory flat in corpus size).
+INGEST_KEEP_CHARS = 64 * 2**20
 
 
 def _batch_fingerprint(traces: Sequence[Any]) -> str:
@@ -286,7 +289,8 @@ def ingest(
 
     The input is read twice: a first pass validates every record and checks it against the store
     without writing; the second stores the traces in committed batches of :data:`INGEST_BATCH`,
-    so memory stays flat in corpus size. An interrupt during the second pass keeps the batches
+    so memory stays flat in corpus size. An input of at most :data:`INGEST_KEEP_CHARS` characters
+    of text is read once: the validated traces are kept and stored in the same batches. An interrupt during the second pass keeps the batches
     already written (a prefix of the input); running the same ingest again stores the rest. A hub
     dataset read with ``limit`` (streamed) is fetched twice.
 
@@ -339,12 +343,23 @@ def ingest(
         # in DuckDB's transaction-local memory). A bad record therefore stores nothing, and an
         # interrupt while writing keeps whole batches that a re-run counts as unchanged.
         fingerprints: list[str] = []
+        # a small input's validated batches are kept and stored without a second read (per-trace
+        # parsing is most of the ingest of many short traces); None once the input outgrows the budget
+        kept: list[list] | None = []
+        kept_chars = 0
 
         def check_batch(traces: list) -> None:
+            nonlocal kept, kept_chars
             store.check_traces(traces)
             fingerprints.append(_batch_fingerprint(traces))
+            if kept is not None:
+                kept_chars += sum(len(t.text) + len(t.problem or "") for t in traces)
+                if kept_chars <= INGEST_KEEP_CHARS:
+                    kept.append(traces)
+                else:
+                    kept = None  # too large to hold: read the input again to store it
 
-        read("validate", check_batch)
+        validated = read("validate", check_batch)
         counts: Counter[str] = Counter()
         written: list[str] = []  # fingerprints of the batches stored so far
 
@@ -359,7 +374,14 @@ def ingest(
             counts.update(store.upsert_traces(traces, run_id=the_run.run_id))
             written.append(fingerprints[n])
 
-        result = read("ingest", store_batch)
+        if kept is not None:
+            task = tracked.add_task("ingest", total=len(validated.trace_ids))
+            for traces in kept:
+                store_batch(traces)
+                tracked.advance(task, len(traces))
+            kept, result = None, validated
+        else:
+            result = read("ingest", store_batch)
         if len(written) != len(fingerprints):
             raise InputError(
                 f"{text}: the input changed while it was being ingested ({len(fingerprints)} batches validated, "

@@ -62,7 +62,7 @@ import re
 import statistics
 import unicodedata
 from collections import deque
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -237,10 +237,15 @@ _ENUMERATOR = re.compile(rf"[ \t]*(?:{_ENUM_MARK}\s+)+")
 def _spacy_sentence_enders() -> str:
     """spaCy's sentencizer punctuation (``Sentencizer.default_punct_chars``: ``.!?``, ``。！？``,
     ``।``, ``؟``, ``።`` and the enders of other scripts), plus ``…``. Imports spaCy (seconds),
-    so it is called when a :class:`Segmenter` is built, not when this module is imported."""
-    from spacy.pipeline.sentencizer import Sentencizer
+    so it is called when a :class:`Segmenter` is built, not when this module is imported, and
+    cached per spaCy version (:func:`_cached_spacy_list`)."""
 
-    return "".join(sorted(set(Sentencizer.default_punct_chars) | {"…"}))
+    def read() -> Iterable[str]:
+        from spacy.pipeline.sentencizer import Sentencizer
+
+        return Sentencizer.default_punct_chars
+
+    return "".join(sorted(set(_cached_spacy_list("sentence-enders", read)) | {"…"}))
 
 
 def _sentence_end_patterns(enders: str) -> tuple[re.Pattern[str], re.Pattern[str]]:
@@ -304,9 +309,42 @@ _NAME_CUES = frozenset("by and with mathematician physicist professor prof. dr. 
 
 @lru_cache(maxsize=1)
 def _sentence_starters() -> frozenset[str]:
-    from spacy.lang.en.stop_words import STOP_WORDS
+    return _spacy_stop_words() | SENTENCE_STARTERS
 
-    return frozenset(STOP_WORDS) | SENTENCE_STARTERS
+
+def _cached_spacy_list(kind: str, compute: "Callable[[], Iterable[str]]") -> frozenset[str]:
+    """A list read from spaCy, cached per spaCy version beside :func:`_abbreviation_cache`'s file
+    (``spacy-<kind>-<version>.json``): importing spaCy imports thinc and torch, seconds per process.
+    A missing or unreadable cache is computed with ``compute`` and (re)written when it can be."""
+    base = _abbreviation_cache()
+    cache = base.with_name(base.name.replace("spacy-abbreviations-", f"spacy-{kind}-")) if base is not None else None
+    if cache is not None:
+        try:
+            return frozenset(json.loads(cache.read_text(encoding="utf-8")))
+        except (OSError, ValueError):
+            pass
+    out = frozenset(compute())
+    if cache is not None:
+        try:
+            cache.parent.mkdir(parents=True, exist_ok=True)
+            tmp = cache.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(sorted(out), ensure_ascii=False), encoding="utf-8")
+            os.replace(tmp, cache)
+        except OSError:
+            pass  # a read-only home: read spaCy again next time
+    return out
+
+
+@lru_cache(maxsize=1)
+def _spacy_stop_words() -> frozenset[str]:
+    """spaCy's English stop words (cached per spaCy version: :func:`_cached_spacy_list`)."""
+
+    def read() -> Iterable[str]:
+        from spacy.lang.en.stop_words import STOP_WORDS
+
+        return STOP_WORDS
+
+    return _cached_spacy_list("stop-words", read)
 
 
 @lru_cache(maxsize=1)

@@ -348,15 +348,16 @@ def _mapped_columns(mapping: ColumnMap) -> set[str]:
     return {c for f in _CANDIDATES if (c := getattr(mapping, f)) is not None}
 
 
-def _pick(record: dict[str, Any], field_name: str, mapping: ColumnMap) -> Any:
+def _pick(record: dict[str, Any], field_name: str, mapping: ColumnMap, taken: set[str] | None = None) -> Any:
     column = getattr(mapping, field_name)
     if column is not None:
         return record.get(column)
     if field_name in mapping.constants:
         return mapping.constants[field_name]
     # A column explicitly mapped to another field is never reused by candidate lookup
-    # (OpenR1's "answer" column is the gold answer, not the model's).
-    taken = _mapped_columns(mapping)
+    # (OpenR1's "answer" column is the gold answer, not the model's). ``taken``: the caller's
+    # _mapped_columns(mapping), computed once per record instead of once per field.
+    taken = _mapped_columns(mapping) if taken is None else taken
     for cand in _CANDIDATES[field_name]:
         if cand not in taken and record.get(cand) is not None:
             return record[cand]
@@ -397,10 +398,10 @@ def content_trace_id(problem: str | None, text: str) -> str:
     return "sha256:" + sha256_text(f"{problem or ''}\x00{text}")[:16]
 
 
-def _mapped_or_given(record: dict[str, Any], field_name: str, mapping: ColumnMap, found: Any) -> Any:
+def _mapped_or_given(record: dict[str, Any], field_name: str, mapping: ColumnMap, found: Any, taken: set[str] | None = None) -> Any:
     """A field from an explicitly mapped column or constant, else a candidate column, else ``found``
     (what the format adapter read from the structure: a response's model, a transcript's user turn)."""
-    value = _pick(record, field_name, mapping)
+    value = _pick(record, field_name, mapping, taken)
     return value if value is not None else found
 
 
@@ -453,16 +454,17 @@ def records_to_traces(
         (unless ``allow_markers``: then stored, listed in ``meta["markers_left"]`` and counted).
     """
     notes = notes if notes is not None else Counter()
+    taken = _mapped_columns(mapping)
     extractions = []
-    corrects = _pick(record, "correct", mapping)
+    corrects = _pick(record, "correct", mapping, taken)
     values = _reasoning_values(record, where, mapping, format)
     corrects = corrects if isinstance(corrects, list) else [corrects] * len(values)
     for i, value in enumerate(values):
         for got in extract(value, where, format=format, tags=mapping.think_tags):
             extractions.append((got, corrects[i] if i < len(corrects) else None))
-    given_id = _as_str(_pick(record, "trace_id", mapping)) if mapping.trace_id is not None else None
-    answer_col = _clean_text(_pick(record, "answer", mapping))
-    used = _mapped_columns(mapping) | {c for f in _CANDIDATES for c in _CANDIDATES[f]}
+    given_id = _as_str(_pick(record, "trace_id", mapping, taken)) if mapping.trace_id is not None else None
+    answer_col = _clean_text(_pick(record, "answer", mapping, taken))
+    used = taken | {c for f in _CANDIDATES for c in _CANDIDATES[f]}
     # NaN/inf (pandas' missing values) are left out: they are not JSON and would break readers of meta.
     base_meta = {
         k: v for k, v in record.items()
@@ -472,7 +474,7 @@ def records_to_traces(
     for i, (got, correct) in enumerate(extractions):
         if not got.reasoning:
             raise InputError(f"{where}: empty reasoning trace (nothing but whitespace or tags)")
-        problem = _clean_text(_mapped_or_given(record, "problem", mapping, got.problem))
+        problem = _clean_text(_mapped_or_given(record, "problem", mapping, got.problem, taken))
         answer = answer_col or got.answer or last_boxed(got.reasoning)
         meta = {**base_meta, **got.meta}
         if got.gaps:
@@ -502,17 +504,17 @@ def records_to_traces(
         # in meta["response_id"]).
         whole = values[0] is record
         user_id = given_id or (_user_trace_id(record, mapping) if whole else None)
-        base_id = user_id or (got.trace_id if whole else None) or _as_str(_pick(record, "trace_id", mapping)) or got.trace_id
+        base_id = user_id or (got.trace_id if whole else None) or _as_str(_pick(record, "trace_id", mapping, taken)) or got.trace_id
         trace_id = (base_id + suffix) if base_id else content_trace_id(problem, got.reasoning)
         try:
             traces.append(
                 Trace(
                     trace_id=trace_id, text=got.reasoning, problem=problem, answer=answer,
-                    gold_answer=_clean_text(_pick(record, "gold_answer", mapping)),
+                    gold_answer=_clean_text(_pick(record, "gold_answer", mapping, taken)),
                     correct=_as_bool(correct),
-                    model=_as_str(_mapped_or_given(record, "model", mapping, got.model)),
-                    source=_as_str(_pick(record, "source", mapping)) or source_name,
-                    dataset=_as_str(_pick(record, "dataset", mapping)),
+                    model=_as_str(_mapped_or_given(record, "model", mapping, got.model, taken)),
+                    source=_as_str(_pick(record, "source", mapping, taken)) or source_name,
+                    dataset=_as_str(_pick(record, "dataset", mapping, taken)),
                     source_format=got.format if mapping.think_tags is None else "custom",
                     meta=meta,
                 )

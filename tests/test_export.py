@@ -638,10 +638,13 @@ def test_small_batches_and_shards_give_the_same_dataset(tmp_path, monkeypatch):
     tok = F.byte_level_bpe()
     export_dataset(store, tmp_path / "one", tokenizer=tok, split_fractions=(1, 0, 0))
     monkeypatch.setattr(write, "MAX_SHARD_BYTES", 1)  # every row group starts a new shard
-    monkeypatch.setattr(write, "ROW_GROUP_BYTES", 1)  # every batch is its own row group
+    monkeypatch.setattr(write, "ROW_GROUP_BYTES", 1)  # every row is its own row group (layout version 2)
     summary = export_dataset(store, tmp_path / "many", tokenizer=tok, split_fractions=(1, 0, 0), batch_size=1, max_batch_segments=1)
-    files = sorted(p.name for p in (tmp_path / "many" / "data" / "segments").iterdir())
+    files = sorted(p.name for p in (tmp_path / "many" / "data" / "traces").iterdir())
     assert files == ["train-00000-of-00003.parquet", "train-00001-of-00003.parquet", "train-00002-of-00003.parquet"]  # 3 traces
+    n_seg = summary.n_segments
+    files = sorted(p.name for p in (tmp_path / "many" / "data" / "segments").iterdir())
+    assert files == [f"train-{i:05d}-of-{n_seg:05d}.parquet" for i in range(n_seg)]  # one shard per segment row
     assert summary.paths["segments/train"] == "data/segments/train-*.parquet"
     for config in ("traces", "segments", "tokens"):
         a = load_export(tmp_path / "one", config)["train"]
@@ -657,7 +660,7 @@ def test_small_batches_and_shards_give_the_same_dataset(tmp_path, monkeypatch):
 
 def test_batches_are_gathered_into_row_groups(tmp_path, monkeypatch):
     """One trace per batch still gives one row group per file below ROW_GROUP_BYTES (a parquet writer keeps
-    every row group's metadata until it closes), and a row group per batch once each batch reaches it."""
+    every row group's metadata until it closes), and a row group per row once each row reaches it."""
     import pyarrow.parquet as pq
 
     import ror_annotate.export.write as write
@@ -669,7 +672,7 @@ def test_batches_are_gathered_into_row_groups(tmp_path, monkeypatch):
     for config in ("traces", "segments"):
         gathered = pq.ParquetFile(tmp_path / "gathered" / "data" / config / "train-00000-of-00001.parquet")
         each = pq.ParquetFile(tmp_path / "each" / "data" / config / "train-00000-of-00001.parquet")
-        assert (gathered.metadata.num_row_groups, each.metadata.num_row_groups) == (1, 3), config
+        assert (gathered.metadata.num_row_groups, each.metadata.num_row_groups) == (1, each.metadata.num_rows), config
         assert gathered.read().to_pylist() == each.read().to_pylist(), config
         assert gathered.metadata.num_rows == each.metadata.num_rows > 0
 

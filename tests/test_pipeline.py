@@ -356,6 +356,7 @@ def test_ingest_interrupted_while_writing_keeps_whole_batches_and_resumes(tmp_pa
 
 def test_ingest_refuses_an_input_that_changes_between_its_passes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(pipeline, "INGEST_BATCH", 10)
+    monkeypatch.setattr(pipeline, "INGEST_KEEP_CHARS", 0)  # read twice (a small input is otherwise read once)
     src = _numbered_traces(tmp_path / "t.jsonl", 25)
     real = Store.check_traces
     checked = {"n": 0}

@@ -30,7 +30,7 @@ from . import read
 from .columns import BEHAVIOR_ID, CONFIGS, Rows, SegmentRow, TraceRow, token_row
 from .labels import LABEL_CHOICES, SOURCES_USED, ChosenLabel, choose_label
 from .splits import check_fractions, split_traces
-from .write import MANIFEST, WRITE_FAILED, ExportWriter, check_replaceable, license_allows_publishing, new_tmp_dir, swap_in, write_json
+from .write import LAYOUT_VERSION, MANIFEST, WRITE_FAILED, ExportWriter, check_replaceable, license_allows_publishing, new_tmp_dir, swap_in, write_json
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..card import CardFigures
@@ -326,7 +326,7 @@ class ExportOptions(StageOptions):
     name: str | None = None
     license: str | None = None
     source_licenses: Mapping[str, str] | None = None
-    batch_size: int = 64
+    batch_size: int = 4096
     max_batch_segments: int = 20_000
 
 
@@ -387,7 +387,8 @@ def export_dataset(
         A run that could not be recorded in the store (a read-only store): written into the
         manifest under ``"run"``, with the export's counts and end time.
     batch_size : int
-        Most traces read, tokenized and written per batch.
+        Most traces read, tokenized and written per batch (default 4,096; the files do not depend
+        on it: layout version 2, see :mod:`ror_annotate.export.write`).
     progress : callable, optional
         Called as ``progress(traces_done, traces_total)`` after each batch (a progress bar).
     max_batch_segments : int
@@ -596,6 +597,7 @@ def _write_files(
     manifest = summary.to_dict()
     manifest.pop("seconds")  # not known until the files are written
     manifest["created_at"] = _build_time()
+    manifest["layout_version"] = LAYOUT_VERSION  # how rows fall into row groups (export/write.py)
     if run_record is not None:
         manifest["run"] = {
             **dict(run_record), "ended_at": manifest["created_at"],

@@ -4,10 +4,16 @@ Rows arrive in batches and go straight to disk: for every configuration and spli
 writer (``data/<config>/<split>-0000i-of-0000n.parquet``, the hub layout) and one Arrow writer in
 the ``save_to_disk`` layout (``<config>/<split>/data-0000i-of-0000n.arrow``, ``state.json``,
 ``dataset_info.json``), both ``datasets``' own writers, so memory stays bounded whatever the corpus
-size. Shards roll over at :data:`MAX_SHARD_BYTES`; the batches of one split are gathered into row groups
+size. Shards roll over at :data:`MAX_SHARD_BYTES`; the rows of one split are gathered into row groups
 of about :data:`ROW_GROUP_BYTES`, because a parquet writer holds the metadata (statistics, page index) of
 every row group of the open file until it closes, so one small row group per batch made the writer grow
 with the corpus.
+
+Layout version 2 (:data:`LAYOUT_VERSION`): a row group ends after the first row at which the group's
+*row weight* (:func:`row_weights`: bytes of the row's values, a function of the row alone) reaches
+:data:`ROW_GROUP_BYTES`, and each group is written as one contiguous Arrow chunk. The files therefore
+depend on the rows only, not on how the reader batched them (version 1 closed a group at the end of
+the first batch of 64 traces that took it over the size, so the bytes changed with the batch size).
 
 Everything is written into a sibling temporary directory and swapped in by rename, so a failed
 export never leaves a half-written dataset; a directory that is not a ror_annotate export (no
@@ -26,7 +32,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..errors import ExportError, ExportWriteError
 from .features import features_of
@@ -46,6 +54,11 @@ MAX_SHARD_BYTES = 500 * 2**20
 ROW_GROUP_BYTES = 2**20
 #: Row cap of one row group (pyarrow's own default).
 ROW_GROUP_MAX_ROWS = 2**20
+#: Version of the byte layout of the data files (how rows fall into row groups and Arrow record
+#: batches); recorded in the manifest as ``layout_version``. 1: groups closed at the batch (64 traces)
+#: that took them over :data:`ROW_GROUP_BYTES` of Arrow ``nbytes``; 2: groups closed at the row that takes
+#: their :func:`row_weights` to :data:`ROW_GROUP_BYTES`, whatever the batching (same rows, same bytes).
+LAYOUT_VERSION = 2
 #: Files of an export that go to the hub; the save_to_disk copies stay local (the parquet files are the same rows).
 PUBLISH_PATTERNS = ["README.md", "analytics.json", "data/**", "agreement/**"]
 #: Licence identifiers that do not by themselves allow redistributing a source's text.
@@ -59,6 +72,85 @@ def license_allows_publishing(license: str | None) -> bool:
     return license is not None and license.strip().lower() not in UNPUBLISHABLE_LICENSES
 
 
+def _list_weights(offsets: np.ndarray, child: np.ndarray, valid: np.ndarray | None, offset_width: int) -> np.ndarray:
+    cum = np.concatenate(([0], np.cumsum(child, dtype=np.int64)))
+    w = cum[offsets[1:]] - cum[offsets[:-1]] + offset_width
+    return w if valid is None else np.where(valid, w, offset_width)
+
+
+def _valid(array: pa.Array) -> np.ndarray | None:
+    if array.null_count == 0:
+        return None
+    return np.asarray(array.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+
+
+def row_weights(array: "pa.Array | pa.ChunkedArray") -> np.ndarray:
+    """Bytes each row of a column counts for when rows are gathered into row groups.
+
+    A function of each value alone (never of how the rows are chunked or sliced): fixed-width
+    values count their width (booleans 1), strings and binaries their bytes plus a 4-byte offset
+    (8 for the large types), lists the weights of their items plus an offset, fixed-size lists their
+    items, structs the sum of their fields, dictionary-encoded values their index width. A null counts
+    as its type's fixed part (its items, if any, are not counted).
+
+    Parameters
+    ----------
+    array : pyarrow.Array or pyarrow.ChunkedArray
+        ``[n_rows]`` one column.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``[n_rows]`` int64 weights (bytes).
+
+    Raises
+    ------
+    TypeError
+        A type without a rule here (unions, maps, extension types): the export's features have none.
+    """
+    if isinstance(array, pa.ChunkedArray):
+        parts = [row_weights(c) for c in array.chunks]
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+    t = array.type
+    n = len(array)
+    if pa.types.is_null(t):
+        return np.zeros(n, dtype=np.int64)
+    if pa.types.is_boolean(t):
+        return np.ones(n, dtype=np.int64)
+    if pa.types.is_dictionary(t):
+        return np.full(n, t.index_type.bit_width // 8, dtype=np.int64)
+    if pa.types.is_string(t) or pa.types.is_binary(t) or pa.types.is_large_string(t) or pa.types.is_large_binary(t):
+        width = 8 if (pa.types.is_large_string(t) or pa.types.is_large_binary(t)) else 4
+        lengths = np.asarray(pc.binary_length(array).fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64)
+        return lengths + width
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        offsets = np.asarray(array.offsets, dtype=np.int64)  # of the slice: len(array) + 1 values into array.values
+        width = 8 if pa.types.is_large_list(t) else 4
+        return _list_weights(offsets, row_weights(array.values), _valid(array), width)
+    if pa.types.is_fixed_size_list(t):
+        size = t.list_size
+        child = row_weights(array.values)[array.offset * size:(array.offset + n) * size]
+        w = child.reshape(n, size).sum(axis=1) if size else np.zeros(n, dtype=np.int64)
+        valid = _valid(array)
+        return w if valid is None else np.where(valid, w, 0)
+    if pa.types.is_struct(t):
+        w = np.zeros(n, dtype=np.int64)
+        for child in array.flatten():  # the fields of this slice
+            w += row_weights(child)
+        return w
+    if getattr(t, "bit_width", 0) and t.bit_width % 8 == 0:  # integers, floats, dates, timestamps, decimals
+        return np.full(n, t.bit_width // 8, dtype=np.int64)
+    raise TypeError(f"no row weight for Arrow type {t}")
+
+
+def table_row_weights(table: pa.Table) -> np.ndarray:
+    """:func:`row_weights` summed over the columns of ``table``: ``[n_rows]`` int64 bytes."""
+    w = np.zeros(table.num_rows, dtype=np.int64)
+    for column in table.columns:
+        w += row_weights(column)
+    return w
+
+
 class _ShardedWriter:
     """One (config, split): a parquet writer and an Arrow (save_to_disk) writer fed the same batches."""
 
@@ -66,7 +158,7 @@ class _ShardedWriter:
         self.root, self.config, self.split, self.features = root, config, split, features
         self.schema = features.arrow_schema
         self.n_rows = 0
-        self.n_bytes = 0
+        self.n_bytes = 0  # the rows' weights (row_weights), the split's num_bytes in dataset_info.json
         self._shards: list[tuple[Path, Path]] = []
         self._shard_bytes = 0
         self._pq: Any = None
@@ -101,24 +193,40 @@ class _ShardedWriter:
             self._pq = self._arrow = None
 
     def write(self, table: pa.Table) -> None:
+        """Gather ``table``'s rows; every row that takes the pending rows' weight to :data:`ROW_GROUP_BYTES`
+        closes a row group (layout version 2: the groups depend on the rows, not on the batches)."""
         table = table.cast(self.schema)
-        self._pending.append(table)
-        self._pending_bytes += table.nbytes
         self.n_rows += table.num_rows
-        self.n_bytes += table.nbytes
-        if self._pending_bytes >= ROW_GROUP_BYTES:
+        cum = np.cumsum(table_row_weights(table))
+        start, done = 0, 0  # done: weight of the rows before ``start``
+        while start < table.num_rows:
+            # the first row whose cumulative weight, with the pending rows', reaches the group size
+            end = int(np.searchsorted(cum, ROW_GROUP_BYTES - self._pending_bytes + done, side="left"))
+            if end >= table.num_rows:
+                self._pending.append(table.slice(start))
+                self._pending_bytes += int(cum[-1]) - done
+                return
+            self._pending.append(table.slice(start, end + 1 - start))
+            self._pending_bytes += int(cum[end]) - done
             self._flush()
+            start, done = end + 1, int(cum[end])
 
     def _flush(self) -> None:
-        """Write the gathered batches as one row group (into a new shard if the open one is full)."""
+        """Write the gathered rows as one row group (into a new shard if the open one is full)."""
         if not self._pending:
             return
         if self._pq is None or self._shard_bytes >= MAX_SHARD_BYTES:
             self._finish_shard()
             self._open()
-        table = pa.concat_tables(self._pending)
-        self._shard_bytes += self._pending_bytes
+        # one contiguous copy per column (concat_arrays copies even one slice, so a slice's unused parent bytes
+        # never reach the Arrow file): how the batches were cut must not show in the pages or record batches
+        gathered = pa.concat_tables(self._pending)
+        table = pa.Table.from_arrays([pa.concat_arrays(c.chunks) for c in gathered.columns], schema=gathered.schema)
+        # the rows' weight, not nbytes: nbytes counts validity bitmaps that exist or not depending on the batch
+        n_bytes = self._pending_bytes
         self._pending, self._pending_bytes = [], 0
+        self._shard_bytes += n_bytes
+        self.n_bytes += n_bytes
         self._pq.write_table(table)
         self._arrow.write_table(table)
 
