@@ -280,9 +280,10 @@ class AnswerWriter:
                 store.upsert_labels(labels)
                 keys = [(a.trace_id, lab.segment_index, a.annotator) for a in group for lab in a.labels]
                 store.execute(
-                    "DELETE FROM judge_failures f USING (SELECT unnest(?::VARCHAR[]) AS t, unnest(?::INTEGER[]) AS i, "
-                    "unnest(?::VARCHAR[]) AS a) d WHERE f.trace_id = d.t AND f.segment_index = d.i AND f.annotator = d.a "
-                    "AND f.codebook_version = ?",
+                    # numbered parameters: DuckDB 1.3 binds the USING subquery's '?' out of textual order
+                    "DELETE FROM judge_failures f USING (SELECT unnest($1::VARCHAR[]) AS t, unnest($2::INTEGER[]) AS i, "
+                    "unnest($3::VARCHAR[]) AS a) d WHERE f.trace_id = d.t AND f.segment_index = d.i AND f.annotator = d.a "
+                    "AND f.codebook_version = $4",
                     [[k[0] for k in keys], [k[1] for k in keys], [k[2] for k in keys], self.codebook_version],
                 )
             rows = [(a, i) for a in group for i in sorted(a.failures)]
