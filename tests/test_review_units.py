@@ -301,3 +301,45 @@ def test_every_missing_account_is_named_in_one_error(tmp_path):
     assert "2 people have no Label Studio account" in msg and "no1@example.org" in msg and "no2@example.org" in msg
     assert "has@example.org" not in msg and f"{ls.public_url}/user/signup/?token=" in msg
     assert ls.projects == {}  # nothing created before every account exists
+
+
+def test_a_signup_whose_token_request_fails_is_a_coded_review_error():
+    """Label Studio accepts the signup but /api/current-user/token answers 500: one coded line, no bare HTTPStatusError."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from ror_annotate.review.labelstudio import signup_annotator
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):
+            if self.path.startswith("/user/signup"):
+                self.send_response(200)
+                self.send_header("Set-Cookie", "csrftoken=abc; Path=/")
+                self.send_header("Content-Type", "text/html")
+                self.end_headers()
+                self.wfile.write(b"<form></form>")
+            else:
+                self.send_response(500)
+                self.send_header("Content-Type", "text/html")
+                self.end_headers()
+                self.wfile.write(b"<h1>Server Error</h1>")
+
+        def do_POST(self):
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            self.send_response(302)
+            self.send_header("Location", "/")
+            self.end_headers()
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        with pytest.raises(ReviewError) as info:
+            signup_annotator(url, "/user/signup/?token=xyz", "alice@lab.org", "pw", timeout=10)
+    finally:
+        server.shutdown()
+    assert info.value.code == "E600"
+    assert "gave no API token (HTTP 500" in str(info.value)

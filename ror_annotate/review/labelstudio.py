@@ -305,7 +305,11 @@ def signup_annotator(url: str, invite_url: str, email: str, password: str, *, ti
             if r.status_code != 302:
                 raise ReviewError(f"Label Studio at {scrub_url(url)} refused the signup of {email}: {signup_errors(r.text) or f'HTTP {r.status_code}'}")
             tok = c.get("/api/current-user/token")
-            tok.raise_for_status()
-            return tok.json()["token"]
+            token = tok.json().get("token") if tok.status_code == 200 and "json" in tok.headers.get("content-type", "") else None
+            if not token:
+                # a bare httpx.HTTPStatusError would reach the user as a traceback
+                raise ReviewError(f"Label Studio at {scrub_url(url)} signed up {email} but gave no API token "
+                                  f"(HTTP {tok.status_code} from /api/current-user/token); log in once in the browser and retry")
+            return str(token)
     except httpx.TransportError as exc:
         raise ReviewError(f"Label Studio at {scrub_url(url)} is not reachable ({type(exc).__name__}): {START_HINT}") from None
