@@ -334,6 +334,11 @@ def test_checkpoint_puts_the_wal_into_the_store_file(tmp_path: Path) -> None:
         assert store.checkpoint() is False
 
 
+def _limit_bytes(shown: str) -> float:
+    number, unit = shown.split()
+    return float(number) * 1024 ** ("bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB").index(unit)
+
+
 def test_release_cache_drops_cached_blocks_and_keeps_the_configured_limit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     def cached(store: Store) -> int:
         row = store.execute("SELECT coalesce(sum(memory_usage_bytes), 0) FROM duckdb_memory() WHERE tag = 'BASE_TABLE'").fetchone()
@@ -354,7 +359,9 @@ def test_release_cache_drops_cached_blocks_and_keeps_the_configured_limit(tmp_pa
                 assert store.release_cache(keep_bytes=0, force=True) == 0  # never inside a transaction
             dropped = store.release_cache(keep_bytes=0, force=True)
             assert dropped > 0 and cached(store) == before - dropped < before
-            assert store.execute("SELECT current_setting('memory_limit')").fetchone() == limit, configured
+            # DuckDB 1.x: the default limit is set back from its displayed value (0.1 of its unit)
+            restored = store.execute("SELECT current_setting('memory_limit')").fetchone()
+            assert restored == limit or (configured is None and _limit_bytes(restored[0]) == pytest.approx(_limit_bytes(limit[0]), rel=1e-3)), configured
             assert store.execute("SELECT count(*) FROM big").fetchone() == (200000,)  # the blocks are read again
             # at most one look per CACHE_CHECK_SECONDS
             import ror_annotate.store.connection as store_module  # where release_cache reads it

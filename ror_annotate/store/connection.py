@@ -5,6 +5,7 @@ Generated from ``store.py`` by ``scripts/split_store.py``: edit freely; see that
 
 from __future__ import annotations
 
+import math
 import os
 import random
 import re
@@ -145,6 +146,17 @@ CACHE_KEEP_BYTES = 16 * 2**20
 
 
 #: Seconds between two looks at the cache by :meth:`Store.release_cache` (a look is a ~1 ms query).
+#: DuckDB before 2.0 leaves its buffer pool at a lowered ``memory_limit`` after ``RESET memory_limit``.
+_RESET_KEEPS_LOW_LIMIT = int(duckdb.__version__.split(".")[0]) < 2
+
+
+def _as_kib(setting: str) -> str:
+    """DuckDB's displayed ``memory_limit`` ("18.7 GiB", "1638.3 PiB") as a value ``SET`` accepts ("...KiB")."""
+    number, unit = setting.split()
+    power = ("bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB").index(unit)
+    return f"{math.ceil(float(number) * 1024 ** power / 1024)}KiB"
+
+
 CACHE_CHECK_SECONDS = 1.0
 
 
@@ -353,6 +365,7 @@ class ConnectionMixin:
                 return 0
             # what this cannot evict (indexes, other buffers) plus what may stay cached
             floor_kib = (sum(int(v) for v in used.values()) - cached + keep_bytes) // 1024 + 1
+            previous = self.con.execute("SELECT current_setting('memory_limit')").fetchone()[0]
             with _signals_held():  # a Ctrl-C between the two statements would leave the low limit in place
                 try:
                     self.con.execute(f"SET memory_limit = '{floor_kib}KiB'")
@@ -364,6 +377,10 @@ class ConnectionMixin:
                             self.con.execute(f"SET memory_limit = '{shared.memory_limit}'")
                         else:
                             self.con.execute("RESET memory_limit")
+                            if _RESET_KEEPS_LOW_LIMIT:
+                                # DuckDB 1.x reports the default after RESET but its buffer pool keeps the
+                                # lowered limit: set the value read before (rounded to 0.1 of its unit) instead
+                                self.con.execute(f"SET memory_limit = '{_as_kib(previous)}'")
             # fetchall: a result read to its end leaves the connection free for DuckDB 2's relational API (con.sql)
             after = self.con.execute("SELECT memory_usage_bytes FROM duckdb_memory() WHERE tag = 'BASE_TABLE'").fetchall()
             return max(cached - int(after[0][0] if after else 0), 0)
