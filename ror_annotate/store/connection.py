@@ -365,7 +365,7 @@ class ConnectionMixin:
                 return 0
             # what this cannot evict (indexes, other buffers) plus what may stay cached
             floor_kib = (sum(int(v) for v in used.values()) - cached + keep_bytes) // 1024 + 1
-            previous = self.con.execute("SELECT current_setting('memory_limit')").fetchone()[0]
+            previous = str(self.con.execute("SELECT current_setting('memory_limit')").fetchall()[0][0])
             with _signals_held():  # a Ctrl-C between the two statements would leave the low limit in place
                 try:
                     self.con.execute(f"SET memory_limit = '{floor_kib}KiB'")
