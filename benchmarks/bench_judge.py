@@ -48,6 +48,7 @@ sys.path.insert(0, str(REPO))
 
 from ror_annotate.codebook import load_codebook  # noqa: E402
 from ror_annotate.judge import make_judge  # noqa: E402
+from ror_annotate.journal import JOURNAL_SUFFIX  # noqa: E402
 from ror_annotate.judge.prompt import approx_tokens, system_message  # noqa: E402
 from ror_annotate.records import Trace  # noqa: E402
 from ror_annotate.segment import Segmenter  # noqa: E402
@@ -199,7 +200,7 @@ def judge_rate(tmp: Path, db: Path, tree: Path, *, latency: float, concurrency: 
     code on a fresh copy of ``db``. The second figure does not depend on what else the machine runs:
     it is the rate one free core would sustain."""
     run_db = tmp / "run.duckdb"
-    for suffix in ("", ".wal"):
+    for suffix in ("", ".wal", JOURNAL_SUFFIX):  # the commit journal of an earlier run belongs to another store
         Path(str(run_db) + suffix).unlink(missing_ok=True)
     shutil.copy(db, run_db)
     with FastOpenAI(latency=latency) as srv:
