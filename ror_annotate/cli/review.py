@@ -39,6 +39,22 @@ StrictOption = Annotated[
     bool,
     typer.Option("--strict-offsets", help="Span mode: reject regions whose offsets match neither code points nor UTF-16 units instead of re-anchoring them by their text."),
 ]
+#: The sampling options `ror review create` and `ror review start` share (one declaration each).
+StrategyOption = Annotated[str, typer.Option("--strategy", help="random | stratified (by judge label) | disagreement (judges disagree / low confidence first) | trace (whole traces) | uncertainty (least confident first + a random control stratum, with inclusion probabilities).")]
+ControlFractionOption = Annotated[float, typer.Option("--control-fraction", min=0.0, max=0.99, help="uncertainty strategy: share of the sample drawn at random from the rest (the control stratum).")]
+RaterOption = Annotated[str | None, typer.Option("--rater", help="uncertainty strategy: whose confidence ranks the segments, e.g. aggregate:dawid-skene (default: the latest aggregate, else machine-rater disagreement).")]
+NOption = Annotated[int | None, typer.Option("--n", min=1, help="Segments to sample (all strategies but trace).")]
+TracesOption = Annotated[int | None, typer.Option("--traces", min=1, help="Whole traces to sample (trace strategy).")]
+SeedOption = Annotated[int, typer.Option("--seed", help="Seed of sampling and assignment.")]
+OverlapOption = Annotated[int, typer.Option("--overlap", min=1, help="Annotators per segment (per trace in span mode).")]
+BlindOption = Annotated[bool, typer.Option("--blind/--show-judge", help="Blind: annotators never see the judge label. --show-judge pre-selects it as a prediction.")]
+ModeOption = Annotated[str, typer.Option("--mode", help="segment (one task per segment) or span (one task per trace, segments as regions).")]
+CodebookOption = Annotated[str, typer.Option("--codebook", help="Versioned codebook name.")]
+JudgeAnnotatorOption = Annotated[str | None, typer.Option("--judge-annotator", help="Which judge's labels are 'the judge' (shown, stratified by), e.g. baseline:cue-v1 or openai:gpt-4.1-mini.")]
+CompareOption = Annotated[list[str] | None, typer.Option("--compare", help="Judge annotators compared by the disagreement strategy (repeat; default all).")]
+AdjudicatorOption = Annotated[str | None, typer.Option("--adjudicator", help="The adjudicator's Label Studio account e-mail.")]
+ContextCharsOption = Annotated[int, typer.Option("--context-chars", min=0, help="Trace context shown on each side of a segment, in characters.")]
+TraceIdOption = Annotated[list[str] | None, typer.Option("--trace-id", help="Restrict sampling to these traces (repeat).")]
 
 
 def _client(url: str | None, public: str | None = None):
@@ -68,22 +84,22 @@ def _print_pull(report) -> None:
 def create(
     name: StudyArg,
     annotator: Annotated[list[str], typer.Option("--annotator", "-a", help="An annotator's Label Studio account e-mail (repeat). Only a salted pseudonym reaches the labels.")],
-    strategy: Annotated[str, typer.Option("--strategy", help="random | stratified (by judge label) | disagreement (judges disagree / low confidence first) | trace (whole traces) | uncertainty (least confident first + a random control stratum, with inclusion probabilities).")] = "random",
-    control_fraction: Annotated[float, typer.Option("--control-fraction", min=0.0, max=0.99, help="uncertainty strategy: share of the sample drawn at random from the rest (the control stratum).")] = 0.25,
-    rater: Annotated[str | None, typer.Option("--rater", help="uncertainty strategy: whose confidence ranks the segments, e.g. aggregate:dawid-skene (default: the latest aggregate, else machine-rater disagreement).")] = None,
-    n: Annotated[int | None, typer.Option("--n", min=1, help="Segments to sample (all strategies but trace).")] = None,
-    traces: Annotated[int | None, typer.Option("--traces", min=1, help="Whole traces to sample (trace strategy).")] = None,
+    strategy: StrategyOption = "random",
+    control_fraction: ControlFractionOption = 0.25,
+    rater: RaterOption = None,
+    n: NOption = None,
+    traces: TracesOption = None,
     ci_width: Annotated[float | None, typer.Option("--ci-width", help="Instead of --n: sample enough segments for a 95% CI of this total width on an agreement rate (Wald, p = 0.5).")] = None,
-    seed: Annotated[int, typer.Option("--seed", help="Seed of sampling and assignment.")] = 0,
-    overlap: Annotated[int, typer.Option("--overlap", min=1, help="Annotators per segment (per trace in span mode).")] = 2,
-    blind: Annotated[bool, typer.Option("--blind/--show-judge", help="Blind: annotators never see the judge label. --show-judge pre-selects it as a prediction.")] = True,
-    mode: Annotated[str, typer.Option("--mode", help="segment (one task per segment) or span (one task per trace, segments as regions).")] = "segment",
-    codebook: Annotated[str, typer.Option("--codebook", help="Versioned codebook name.")] = "six-behaviors@v1",
-    judge_annotator: Annotated[str | None, typer.Option("--judge-annotator", help="Which judge's labels are 'the judge' (shown, stratified by), e.g. baseline:cue-v1 or openai:gpt-4.1-mini.")] = None,
-    compare: Annotated[list[str] | None, typer.Option("--compare", help="Judge annotators compared by the disagreement strategy (repeat; default all).")] = None,
-    adjudicator: Annotated[str | None, typer.Option("--adjudicator", help="The adjudicator's Label Studio account e-mail.")] = None,
-    context_chars: Annotated[int, typer.Option("--context-chars", min=0, help="Trace context shown on each side of a segment, in characters.")] = 1200,
-    trace_id: Annotated[list[str] | None, typer.Option("--trace-id", help="Restrict sampling to these traces (repeat).")] = None,
+    seed: SeedOption = 0,
+    overlap: OverlapOption = 2,
+    blind: BlindOption = True,
+    mode: ModeOption = "segment",
+    codebook: CodebookOption = "six-behaviors@v1",
+    judge_annotator: JudgeAnnotatorOption = None,
+    compare: CompareOption = None,
+    adjudicator: AdjudicatorOption = None,
+    context_chars: ContextCharsOption = 1200,
+    trace_id: TraceIdOption = None,
     db: DbOption = DEFAULT_DB_PATH,
     lock_timeout: LockTimeoutOption = 10.0,
 ) -> None:
