@@ -29,6 +29,7 @@ from ror_annotate.store import Store
 
 from .judge_fixtures import TRACE_A, build_store
 from .openai_server import FakeOpenAI, parse_prompt
+from .test_harden_store import KILLED_WRITER
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -62,17 +63,7 @@ def _paid_notes(db: Path) -> list[dict]:
 
 
 # ------------------------------------------------------------------------------------ a plain writer
-KILLED_WRITER = """
-import os, signal, sys
-from ror_annotate.store import Store
-from ror_annotate.records import Trace
-s = Store(sys.argv[1])
-s.upsert_traces([Trace(trace_id=f"old{n}", text=f"step {n}. done.") for n in range(5)])
-s.checkpoint()
-for k in range(4):  # four commits after the checkpoint, each its own WAL entries
-    s.upsert_traces([Trace(trace_id=f"new{k}-{n}", text=f"later {k} {n}. done.") for n in range(10)])
-os.kill(os.getpid(), signal.SIGKILL)
-"""
+# KILLED_WRITER (five traces, a checkpoint, four later commits, then SIGKILL) is test_harden_store's
 
 
 def _killed_writer(tmp_path: Path) -> Path:

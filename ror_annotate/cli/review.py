@@ -39,6 +39,7 @@ StrictOption = Annotated[
     bool,
     typer.Option("--strict-offsets", help="Span mode: reject regions whose offsets match neither code points nor UTF-16 units instead of re-anchoring them by their text."),
 ]
+RestoreConfigOption = Annotated[bool, typer.Option("--restore-config", help="Put back the study's labeling config if it was edited in the UI.")]
 #: The sampling options `ror review create` and `ror review start` share (one declaration each).
 StrategyOption = Annotated[str, typer.Option("--strategy", help="random | stratified (by judge label) | disagreement (judges disagree / low confidence first) | trace (whole traces) | uncertainty (least confident first + a random control stratum, with inclusion probabilities).")]
 ControlFractionOption = Annotated[float, typer.Option("--control-fraction", min=0.0, max=0.99, help="uncertainty strategy: share of the sample drawn at random from the rest (the control stratum).")]
@@ -140,7 +141,7 @@ def push(
     name: StudyArg,
     url: UrlOption = None,
     public_url: PublicUrlOption = None,
-    restore_config: Annotated[bool, typer.Option("--restore-config", help="Put back the study's labeling config if it was edited in the UI.")] = False,
+    restore_config: RestoreConfigOption = False,
     db: DbOption = DEFAULT_DB_PATH,
     lock_timeout: LockTimeoutOption = 10.0,
 ) -> None:

@@ -27,6 +27,7 @@ from .review import (
     OverlapOption,
     PublicUrlOption,
     RaterOption,
+    RestoreConfigOption,
     SeedOption,
     StrategyOption,
     StrictOption,
@@ -65,7 +66,7 @@ def start(
     install: Annotated[bool, typer.Option("--install", help="Install Label Studio (scripts/labelstudio.sh install, about 3-4 min) if no server answers and it is not installed.")] = False,
     url: UrlOption = None,
     public_url: PublicUrlOption = None,
-    restore_config: Annotated[bool, typer.Option("--restore-config", help="Put back the study's labeling config if it was edited in the UI.")] = False,
+    restore_config: RestoreConfigOption = False,
     db: DbOption = DEFAULT_DB_PATH,
     lock_timeout: LockTimeoutOption = 10.0,
 ) -> None:
