@@ -16,10 +16,9 @@ alone misses ``value of x. Then``), and tokenizing every line cost more than all
 2. **Line breaks** outside protected spans end a segment (paragraphs, list items, headings,
    display equations each start their own segment), except where the next line continues the
    unit (:meth:`Segmenter._join_lines`): a line starting with ``=`` continues the equation above
-   it, a Markdown table rule (``---|---``) its header row, lines of symbols (no word of three
-   letters or more: table rows, a column of values) one line end apart form one piece, and a line
-   that holds only a connective and a colon (``So:``, ``Thus:``, ``Then:``, ``Where:``) goes with
-   the line after it, while the piece stays within the soft limit of rule 4.
+   it, a Markdown table rule (``---|---``) its header row, and lines of symbols (no word of three
+   letters or more: table rows, a column of values) one line end apart form one piece, while the
+   piece stays within the soft limit of rule 4.
 3. **Sentence ends**: a sentence mark of any script (``.!?…``, ``।``, ``؟`` ...) with closing
    quotes or brackets, then whitespace; full-width CJK enders (``。！？``) need no whitespace.
    A candidate is dropped when it would cut inside a protected span, between an enumerator and
@@ -90,12 +89,11 @@ __all__ = [
 ]
 
 #: Versioned id of the rule set below; change it whenever a rule changes the output (the store
-#: compares it to skip re-segmenting traces already segmented by the same rules). v5 (from v4): a
-#: line holding only a connective and a colon (``So:``) is joined with the next line (rule 2).
-#: v4 (from v3): line joins of rule 2, formula sentence starts of rule 3, soft limit 100 (was 80)
-#: approximate tokens. Only the current rule set is implemented: `ror segment` re-segments a trace
-#: segmented by an earlier one (refused while labels refer to it, as after any rule change).
-SEGMENTER_NAME = "ror-clause-v5"
+#: compares it to skip re-segmenting traces already segmented by the same rules). v4 (from v3):
+#: line joins of rule 2, formula sentence starts of rule 3, soft limit 100 (was 80) approximate
+#: tokens. Only the current rule set is implemented: `ror segment` re-segments a trace segmented
+#: by v3 (refused while labels refer to it, as after any rule change).
+SEGMENTER_NAME = "ror-clause-v4"
 #: The method's hard cap on a segment's length, in tokens of the subject model's tokenizer.
 MAX_SEGMENT_TOKENS = 125
 #: Segment length profile of the method's corpus (tokens; Wang, Fayyaz, Peng, arXiv:2611.05919):
@@ -425,8 +423,6 @@ _WHITESPACE_RUN = re.compile(r"\s+")
 _WORD3 = re.compile(r"[^\W\d_]{3,}")
 # One line end (CRLF counts once), for counting the line ends between two lines.
 _LINE_END = re.compile(r"\r\n|[\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
-# A line that is only a connective and a colon: it introduces the next line ("So:\n\nx = 2"), no step of its own.
-_CONNECTIVE_LINE = re.compile(r"(?:\*\*|__)?(?:so|thus|hence|then|therefore|where)(?:\*\*|__)?[ \t]*:(?:\*\*|__)?", re.IGNORECASE)
 # The rule under a Markdown table's header row: "---|---", "|:--|--:|".
 _TABLE_RULE = re.compile(r"\|?[ \t]*:?-{2,}:?[ \t]*(?:\|[ \t]*:?-{2,}:?[ \t]*)+\|?")
 # A formula opening a sentence after a period: "... ≈ 1.617 rad. cos(1.617) ≈ ...", "... is 100%. g1 is 75%".
@@ -559,16 +555,12 @@ class Segmenter:
         (``KE = c² [...]`` / ``= c² [...]``); a Markdown table rule (``---|---``) belongs to
         the header row above it; two lines of symbols (no word of three letters or more on
         either: table rows ``3 | W``, a column of values ``x = 2^(-7/24)``) separated by one
-        line end, not a blank line, form one piece; a line that is only a connective and a
-        colon (``So:``, ``Thus:``, ``Hence:``, ``Then:``, ``Therefore:``, ``Where:``) goes with
-        the line after it, blank line or not. A join is made only while the piece stays
+        line end, not a blank line, form one piece. A join is made only while the piece stays
         within ``soft_max_tokens`` approximate tokens; a joined piece that grows past it later
         is cut at its line ends first (:data:`_CLAUSE_STRONG`).
 
         Measured against the ReasoningFlow clause segmentations (``benchmarks/compare_boundaries.py``):
-        each of the first three kinds of line end was a boundary there in fewer than one case in
-        four; the line end after a connective line in none of the 10 on the dev half (nor in the 2 and
-        6 of the gemini-3-pro and thought-anchors segmentations, which were not used to choose rules).
+        each of these line ends was a boundary there in fewer than one case in four.
         """
         if len(lines) < 2:
             return lines
@@ -584,7 +576,6 @@ class Segmenter:
                 text[s] == "="
                 or _TABLE_RULE.fullmatch(text, s, e) is not None
                 or (symbols and prev_symbols and len(_LINE_END.findall(text, pe, s)) == 1)
-                or _CONNECTIVE_LINE.fullmatch(text, ps, pe) is not None
             )
             joined_tokens = count(text[ps:e]) if continues and piece_tokens + n < self.soft_max_tokens else -1
             if 0 <= joined_tokens <= self.soft_max_tokens:

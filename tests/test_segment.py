@@ -704,9 +704,8 @@ def test_segments_equal_validated_records(eol: str) -> None:
 # Expected values by hand. Each rule was measured on the ReasoningFlow clause segmentations
 # (benchmarks/compare_boundaries.py --half dev): the joined line ends were boundaries there in
 # fewer than one case in four, the formula sentence starts in most cases.
-def test_segmenter_id_is_v5() -> None:
-    # v5 (this round): the connective-line join below is the only rule change from v4.
-    assert SEGMENTER_NAME == "ror-clause-v5" == Segmenter().name
+def test_segmenter_id_is_v4() -> None:
+    assert SEGMENTER_NAME == "ror-clause-v4" == Segmenter().name
 
 
 def test_line_starting_with_equals_continues_the_equation(eol: str) -> None:
@@ -775,29 +774,3 @@ def test_sentence_between_old_and_new_soft_limit_stays_whole(eol: str) -> None:
     text = f"{a}, and {a}, so {a}, and {a}."  # 87 approx tokens: cut under v3 (soft limit 80), whole under v4
     assert 80 < ApproxTokenCounter().count(text) == 87 <= SOFT_MAX_TOKENS
     assert texts(seg(text, eol)) == [text]
-
-
-# --------------------------------------------------------------------------- ror-clause-v5 rule
-# Expected values by hand. On the ReasoningFlow gemini-3.1 dev half, none of the 10 line ends after a
-# connective line was a reference boundary (nor 2 of gemini-3-pro's, 6 of thought-anchors').
-def test_a_connective_line_goes_with_the_line_after_it(eol: str) -> None:
-    text = "We get x = 2.\n\nSo:\n\nx^2 = 4\n\nThen the claim follows.\nThus:\n\\[ a = 1 \\]\n**Where:**\n- F is the force"
-    assert texts(seg(text, eol)) == [
-        "We get x = 2.",
-        "So:\n\nx^2 = 4",
-        "Then the claim follows.",
-        "Thus:\n\\[ a = 1 \\]",
-        "**Where:**\n- F is the force",
-    ]
-
-
-def test_only_a_bare_connective_line_is_joined(eol: str) -> None:
-    # a line with more than the connective, a comma instead of the colon, or another word stays apart
-    text = "So the area is:\n\nA = 6\n\nSo,\n\nB = 7\n\nCompute:\n\nC = 8\n\nSo: D = 9 here.\nE = 10"
-    assert texts(seg(text, eol)) == ["So the area is:", "A = 6", "So,", "B = 7", "Compute:", "C = 8", "So: D = 9 here.", "E = 10"]
-
-
-def test_a_connective_line_is_not_joined_past_the_soft_limit(eol: str) -> None:
-    long = " ".join(["word"] * (SOFT_MAX_TOKENS - 1)) + "."  # SOFT_MAX_TOKENS approx tokens with its period
-    assert ApproxTokenCounter().count(long) == SOFT_MAX_TOKENS
-    assert texts(seg(f"So:\n{long}", eol)) == ["So:", long]
