@@ -588,6 +588,7 @@ def label(
     judge: "str | Judge | Sequence[str | Judge]" = "baseline",
     judge_options: "dict[str, Any] | Sequence[dict[str, Any]] | None" = None,
     max_failed: "str | float | int | MaxFailed | None" = "10%",
+    workers: int | None = None,
     run: Run | None = None,
     progress: Any = None,
 ) -> LabelSummary:
@@ -607,6 +608,9 @@ def label(
         How many judge-failed segments the pass may leave: a fraction (``0.1``, ``"10%"``, the
         default) or a count (``25``); ``None`` never fails (see
         :func:`~ror_annotate.judge.outcome.check_label_outcome`).
+    workers : int, optional
+        Processes the baseline judge's rules run in (:func:`ror_annotate.judge.baseline.classify_many`);
+        default every core, 1 labels in this process. The stored labels are the same for any value.
 
     Raises
     ------
@@ -622,6 +626,10 @@ def label(
 
     failed_limit = None if max_failed is None else MaxFailed.parse(max_failed)  # a bad value fails before any work
     judges = make_judges(judge, judge_options)
+    if workers is not None:
+        from .judge.baseline import BaselineJudge
+
+        judges = [BaselineJudge(workers=workers) if type(j) is BaselineJudge else j for j in judges]
     if trace_ids is None:
         segmented = store.segmentations()
         ids = [t for t in store.trace_ids() if t in segmented]
@@ -813,7 +821,7 @@ def run(
         segmented = segment(store, ingested.trace_ids, tokenizer=tokenizer, max_tokens=o.max_segment_tokens, workers=o.workers, run=the_run, progress=tracked)
         the_run.counts["segment"] = segmented.counts()
         try:
-            labelled = label(store, ingested.trace_ids, judge=judges, max_failed=failed_limit, run=the_run, progress=tracked)
+            labelled = label(store, ingested.trace_ids, judge=judges, max_failed=failed_limit, workers=o.workers, run=the_run, progress=tracked)
         except JudgeOutcomeError as exc:
             the_run.counts["label"] = exc.counts  # the run is recorded failed, with what the judge did
             raise

@@ -104,11 +104,15 @@ def _store_with_sample(path: Path, rows: list[dict]) -> Store:
     return store
 
 
-def test_stored_labels_equal_the_reference_records(tmp_path: Path, real_traces_path: Path) -> None:
+@pytest.mark.parametrize("workers", [1, 2])
+def test_stored_labels_equal_the_reference_records(tmp_path: Path, real_traces_path: Path, workers: int,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    # tasks of ~300 segments: 12 traces make several tasks, so with 2 workers the pool path runs
+    monkeypatch.setattr(fast, "TASK_SEGMENTS", 300)
     rows = _real_traces(real_traces_path)[:12]
     with _store_with_sample(tmp_path / "s.duckdb", rows) as store:
         run = store.start_run("label", {})
-        judge = make_judge("baseline")
+        judge = fast.BaselineJudge(workers=workers)
         first = judge.label(store, [r["trace_id"] for r in rows], run=run)
         again = judge.label(store, [r["trace_id"] for r in rows], run=run)
         stored = {lab.label_id: lab for lab in store.labels()}
@@ -126,6 +130,27 @@ def test_stored_labels_equal_the_reference_records(tmp_path: Path, real_traces_p
               "rationale", "extra", "distribution")
     for key, lab in want.items():
         assert {f: getattr(stored[key], f) for f in fields} == {f: getattr(lab, f) for f in fields}
+
+
+def test_classify_many_in_workers_gives_each_trace_its_labels_in_input_order(real_traces_path: Path) -> None:
+    """The pool path (2 workers, tasks of ~40 segments) against the reference rules and Label ids, trace by trace."""
+    rows = _real_traces(real_traces_path)[:10]
+    segmenter = Segmenter()
+    items = []
+    for r in rows:
+        segs = segmenter.segment(r["trace"], r["trace_id"])
+        items.append((r["trace_id"], r.get("problem"), [s.text for s in segs], [s.segment_index for s in segs]))
+    got = list(fast.classify_many(iter(items), workers=2, task_segments=40))
+    assert [g[0] for g in got] == [r["trace_id"] for r in rows]
+    for (trace_id, problem, texts, indexes), (tid, idx, labels, rationales, ids) in zip(items, got):
+        want = _reference(problem, texts)
+        assert tid == trace_id and idx == indexes
+        assert list(zip(labels, rationales)) == [(b, f"rule:{rule}") for b, rule in want]
+        assert ids == [Label(trace_id=trace_id, segment_index=i, label=b, source="baseline", annotator=ref.BASELINE_NAME,
+                             codebook_version=ref.BASELINE_VERSION).label_id for i, (b, _) in zip(indexes, want)]
+    assert sum(len(g[1]) for g in got) > 200  # several tasks, not one
+    with pytest.raises(Exception, match="workers=0"):
+        fast.classify_many(iter(items), workers=0)
 
 
 def test_label_ids_are_the_records_ids() -> None:
