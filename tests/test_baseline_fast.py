@@ -95,6 +95,52 @@ def test_rewritten_confirmation_rule_matches_the_same_strings() -> None:
         assert bool(old.search(s)) == bool(new.search(s)), repr(s)
 
 
+def test_rule_needles_are_in_every_match() -> None:
+    """A rule skipped for want of a needle could not have matched: on random strings made of the pattern's own
+    words (random case, spaces, punctuation), every ASCII match holds a needle in its lowercase form and every
+    match of a rule with a needed character holds that character."""
+    rules = {name: pattern for _, name, pattern, *_ in fast._ORDERED_RULES}
+    rng = random.Random(1)
+    checked = 0
+    for name in [*fast._NEEDLES, *fast._NEEDS_CHAR]:
+        pattern = rules[name]
+        words = sorted(set(re_words(pattern.pattern)))
+        pieces = words + [" ", " ", ", ", "-", "?", "?", "?", ".", "1", "x", "the", "is", "\n"]
+        matched = 0
+        for _ in range(10_000):
+            s = ""
+            for _ in range(rng.randint(1, 6)):
+                s += rng.choice(pieces) + rng.choice(("", " ", " ", " ", ", "))
+            s = "".join(c.upper() if rng.random() < 0.3 else c for c in s)
+            if pattern.search(s):
+                matched += 1
+                if name in fast._NEEDLES:
+                    assert any(n in s.lower() for n in fast._NEEDLES[name]), (name, s)
+                else:
+                    assert fast._NEEDS_CHAR[name] in s, (name, s)
+        assert matched > 20, name  # the strings did exercise the rule
+        checked += matched
+    assert checked > 1000
+
+
+def re_words(pattern: str) -> list[str]:
+    """The literal words of a rule's pattern (with spaces between pairs, so multi-word cues occur)."""
+    import re
+
+    words = re.findall(r"[a-z']+", pattern.replace("\\b", " ").replace("\\w", " ").replace("\\s", " "))
+    return words + [f"{a} {b}" for a, b in zip(words, words[1:])]
+
+
+def test_classify_texts_on_non_ascii_and_mixed_case_match_the_reference() -> None:
+    """Segments the needles must not skip: Unicode case folding (long s, dotted I, Kelvin sign) and upper case."""
+    texts = ["ſeems right", "İs that right?", "The gas \u212aonstant is 8.3", "WRONG, that is a MISTAKE", "By The Law of sines",
+             "Thiſ is correct", "ACCORDING TO the formula", "I'M NOT SURE about 3 = 4 and 5", "We're given x", "İ AM GIVEN 5"]
+    texts = [t.encode().decode("unicode_escape") if "\\u" in t else t for t in texts]
+    for t in texts:
+        assert fast.classify_texts(None, [t]) == _reference(None, [t]), t
+        assert fast.classify_texts("p q r s", ["a b c d e", t]) == _reference("p q r s", ["a b c d e", t]), t
+
+
 def _store_with_sample(path: Path, rows: list[dict]) -> Store:
     store = Store(path)
     segmenter = Segmenter()

@@ -106,6 +106,8 @@ _STOP = frozenset("a an the of to and or is are be in on at for with that this i
 
 
 def _content_words(text: str) -> set[str]:
+    if text.isascii():  # lowercasing first finds the same words, lowercased (ASCII letters stay letters)
+        return {w for w in _WORD.findall(text.lower()) if len(w) > 1 and w not in _STOP}
     return {w.lower() for w in _WORD.findall(text) if w.lower() not in _STOP and len(w) > 1}
 
 
@@ -126,9 +128,33 @@ class Context:
 
 _CLAIMS_ERROR = tuple(p for name, p in REFLECTION_RULES if name in ("error-word", "doubt-question", "uncertainty"))
 _SYMBOL = re.compile(r"[=+\-*/^]")
-#: Every cue rule in the order it is tried: ``(behavior, rule name, pattern, on the first line only)``.
-_ORDERED_RULES: tuple[tuple[str, str, re.Pattern[str], bool], ...] = tuple(
-    (behavior, name, pattern, behavior == "planning")
+#: Substrings at least one of which every match of a rule's pattern holds, for the unanchored rules
+#: that cost most (a search tries every position): on an ASCII segment, whose lowercase form is what
+#: ``re.IGNORECASE`` compares, a rule none of whose needles is in ``head.lower()`` cannot match and is not
+#: searched. Each needle is a literal that every alternative of the pattern must contain (lowercase;
+#: ``' '`` is the pattern's literal space). Non-ASCII segments are always searched: Unicode case
+#: folding (``ſ`` matches ``s``, ``İ`` matches ``i``) is not ``str.lower``. ``tests/test_baseline_fast.py``
+#: checks the needles on random strings and every real segment against the frozen reference rules.
+_NEEDLES: dict[str, tuple[str, ...]] = {
+    "answer-is": ("answer ",),
+    "error-word": ("mistake", "miscalculat", "wrong", "incorrect", "contradict", "doesn't make sense", "does not make sense",
+                   "can't be", "not possible", "inconsistent", "discrepancy", "typo"),
+    "confirmation": ("yes", "yep", "right", "correct", "okay, that", "ok, that", "good", "great", "perfect", "checks out", "matches",
+                     "consistent with", "makes sense", "seems ", "confirm"),
+    "uncertainty": ("not sure", "i wonder", "maybe i", "perhaps i", "i think i", "seems off", "suspicious", "unclear", "i'm confused",
+                    "confusing"),
+    "recall": ("recall", "remember", "know that", "it is known", "well-known", "well known", "by definition", "defined as",
+               "definition of", "by the ", "according to"),
+    "formula-is": ("formula ", "equation ", "identity ", "theorem ", "law ", "rule ", "principle "),
+    "constant": ("speed of light", "constant", "planck", "avogadro", "boltzmann", "is approximately"),
+    "problem-says": ("the problem ", "the question ", "we're ", "we are ", "i'm ", "i am ", "given that", "this problem"),
+}
+#: A rule whose every match holds this character, whatever the script (``doubt-question`` ends in ``?``).
+_NEEDS_CHAR: dict[str, str] = {"doubt-question": "?"}
+#: Every cue rule in the order it is tried: ``(behavior, rule name, pattern, on the first line only,
+#: needles of _NEEDLES or None, character of _NEEDS_CHAR or "")``.
+_ORDERED_RULES: tuple[tuple[str, str, re.Pattern[str], bool, tuple[str, ...] | None, str], ...] = tuple(
+    (behavior, name, pattern, behavior == "planning", _NEEDLES.get(name), _NEEDS_CHAR.get(name, ""))
     for behavior, rules in (
         ("conclusion", CONCLUSION_RULES),
         ("reflection", REFLECTION_RULES),
@@ -174,7 +200,16 @@ def _rule_of(text: str, words: set[str], problem_words: frozenset[str], earlier_
     # A cue followed by an actual new computation ("Wait, 3/8 is 9/24 = ...") is execution;
     # computed only when a reflection or planning cue fires (the only rules it changes).
     computes: bool | None = None
-    for behavior, name, pattern, on_first_line in _ORDERED_RULES:
+    lower = head.lower() if head.isascii() else None  # for the needles: only where str.lower is what re.I compares
+    for behavior, name, pattern, on_first_line, needles, char in _ORDERED_RULES:
+        if needles is not None and lower is not None:
+            for needle in needles:
+                if needle in lower:
+                    break
+            else:
+                continue  # no needle: the pattern cannot match
+        elif char and char not in head:
+            continue
         if pattern.search(first_line if on_first_line else head):
             if behavior in ("reflection", "planning"):
                 if computes is None:
