@@ -417,7 +417,7 @@ def segment(
     """Segment traces into clause-level segments and store them (idempotent; one commit per batch of traces).
 
     Segmented traces are written in batches of :data:`SEGMENT_WRITE_TRACES` traces or
-    :data:`SEGMENT_WRITE_SEGMENTS` segments, one transaction each (:meth:`Store.replace_segments_many`):
+    :data:`SEGMENT_WRITE_SEGMENTS` segments, one transaction each (:meth:`Store.replace_segment_spans_many`):
     an interrupt keeps every batch committed before it, and a trace the store refuses rolls back
     its own batch only, with an error that names it.
 
@@ -446,7 +446,7 @@ def segment(
     StoreError
         A trace is segmented differently and labels or review items refer to it.
     """
-    from .segment import Segmenter, segment_many
+    from .segment import Segmenter, segment_spans_many
     from .tokenizer import make_token_counter
 
     ids = list(store.trace_ids() if trace_ids is None else trace_ids)
@@ -460,7 +460,7 @@ def segment(
         done = store.segmentations()
         outcome: Counter[str] = Counter()
         task = tracked.add_task("segment", total=len(ids), info="")
-        queued: deque[str] = deque()  # ids handed to segment_many, whose results come in this order
+        queued: deque[tuple[str, str]] = deque()  # (id, text) handed to segment_spans_many, whose results come in this order
 
         def to_segment() -> Iterator[tuple[str, str]]:
             for trace in _iter_traces_batched(store, ids):
@@ -470,26 +470,27 @@ def segment(
                     outcome["segments"] += prior[2]
                     tracked.update(task, advance=1, info=f"{outcome['segments']} segments")
                 else:
-                    queued.append(trace.trace_id)
+                    queued.append((trace.trace_id, trace.text))
                     yield trace.trace_id, trace.text
 
-        batch: list[tuple[str, list[Any]]] = []
+        batch: list[tuple[str, str, list[tuple[int, int, int]]]] = []
         batch_segments = 0
 
         def write() -> None:
-            # one transaction per batch of traces (Store.replace_segments_many), not per trace
+            # one transaction per batch of traces (Store.replace_segment_spans_many), not per trace
             nonlocal batch, batch_segments
             if not batch:
                 return
-            statuses = store.replace_segments_many(batch, segmenter=segmenter_id, token_counter=counter_name, run_id=the_run.run_id, force=force)
+            statuses = store.replace_segment_spans_many(batch, segmenter=segmenter_id, token_counter=counter_name, run_id=the_run.run_id, force=force)
             outcome.update(statuses)
             outcome["segments"] += batch_segments
             tracked.update(task, advance=len(batch), info=f"{outcome['segments']} segments")
             batch, batch_segments = [], 0
 
-        for segments in segment_many(to_segment(), segmenter=segmenter, workers=workers):
-            batch.append((queued.popleft(), segments))
-            batch_segments += len(segments)
+        # spans, not Segment records: this process only slices the texts into the batch's Arrow columns
+        for spans in segment_spans_many(to_segment(), segmenter=segmenter, workers=workers):
+            batch.append((*queued.popleft(), spans))
+            batch_segments += len(spans)
             if len(batch) >= SEGMENT_WRITE_TRACES or batch_segments >= SEGMENT_WRITE_SEGMENTS:
                 write()
         write()
