@@ -690,6 +690,28 @@ def _align(aligner: Any, batch: read.Batch, chosen_batch: list[list[ChosenLabel]
     ))
 
 
+def _view_factory() -> Callable[[int, str | None, str, int], Any]:
+    """``SegmentView(segment_index, label, text, n_tokens)`` without the frozen dataclass's per-field
+    ``object.__setattr__`` (a per-segment cost of the export): the instance dict is filled directly. At
+    import the result is compared with the class's own constructor; if they differ, that is used."""
+    from ..analytics import SegmentView
+
+    new = object.__new__
+
+    def make(segment_index: int, label: str | None, text: str, n_tokens: int) -> Any:
+        obj = new(SegmentView)
+        obj.__dict__.update(segment_index=segment_index, label=label, text=text, n_tokens=n_tokens)
+        return obj
+
+    probe = (3, "fact", "x = 1.", 4)
+    ref, fast = SegmentView(*probe), make(*probe)
+    same = fast == ref and hash(fast) == hash(ref) and vars(fast) == vars(ref) and type(fast) is SegmentView
+    return make if same else SegmentView
+
+
+_segment_view = _view_factory()
+
+
 class _Streamer:
     """Turns the batches of :func:`read.batches` into row contexts (:mod:`.columns`), analytics and running stats."""
 
@@ -714,7 +736,7 @@ class _Streamer:
     def trace_rows(self, rows: Rows, batch: read.Batch, t: Any, chosen: list[ChosenLabel], al: Any,
                    choices: list[tuple[ChosenLabel, list[dict[str, Any]], bool]]) -> None:
         """Queue one trace's rows (traces, segments and, aligned, tokens) and add it to the stats and analytics."""
-        from ..analytics import SegmentView, analyze_trace
+        from ..analytics import analyze_trace
 
         stats, plan = self.stats, self.plan
         split = plan.split_of[t.trace_id]
@@ -731,12 +753,13 @@ class _Streamer:
         source_format = batch.source_format.get(t.trace_id)
         stats.formats[source_format or "(unknown)"] += 1
         rows.add("traces", split, TraceRow(t, source_format, lic, len(segs)))
-        for i, (s, (c, raters, verified)) in enumerate(zip(segs, choices)):
-            rows.add("segments", split, SegmentRow(s, c, t, al, i, int(n_tok[i]), plan.tool_version, raters, verified))
+        counts = n_tok.tolist()  # Python ints, as int(n_tok[i]) gives, without a NumPy scalar per segment
+        segment_rows = rows.queue("segments", split) if segs else []
+        for i, (s, (c, raters, verified), n) in enumerate(zip(segs, choices, counts)):
+            segment_rows.append(SegmentRow(s, c, t, al, i, n, plan.tool_version, raters, verified))
             stats.add_segment(c, verified)
         self.per_trace.append(analyze_trace(
-            t.trace_id,
-            [SegmentView(s.segment_index, c.label, s.text, int(n)) for s, c, n in zip(segs, chosen, n_tok)],
+            t.trace_id, [_segment_view(s.segment_index, c.label, s.text, n) for s, c, n in zip(segs, chosen, counts)],
             answer=t.answer, gold_answer=t.gold_answer, correct=t.correct,
         ))
         if al is not None:
