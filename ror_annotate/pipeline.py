@@ -248,10 +248,12 @@ def _column_map(preset: str | None, columns: "dict[str, str] | ColumnMap | None"
 TRACE_BATCH = 256
 
 
-def _iter_traces_batched(store: "Store", ids: Sequence[str], batch: int = TRACE_BATCH) -> Iterator[Any]:
-    """``store.iter_traces(ids)``, one query per ``batch`` ids (in ``ids`` order of the batches)."""
+def _trace_texts_batched(store: "Store", ids: Sequence[str], batch: int = TRACE_BATCH) -> Iterator[tuple[str, str]]:
+    """``(trace_id, text)`` of ``ids`` in the order of ``store.iter_traces(ids)`` batch by batch (ingestion
+    order within each batch of ``batch`` ids), one query per batch that reads only the rows of its traces
+    (:meth:`Store.rows_of_traces`), with no :class:`~ror_annotate.records.Trace` record per trace."""
     for start in range(0, len(ids), batch):
-        yield from store.iter_traces(ids[start : start + batch])
+        yield from store.rows_of_traces("traces", "trace_id, text", ids[start : start + batch], order_by="ingested_at, trace_id")
 
 
 #: Traces per committed batch of :func:`ingest`.
@@ -463,15 +465,16 @@ def segment(
         queued: deque[tuple[str, str]] = deque()  # (id, text) handed to segment_spans_many, whose results come in this order
 
         def to_segment() -> Iterator[tuple[str, str]]:
-            for trace in _iter_traces_batched(store, ids):
-                prior = done.get(trace.trace_id)
+            # (id, text) rows, not Trace records: the segmenter needs nothing else (validation was ingest's)
+            for trace_id, text in _trace_texts_batched(store, ids):
+                prior = done.get(trace_id)
                 if not force and prior is not None and prior[:2] == (segmenter_id, counter_name):
                     outcome["unchanged"] += 1
                     outcome["segments"] += prior[2]
                     tracked.update(task, advance=1, info=f"{outcome['segments']} segments")
                 else:
-                    queued.append((trace.trace_id, trace.text))
-                    yield trace.trace_id, trace.text
+                    queued.append((trace_id, text))
+                    yield trace_id, text
 
         batch: list[tuple[str, str, list[tuple[int, int, int]]]] = []
         batch_segments = 0

@@ -35,7 +35,7 @@ if TYPE_CHECKING:  # pragma: no cover
 BASELINE_NAME = "baseline:cue-v1"
 BASELINE_VERSION = "baseline-cue-v1"
 #: Labels written per transaction: an interrupt loses at most this many, never the whole stage.
-FLUSH_LABELS = 5_000
+FLUSH_LABELS = 20_000
 #: Traces read per query: memory stays flat in corpus size.
 READ_BATCH_TRACES = 256
 #: ... or, for short traces, up to this many segments (at most READ_BATCH_MAX_TRACES traces): each batch's
