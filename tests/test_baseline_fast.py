@@ -19,7 +19,6 @@ import pytest
 
 from ror_annotate.errors import StoreError
 from ror_annotate.judge import baseline as fast
-from ror_annotate.judge import make_judge
 from ror_annotate.records import Label, Segment, Trace, label_ids
 from ror_annotate.segment import Segmenter
 from ror_annotate.store import LABEL_TABLE_SCHEMA, Store
