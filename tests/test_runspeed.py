@@ -226,3 +226,35 @@ def test_export_chooser_equals_choosing_each_segment_from_its_records(tmp_path: 
                     checked += 1
         assert checked >= 16 and stats.n_ties == n_ties
         assert len(chooser.memo) < checked  # contents were reused
+
+
+def test_label_stage_workers_store_the_same_labels(tmp_path: Path, real_traces_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """pipeline.label(workers=N) hands N to the baseline judge; the stored labels do not depend on it."""
+    import json
+
+    from ror_annotate import pipeline
+    from ror_annotate.judge import baseline
+    from ror_annotate.records import Trace
+    from ror_annotate.store import Store
+
+    monkeypatch.setattr(baseline, "TASK_SEGMENTS", 200)  # several tasks: the pool path runs with 2 workers
+    seen: list[int | None] = []
+    real = baseline.classify_many
+
+    def spy(items, *, workers=None, task_segments=baseline.TASK_SEGMENTS):  # type: ignore[no-untyped-def]
+        seen.append(workers)
+        return real(items, workers=workers, task_segments=task_segments)
+
+    monkeypatch.setattr(baseline, "classify_many", spy)
+    rows = [json.loads(line) for line in real_traces_path.open(encoding="utf-8")][:8]
+    dumps = []
+    for workers in (1, 2):
+        with Store(tmp_path / f"w{workers}.duckdb") as store:
+            store.upsert_traces([Trace(trace_id=r["trace_id"], text=r["trace"], problem=r.get("problem")) for r in rows])
+            pipeline.segment(store, workers=1)
+            summary = pipeline.label(store, judge="baseline", workers=workers)
+            assert summary.labeled == store.counts()["segments"] > 100
+            dumps.append(store.execute(
+                "SELECT label_id, trace_id, segment_index, label, rationale FROM labels ORDER BY label_id").fetchall())
+    assert seen == [1, 2]
+    assert dumps[0] == dumps[1]
