@@ -261,19 +261,26 @@ def classify_trace(problem: str | None, segments: Sequence[Segment]) -> list[tup
 
 
 class BaselineJudge:
-    """The cue-phrase baseline as a :class:`~ror_annotate.judge.Judge`."""
+    """The cue-phrase baseline as a :class:`~ror_annotate.judge.Judge`.
+
+    Parameters
+    ----------
+    workers : int, optional
+        Processes its rules run in (:func:`classify_many`); default every core, 1 in this process.
+        The stored labels are the same for any value.
+    """
 
     annotator = BASELINE_NAME
     source = "baseline"
     codebook_version = BASELINE_VERSION
 
+    def __init__(self, workers: int | None = None) -> None:
+        self.workers = workers
+
     def declared_annotators(self) -> list[Annotator]:
         """The baseline as a declared machine rater (its model is the rule-set name)."""
         return [Annotator(annotator=BASELINE_NAME, kind="machine", source="baseline", model=BASELINE_VERSION,
                           codebook_version=BASELINE_VERSION, details={"rules": "cue phrases (ror_annotate.judge.baseline)"})]
-
-    def __init__(self, workers: int | None = None) -> None:
-        self.workers = workers
 
     def label(
         self, store: "Store", trace_ids: Sequence[str], *, run: "Run", progress: "Progress | None" = None
