@@ -1059,9 +1059,11 @@ def _segment_in_pool(items: Iterable[tuple[str, str]], segmenter: Segmenter, wor
         for batch in itertools.chain((first, second), batches):
             pending.append((batch, pool.submit(_segment_task, batch)))
             if len(pending) >= 4 * workers:  # bounded read-ahead: memory stays flat on any corpus
-                yield from _collect(*pending.popleft(), spans=spans)
+                done, future = pending.popleft()
+                yield from _collect(done, future, spans=spans)
         while pending:
-            yield from _collect(*pending.popleft(), spans=spans)
+            done, future = pending.popleft()
+            yield from _collect(done, future, spans=spans)
     finally:  # also when the caller stops early or a task failed: drop what is queued
         pool.shutdown(wait=True, cancel_futures=True)
 
