@@ -248,10 +248,12 @@ def _column_map(preset: str | None, columns: "dict[str, str] | ColumnMap | None"
 TRACE_BATCH = 256
 
 
-def _iter_traces_batched(store: "Store", ids: Sequence[str], batch: int = TRACE_BATCH) -> Iterator[Any]:
-    """``store.iter_traces(ids)``, one query per ``batch`` ids (in ``ids`` order of the batches)."""
+def _trace_texts_batched(store: "Store", ids: Sequence[str], batch: int = TRACE_BATCH) -> Iterator[tuple[str, str]]:
+    """``(trace_id, text)`` of ``ids`` in the order of ``store.iter_traces(ids)`` batch by batch (ingestion
+    order within each batch of ``batch`` ids), one query per batch that reads only the rows of its traces
+    (:meth:`Store.rows_of_traces`), with no :class:`~ror_annotate.records.Trace` record per trace."""
     for start in range(0, len(ids), batch):
-        yield from store.iter_traces(ids[start : start + batch])
+        yield from store.rows_of_traces("traces", "trace_id, text", ids[start : start + batch], order_by="ingested_at, trace_id")
 
 
 #: Traces per committed batch of :func:`ingest`.
@@ -417,7 +419,7 @@ def segment(
     """Segment traces into clause-level segments and store them (idempotent; one commit per batch of traces).
 
     Segmented traces are written in batches of :data:`SEGMENT_WRITE_TRACES` traces or
-    :data:`SEGMENT_WRITE_SEGMENTS` segments, one transaction each (:meth:`Store.replace_segments_many`):
+    :data:`SEGMENT_WRITE_SEGMENTS` segments, one transaction each (:meth:`Store.replace_segment_spans_many`):
     an interrupt keeps every batch committed before it, and a trace the store refuses rolls back
     its own batch only, with an error that names it.
 
@@ -446,7 +448,7 @@ def segment(
     StoreError
         A trace is segmented differently and labels or review items refer to it.
     """
-    from .segment import Segmenter, segment_many
+    from .segment import Segmenter, segment_spans_many
     from .tokenizer import make_token_counter
 
     ids = list(store.trace_ids() if trace_ids is None else trace_ids)
@@ -460,36 +462,38 @@ def segment(
         done = store.segmentations()
         outcome: Counter[str] = Counter()
         task = tracked.add_task("segment", total=len(ids), info="")
-        queued: deque[str] = deque()  # ids handed to segment_many, whose results come in this order
+        queued: deque[tuple[str, str]] = deque()  # (id, text) handed to segment_spans_many, whose results come in this order
 
         def to_segment() -> Iterator[tuple[str, str]]:
-            for trace in _iter_traces_batched(store, ids):
-                prior = done.get(trace.trace_id)
+            # (id, text) rows, not Trace records: the segmenter needs nothing else (validation was ingest's)
+            for trace_id, text in _trace_texts_batched(store, ids):
+                prior = done.get(trace_id)
                 if not force and prior is not None and prior[:2] == (segmenter_id, counter_name):
                     outcome["unchanged"] += 1
                     outcome["segments"] += prior[2]
                     tracked.update(task, advance=1, info=f"{outcome['segments']} segments")
                 else:
-                    queued.append(trace.trace_id)
-                    yield trace.trace_id, trace.text
+                    queued.append((trace_id, text))
+                    yield trace_id, text
 
-        batch: list[tuple[str, list[Any]]] = []
+        batch: list[tuple[str, str, list[tuple[int, int, int]]]] = []
         batch_segments = 0
 
         def write() -> None:
-            # one transaction per batch of traces (Store.replace_segments_many), not per trace
+            # one transaction per batch of traces (Store.replace_segment_spans_many), not per trace
             nonlocal batch, batch_segments
             if not batch:
                 return
-            statuses = store.replace_segments_many(batch, segmenter=segmenter_id, token_counter=counter_name, run_id=the_run.run_id, force=force)
+            statuses = store.replace_segment_spans_many(batch, segmenter=segmenter_id, token_counter=counter_name, run_id=the_run.run_id, force=force)
             outcome.update(statuses)
             outcome["segments"] += batch_segments
             tracked.update(task, advance=len(batch), info=f"{outcome['segments']} segments")
             batch, batch_segments = [], 0
 
-        for segments in segment_many(to_segment(), segmenter=segmenter, workers=workers):
-            batch.append((queued.popleft(), segments))
-            batch_segments += len(segments)
+        # spans, not Segment records: this process only slices the texts into the batch's Arrow columns
+        for spans in segment_spans_many(to_segment(), segmenter=segmenter, workers=workers):
+            batch.append((*queued.popleft(), spans))
+            batch_segments += len(spans)
             if len(batch) >= SEGMENT_WRITE_TRACES or batch_segments >= SEGMENT_WRITE_SEGMENTS:
                 write()
         write()
@@ -588,6 +592,7 @@ def label(
     judge: "str | Judge | Sequence[str | Judge]" = "baseline",
     judge_options: "dict[str, Any] | Sequence[dict[str, Any]] | None" = None,
     max_failed: "str | float | int | MaxFailed | None" = "10%",
+    workers: int | None = None,
     run: Run | None = None,
     progress: Any = None,
 ) -> LabelSummary:
@@ -607,6 +612,9 @@ def label(
         How many judge-failed segments the pass may leave: a fraction (``0.1``, ``"10%"``, the
         default) or a count (``25``); ``None`` never fails (see
         :func:`~ror_annotate.judge.outcome.check_label_outcome`).
+    workers : int, optional
+        Processes the baseline judge's rules run in (:func:`ror_annotate.judge.baseline.classify_many`);
+        default every core, 1 labels in this process. The stored labels are the same for any value.
 
     Raises
     ------
@@ -622,6 +630,10 @@ def label(
 
     failed_limit = None if max_failed is None else MaxFailed.parse(max_failed)  # a bad value fails before any work
     judges = make_judges(judge, judge_options)
+    if workers is not None:
+        from .judge.baseline import BaselineJudge
+
+        judges = [BaselineJudge(workers=workers) if type(j) is BaselineJudge else j for j in judges]
     if trace_ids is None:
         segmented = store.segmentations()
         ids = [t for t in store.trace_ids() if t in segmented]
@@ -813,7 +825,7 @@ def run(
         segmented = segment(store, ingested.trace_ids, tokenizer=tokenizer, max_tokens=o.max_segment_tokens, workers=o.workers, run=the_run, progress=tracked)
         the_run.counts["segment"] = segmented.counts()
         try:
-            labelled = label(store, ingested.trace_ids, judge=judges, max_failed=failed_limit, run=the_run, progress=tracked)
+            labelled = label(store, ingested.trace_ids, judge=judges, max_failed=failed_limit, workers=o.workers, run=the_run, progress=tracked)
         except JudgeOutcomeError as exc:
             the_run.counts["label"] = exc.counts  # the run is recorded failed, with what the judge did
             raise

@@ -998,7 +998,43 @@ def segment_many(
     return _segment_in_pool(items, segmenter, workers, task_chars)
 
 
-def _segment_in_pool(items: Iterable[tuple[str, str]], segmenter: Segmenter, workers: int, task_chars: int) -> Iterator[list[Segment]]:
+def segment_spans_many(
+    items: Iterable[tuple[str, str]],
+    *,
+    segmenter: Segmenter | None = None,
+    workers: int | None = None,
+    task_chars: int = TASK_CHARS,
+) -> Iterator[list[tuple[int, int, int]]]:
+    """:func:`segment_many` without a :class:`Segment` record per segment: each trace's checked spans.
+
+    Yields
+    ------
+    list of (int, int, int)
+        ``(char_start, char_end, n_tokens)`` of each input trace's segments, in input order: the
+        fields of ``segmenter.segment(text, trace_id)`` (invariants checked there, in the worker
+        or in this process), whose ``segment_index`` is the position and text ``text[char_start:char_end]``.
+        For writers that take columns (:meth:`Store.replace_segment_spans_many`).
+
+    Raises
+    ------
+    ConfigError, SegmentationError
+        As :func:`segment_many`.
+    """
+    segmenter = segmenter if segmenter is not None else Segmenter()
+    workers = default_workers() if workers is None else workers
+    if workers < 1 or task_chars < 1:
+        raise ConfigError(f"workers={workers} and task_chars={task_chars} must both be at least 1")
+    if workers == 1:
+        return (_spans_of(segmenter.segment(text, trace_id)) for trace_id, text in items)
+    return _segment_in_pool(items, segmenter, workers, task_chars, spans=True)
+
+
+def _spans_of(segments: list[Segment]) -> list[tuple[int, int, int]]:
+    return [(s.char_start, s.char_end, s.n_tokens) for s in segments]
+
+
+def _segment_in_pool(items: Iterable[tuple[str, str]], segmenter: Segmenter, workers: int, task_chars: int,
+                     spans: bool = False) -> Iterator[Any]:
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
@@ -1007,7 +1043,7 @@ def _segment_in_pool(items: Iterable[tuple[str, str]], segmenter: Segmenter, wor
     second = next(batches, None) if first is not None else None
     if first is None or second is None:  # the input fits one task: starting workers would only cost
         for trace_id, text in first or []:
-            yield segmenter.segment(text, trace_id)
+            yield _spans_of(segmenter.segment(text, trace_id)) if spans else segmenter.segment(text, trace_id)
         return
     # forkserver (else spawn), not fork: a forked copy of a process that already runs threads
     # (the Rust tokenizer's pool, DuckDB) can deadlock. The server imports this module once, so
@@ -1023,14 +1059,19 @@ def _segment_in_pool(items: Iterable[tuple[str, str]], segmenter: Segmenter, wor
         for batch in itertools.chain((first, second), batches):
             pending.append((batch, pool.submit(_segment_task, batch)))
             if len(pending) >= 4 * workers:  # bounded read-ahead: memory stays flat on any corpus
-                yield from _collect(*pending.popleft())
+                done, future = pending.popleft()
+                yield from _collect(done, future, spans=spans)
         while pending:
-            yield from _collect(*pending.popleft())
+            done, future = pending.popleft()
+            yield from _collect(done, future, spans=spans)
     finally:  # also when the caller stops early or a task failed: drop what is queued
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _collect(batch: list[tuple[str, str]], future: Any) -> Iterator[list[Segment]]:
+def _collect(batch: list[tuple[str, str]], future: Any, spans: bool = False) -> Iterator[Any]:
     # The worker already checked every invariant on these spans: build the records unvalidated.
-    for (trace_id, text), spans in zip(batch, future.result()):
-        yield [_new_segment(trace_id, i, s, e, text[s:e], n) for i, (s, e, n) in enumerate(spans)]
+    if spans:
+        yield from future.result()
+        return
+    for (trace_id, text), found in zip(batch, future.result()):
+        yield [_new_segment(trace_id, i, s, e, text[s:e], n) for i, (s, e, n) in enumerate(found)]

@@ -19,7 +19,6 @@ import pytest
 
 from ror_annotate.errors import StoreError
 from ror_annotate.judge import baseline as fast
-from ror_annotate.judge import make_judge
 from ror_annotate.records import Label, Segment, Trace, label_ids
 from ror_annotate.segment import Segmenter
 from ror_annotate.store import LABEL_TABLE_SCHEMA, Store
@@ -95,6 +94,52 @@ def test_rewritten_confirmation_rule_matches_the_same_strings() -> None:
         assert bool(old.search(s)) == bool(new.search(s)), repr(s)
 
 
+def test_rule_needles_are_in_every_match() -> None:
+    """A rule skipped for want of a needle could not have matched: on random strings made of the pattern's own
+    words (random case, spaces, punctuation), every ASCII match holds a needle in its lowercase form and every
+    match of a rule with a needed character holds that character."""
+    rules = {name: pattern for _, name, pattern, *_ in fast._ORDERED_RULES}
+    rng = random.Random(1)
+    checked = 0
+    for name in [*fast._NEEDLES, *fast._NEEDS_CHAR]:
+        pattern = rules[name]
+        words = sorted(set(re_words(pattern.pattern)))
+        pieces = words + [" ", " ", ", ", "-", "?", "?", "?", ".", "1", "x", "the", "is", "\n"]
+        matched = 0
+        for _ in range(10_000):
+            s = ""
+            for _ in range(rng.randint(1, 6)):
+                s += rng.choice(pieces) + rng.choice(("", " ", " ", " ", ", "))
+            s = "".join(c.upper() if rng.random() < 0.3 else c for c in s)
+            if pattern.search(s):
+                matched += 1
+                if name in fast._NEEDLES:
+                    assert any(n in s.lower() for n in fast._NEEDLES[name]), (name, s)
+                else:
+                    assert fast._NEEDS_CHAR[name] in s, (name, s)
+        assert matched > 20, name  # the strings did exercise the rule
+        checked += matched
+    assert checked > 1000
+
+
+def re_words(pattern: str) -> list[str]:
+    """The literal words of a rule's pattern (with spaces between pairs, so multi-word cues occur)."""
+    import re
+
+    words = re.findall(r"[a-z']+", pattern.replace("\\b", " ").replace("\\w", " ").replace("\\s", " "))
+    return words + [f"{a} {b}" for a, b in zip(words, words[1:])]
+
+
+def test_classify_texts_on_non_ascii_and_mixed_case_match_the_reference() -> None:
+    """Segments the needles must not skip: Unicode case folding (long s, dotted I, Kelvin sign) and upper case."""
+    texts = ["ſeems right", "İs that right?", "The gas \u212aonstant is 8.3", "WRONG, that is a MISTAKE", "By The Law of sines",
+             "Thiſ is correct", "ACCORDING TO the formula", "I'M NOT SURE about 3 = 4 and 5", "We're given x", "İ AM GIVEN 5"]
+    texts = [t.encode().decode("unicode_escape") if "\\u" in t else t for t in texts]
+    for t in texts:
+        assert fast.classify_texts(None, [t]) == _reference(None, [t]), t
+        assert fast.classify_texts("p q r s", ["a b c d e", t]) == _reference("p q r s", ["a b c d e", t]), t
+
+
 def _store_with_sample(path: Path, rows: list[dict]) -> Store:
     store = Store(path)
     segmenter = Segmenter()
@@ -104,11 +149,15 @@ def _store_with_sample(path: Path, rows: list[dict]) -> Store:
     return store
 
 
-def test_stored_labels_equal_the_reference_records(tmp_path: Path, real_traces_path: Path) -> None:
+@pytest.mark.parametrize("workers", [1, 2])
+def test_stored_labels_equal_the_reference_records(tmp_path: Path, real_traces_path: Path, workers: int,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    # tasks of ~300 segments: 12 traces make several tasks, so with 2 workers the pool path runs
+    monkeypatch.setattr(fast, "TASK_SEGMENTS", 300)
     rows = _real_traces(real_traces_path)[:12]
     with _store_with_sample(tmp_path / "s.duckdb", rows) as store:
         run = store.start_run("label", {})
-        judge = make_judge("baseline")
+        judge = fast.BaselineJudge(workers=workers)
         first = judge.label(store, [r["trace_id"] for r in rows], run=run)
         again = judge.label(store, [r["trace_id"] for r in rows], run=run)
         stored = {lab.label_id: lab for lab in store.labels()}
@@ -126,6 +175,27 @@ def test_stored_labels_equal_the_reference_records(tmp_path: Path, real_traces_p
               "rationale", "extra", "distribution")
     for key, lab in want.items():
         assert {f: getattr(stored[key], f) for f in fields} == {f: getattr(lab, f) for f in fields}
+
+
+def test_classify_many_in_workers_gives_each_trace_its_labels_in_input_order(real_traces_path: Path) -> None:
+    """The pool path (2 workers, tasks of ~40 segments) against the reference rules and Label ids, trace by trace."""
+    rows = _real_traces(real_traces_path)[:10]
+    segmenter = Segmenter()
+    items = []
+    for r in rows:
+        segs = segmenter.segment(r["trace"], r["trace_id"])
+        items.append((r["trace_id"], r.get("problem"), [s.text for s in segs], [s.segment_index for s in segs]))
+    got = list(fast.classify_many(iter(items), workers=2, task_segments=40))
+    assert [g[0] for g in got] == [r["trace_id"] for r in rows]
+    for (trace_id, problem, texts, indexes), (tid, idx, labels, rationales, ids) in zip(items, got):
+        want = _reference(problem, texts)
+        assert tid == trace_id and idx == indexes
+        assert list(zip(labels, rationales)) == [(b, f"rule:{rule}") for b, rule in want]
+        assert ids == [Label(trace_id=trace_id, segment_index=i, label=b, source="baseline", annotator=ref.BASELINE_NAME,
+                             codebook_version=ref.BASELINE_VERSION).label_id for i, (b, _) in zip(indexes, want)]
+    assert sum(len(g[1]) for g in got) > 200  # several tasks, not one
+    with pytest.raises(Exception, match="workers=0"):
+        fast.classify_many(iter(items), workers=0)
 
 
 def test_label_ids_are_the_records_ids() -> None:

@@ -161,3 +161,100 @@ def test_export_reads_traces_as_model_construct_would() -> None:
         fast, ref = _new_trace(*values), Trace.model_construct(**dict(zip(names, values)))
         assert fast == ref and fast.model_fields_set == ref.model_fields_set == set(names)
         assert fast.model_dump_json() == ref.model_dump_json() and type(fast) is Trace
+
+
+def _mixed_label_store(path: Path) -> "Store":  # noqa: F821 (imported in the function)
+    """Four traces whose segments carry every kind of label mix the export's chooser meets."""
+    from datetime import datetime, timedelta, timezone
+
+    from ror_annotate.records import Label, Trace
+    from ror_annotate.segment import Segmenter
+    from ror_annotate.store import Store
+
+    texts = {f"t{k}": "First we add 2 and 2. Wait, is that right? So the answer is 4. Let me check: 2 + 2 = 4." for k in range(4)}
+    store = Store(path)
+    store.upsert_traces([Trace(trace_id=t, text=x, problem="What is 2 + 2?") for t, x in texts.items()])
+    for t, x in texts.items():
+        store.replace_segments(t, Segmenter().segment(x, t), segmenter="s", token_counter="approx:regex-v1")
+    at = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    labels = []
+    for t in texts:
+        for i, seg in enumerate(store.segments(t)):
+            kind = (int(t[1:]) + i) % 5
+            base = dict(trace_id=t, segment_index=seg.segment_index, codebook_version="v1")
+            if kind == 0:  # one baseline label
+                labels.append(Label(**base, label="execution", source="baseline", annotator="baseline:cue-v1"))
+            elif kind == 1:  # one judge label with a confidence, a model and a distribution
+                labels.append(Label(**base, label="planning", source="judge", annotator="openai:m", confidence=0.5 + 0.1 * (i % 3),
+                                    extra={"model": f"m-{i % 2}", "prompt_template_hash": "h"},
+                                    distribution=[0.1, 0.7, 0.05, 0.05, 0.05, 0.05] if i % 2 else None))
+            elif kind == 2:  # one imported label (not chosen by auto)
+                labels.append(Label(**base, label="fact", source="import", annotator="other:x"))
+            elif kind == 3:  # a judge label and a human one: the human reference decides
+                labels.append(Label(**base, label="reflection", source="judge", annotator="openai:m", created_at=at))
+                labels.append(Label(**base, label="fact", source="human", annotator="ann-1", study="s", created_at=at + timedelta(1)))
+            # kind 4: no label
+    store.upsert_labels(labels)
+    return store
+
+
+@pytest.mark.parametrize("label_source", ["auto", "baseline", "judge", "import", "human", "majority"])
+def test_export_chooser_equals_choosing_each_segment_from_its_records(tmp_path: Path, label_source: str) -> None:
+    """The chooser's per-content reuse gives every segment what choose_label, _raters and _human_verified give
+    on that segment's own Label records (the path every segment took before)."""
+    from ror_annotate.export import build, read
+    from ror_annotate.export.labels import choose_label
+    from ror_annotate.records import Label
+
+    with _mixed_label_store(tmp_path / "s.duckdb") as store:
+        keys = read.trace_keys(store)
+        kinds = store.rater_kinds()
+        stats = build._Stats()
+        chooser = build._Chooser(label_source, None, kinds, stats)
+        n_ties = 0
+        checked = 0
+        for batch in read.batches(store, keys, max_segments=3, max_traces=1):
+            for t in batch.traces:
+                for s in batch.segments[t.trace_id]:
+                    key = (t.trace_id, s.segment_index)
+                    records = [lab for lab in store.labels(trace_id=t.trace_id) if lab.segment_index == s.segment_index]
+                    assert all(isinstance(lab, Label) for lab in batch.labels_of(key))
+                    want, tied = choose_label(records, label_source)
+                    n_ties += tied
+                    got = chooser.choose(batch, key)
+                    assert got == (want, build._raters(records, kinds), build._human_verified(records, want)), key
+                    checked += 1
+        assert checked >= 16 and stats.n_ties == n_ties
+        assert len(chooser.memo) < checked  # contents were reused
+
+
+def test_label_stage_workers_store_the_same_labels(tmp_path: Path, real_traces_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """pipeline.label(workers=N) hands N to the baseline judge; the stored labels do not depend on it."""
+    import json
+
+    from ror_annotate import pipeline
+    from ror_annotate.judge import baseline
+    from ror_annotate.records import Trace
+    from ror_annotate.store import Store
+
+    monkeypatch.setattr(baseline, "TASK_SEGMENTS", 200)  # several tasks: the pool path runs with 2 workers
+    seen: list[int | None] = []
+    real = baseline.classify_many
+
+    def spy(items, *, workers=None, task_segments=baseline.TASK_SEGMENTS):  # type: ignore[no-untyped-def]
+        seen.append(workers)
+        return real(items, workers=workers, task_segments=task_segments)
+
+    monkeypatch.setattr(baseline, "classify_many", spy)
+    rows = [json.loads(line) for line in real_traces_path.open(encoding="utf-8")][:8]
+    dumps = []
+    for workers in (1, 2):
+        with Store(tmp_path / f"w{workers}.duckdb") as store:
+            store.upsert_traces([Trace(trace_id=r["trace_id"], text=r["trace"], problem=r.get("problem")) for r in rows])
+            pipeline.segment(store, workers=1)
+            summary = pipeline.label(store, judge="baseline", workers=workers)
+            assert summary.labeled == store.counts()["segments"] > 100
+            dumps.append(store.execute(
+                "SELECT label_id, trace_id, segment_index, label, rationale FROM labels ORDER BY label_id").fetchall())
+    assert seen == [1, 2]
+    assert dumps[0] == dumps[1]

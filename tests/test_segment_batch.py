@@ -49,6 +49,20 @@ def test_batch_stores_what_one_by_one_stores(tmp_path: Path) -> None:
         assert many.replace_segments_many([], segmenter="s", token_counter="c") == []
 
 
+def test_batch_of_spans_stores_what_the_records_store(tmp_path: Path) -> None:
+    """Store.replace_segment_spans_many (texts sliced from the trace) against replace_segments one by one."""
+    with _store(tmp_path / "one.duckdb") as one, _store(tmp_path / "spans.duckdb") as spans:
+        statuses = [one.replace_segments(t, _segs(t, x), segmenter="s", token_counter="c", run_id="r") for t, x in TEXTS.items()]
+        items = [(t, x, [(s.char_start, s.char_end, s.n_tokens) for s in _segs(t, x)]) for t, x in TEXTS.items()]
+        assert spans.replace_segment_spans_many(items, segmenter="s", token_counter="c", run_id="r") == statuses
+        assert _dump(one) == _dump(spans)
+        # again: unchanged, and one trace cut differently in the same batch: replaced (through replace_segments)
+        got = spans.replace_segment_spans_many([("a", TEXTS["a"], [(0, len(TEXTS["a"]), 5)]), items[1]], segmenter="s", token_counter="c")
+        assert got == ["replaced", "unchanged"]
+        assert [(s.text, s.n_tokens) for s in spans.segments("a")] == [(TEXTS["a"], 5)]
+        assert spans.replace_segment_spans_many([], segmenter="s", token_counter="c") == []
+
+
 def test_refused_trace_rolls_back_its_batch_only_and_is_named(tmp_path: Path) -> None:
     with _store(tmp_path / "s.duckdb") as store:
         store.replace_segments_many([("a", _segs("a", TEXTS["a"]))], segmenter="s", token_counter="c")

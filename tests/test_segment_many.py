@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from ror_annotate.errors import ConfigError, SegmentationError
-from ror_annotate.segment import TASK_CHARS, Segmenter, default_workers, segment_many
+from ror_annotate.segment import TASK_CHARS, Segmenter, default_workers, segment_many, segment_spans_many
 from ror_annotate.tokenizer import make_token_counter
 
 from .test_segment import _tiny_tokenizer_file
@@ -50,6 +50,16 @@ def test_parallel_equals_serial_in_input_order(workers: int) -> None:
     assert got == expected
     assert _json(got) == _json(expected)
     assert [segs[0].trace_id for segs in got if segs] == [tid for tid, t in zip(_ids(len(TEXTS)), TEXTS) if t.strip()]
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_spans_are_the_segments_fields_in_input_order(workers: int) -> None:
+    segmenter = Segmenter(max_tokens=40)
+    expected = [[(s.char_start, s.char_end, s.n_tokens) for s in segs] for segs in _serial(segmenter)]
+    got = list(segment_spans_many(zip(_ids(len(TEXTS)), TEXTS), segmenter=segmenter, workers=workers, task_chars=300))
+    assert got == expected and sum(map(len, got)) > 10
+    with pytest.raises(ConfigError):
+        segment_spans_many([("t", "x.")], workers=0)
 
 
 def test_parallel_with_a_real_tokenizer(tmp_path: Path) -> None:

@@ -83,7 +83,8 @@ TokenizerOption = Annotated[
     typer.Option("--tokenizer", help="Subject-model fast tokenizer (name or local path) for token counts and token alignment; default: a documented approximation."),
 ]
 MaxTokensSegOption = Annotated[int, typer.Option("--max-segment-tokens", min=8, help="Hard cap on segment length in tokens.")]
-WorkersOption = Annotated[int | None, typer.Option("--workers", min=1, help="Processes segmenting in parallel (default: all cores; the segments are the same for any number).")]
+WorkersOption = Annotated[int | None, typer.Option("--workers", min=1, help="Processes segmenting (in ror run also running the baseline's rules) in parallel (default: all cores; the segments and labels are the same for any number).")]
+LabelWorkersOption = Annotated[int | None, typer.Option("--workers", min=1, help="Processes running the baseline judge's rules in parallel (default: all cores; the labels are the same for any number).")]
 JudgeSpecOption = Annotated[str, typer.Option("--judge", help="baseline (offline cue-phrase rules) or openai:MODEL.")]
 JudgeSpecsOption = Annotated[
     list[str] | None,
@@ -249,6 +250,7 @@ def label(
     batch_requeue: JudgeBatchRequeueOption = None,
     timeout: JudgeTimeoutOption = None,
     max_failed: MaxFailedOption = "10%",
+    workers: LabelWorkersOption = None,
     db: DbOption = DEFAULT_DB_PATH,
     lock_timeout: LockTimeoutOption = 10.0,
 ) -> None:
@@ -261,7 +263,7 @@ def label(
     with open_store(db, lock_timeout, must_exist=True) as store:
         with _progress() as progress, _judge_counts_on_outcome_error():
             summary = pipeline.label(store, trace or None, judge=judges, judge_options=options, max_failed=failed_limit,
-                                     progress=progress)
+                                     workers=workers, progress=progress)
         console.print(_label_table(store, None if trace is None else list(trace)))
     _print_judge_counts(summary.counts())
 

@@ -627,17 +627,54 @@ def _human_verified(labels: Sequence[Any], c: ChosenLabel) -> bool:
     return ref is not None and ref.label == c.label
 
 
-def _choose(batch: read.Batch, label_source: str, aggregate: str | None, stats: _Stats) -> list[list[ChosenLabel]]:
-    """The exported label of every segment of a batch, trace by trace (tied votes counted in ``stats``)."""
-    chosen_batch: list[list[ChosenLabel]] = []
-    for t in batch.traces:
-        chosen = []
-        for s in batch.segments[t.trace_id]:
-            c, tied = choose_label(batch.labels.get((t.trace_id, s.segment_index), ()), label_source, aggregate=aggregate)
-            stats.n_ties += tied
-            chosen.append(c)
-        chosen_batch.append(chosen)
-    return chosen_batch
+#: Sources whose single label on a segment is chosen from its row alone (no human reference can exist on the
+#: segment, so it is not human-verified; not an aggregate, whose choice depends on the other aggregate labels).
+_ROW_CHOICE_SOURCES = frozenset(("judge", "baseline", "import"))
+#: Most distinct label contents :class:`_Chooser` remembers (then it starts over): memory stays flat.
+_MEMO_SIZE = 4096
+
+
+class _Chooser:
+    """The exported label of each segment, with its ``raters`` and ``human_verified`` values.
+
+    The common case at scale, one judge/baseline/import label on a segment that :func:`choose_label`
+    takes as it is, depends only on that label's content (label, source, annotator, codebook version,
+    confidence, extra, distribution), not on which segment holds it: its choice is computed once per
+    distinct content from the label's record (by :func:`choose_label`, :func:`_raters` and
+    :func:`_human_verified`, as for any segment) and reused for the next segments with the same content.
+    Every other segment goes through those functions with its records (:meth:`read.Batch.labels_of`).
+    """
+
+    def __init__(self, label_source: str, aggregate: str | None, kinds: Mapping[str, str], stats: _Stats) -> None:
+        self.label_source, self.aggregate, self.kinds, self.stats = label_source, aggregate, kinds, stats
+        self.memo: dict[tuple[Any, ...], tuple[ChosenLabel, list[dict[str, Any]], bool, bool]] = {}
+
+    def choose(self, batch: read.Batch, key: tuple[str, int]) -> tuple[ChosenLabel, list[dict[str, Any]], bool]:
+        """``(chosen label, raters, human_verified)`` of the segment ``key`` (tied votes counted in ``stats``)."""
+        rows = batch.label_rows.get(key, ())
+        if len(rows) == 1:
+            r = rows[0]
+            if r[4] in _ROW_CHOICE_SOURCES and (self.label_source == r[4] or self.label_source == "auto"):
+                content = (r[3], r[4], r[5], r[6], r[10], r[9], None if r[11] is None else tuple(r[11]))
+                got = self.memo.get(content)
+                if got is None:
+                    if len(self.memo) >= _MEMO_SIZE:
+                        self.memo.clear()
+                    got = self.memo[content] = self._choose(batch.labels_of(key))
+                self.stats.n_ties += got[3]
+                return got[:3]
+        got = self._choose(batch.labels_of(key))
+        self.stats.n_ties += got[3]
+        return got[:3]
+
+    def _choose(self, labels: Sequence[Any]) -> tuple[ChosenLabel, list[dict[str, Any]], bool, bool]:
+        c, tied = choose_label(labels, self.label_source, aggregate=self.aggregate)
+        return c, _raters(labels, self.kinds), _human_verified(labels, c), tied
+
+
+def _choose(batch: read.Batch, chooser: _Chooser) -> list[list[tuple[ChosenLabel, list[dict[str, Any]], bool]]]:
+    """``(chosen label, raters, human_verified)`` of every segment of a batch, trace by trace."""
+    return [[chooser.choose(batch, (t.trace_id, s.segment_index)) for s in batch.segments[t.trace_id]] for t in batch.traces]
 
 
 def _align(aligner: Any, batch: read.Batch, chosen_batch: list[list[ChosenLabel]]) -> list[Any]:
@@ -653,6 +690,28 @@ def _align(aligner: Any, batch: read.Batch, chosen_batch: list[list[ChosenLabel]
     ))
 
 
+def _view_factory() -> Callable[[int, str | None, str, int], Any]:
+    """``SegmentView(segment_index, label, text, n_tokens)`` without the frozen dataclass's per-field
+    ``object.__setattr__`` (a per-segment cost of the export): the instance dict is filled directly. At
+    import the result is compared with the class's own constructor; if they differ, that is used."""
+    from ..analytics import SegmentView
+
+    new = object.__new__
+
+    def make(segment_index: int, label: str | None, text: str, n_tokens: int) -> Any:
+        obj = new(SegmentView)
+        obj.__dict__.update(segment_index=segment_index, label=label, text=text, n_tokens=n_tokens)
+        return obj
+
+    probe = (3, "fact", "x = 1.", 4)
+    ref, fast = SegmentView(*probe), make(*probe)
+    same = fast == ref and hash(fast) == hash(ref) and vars(fast) == vars(ref) and type(fast) is SegmentView
+    return make if same else SegmentView
+
+
+_segment_view = _view_factory()
+
+
 class _Streamer:
     """Turns the batches of :func:`read.batches` into row contexts (:mod:`.columns`), analytics and running stats."""
 
@@ -663,18 +722,21 @@ class _Streamer:
         self.by_source: Counter[tuple[str | None, str | None]] = Counter()
         self.counter_of = {k.trace_id: k.token_counter for k in plan.keys}
         self.source_licenses = dict(plan.options.source_licenses or {})
+        self.chooser = _Chooser(plan.options.labels, plan.aggregate, plan.kinds, self.stats)
 
     def batch_rows(self, batch: read.Batch) -> Rows:
         """Every row of one batch, queued per configuration and split."""
-        chosen_batch = _choose(batch, self.plan.options.labels, self.plan.aggregate, self.stats)
+        choices = _choose(batch, self.chooser)
+        chosen_batch = [[c for c, _, _ in per_trace] for per_trace in choices]
         rows = Rows()
-        for t, chosen, al in zip(batch.traces, chosen_batch, _align(self.plan.aligner, batch, chosen_batch)):
-            self.trace_rows(rows, batch, t, chosen, al)
+        for t, chosen, trace_choices, al in zip(batch.traces, chosen_batch, choices, _align(self.plan.aligner, batch, chosen_batch)):
+            self.trace_rows(rows, batch, t, chosen, al, trace_choices)
         return rows
 
-    def trace_rows(self, rows: Rows, batch: read.Batch, t: Any, chosen: list[ChosenLabel], al: Any) -> None:
+    def trace_rows(self, rows: Rows, batch: read.Batch, t: Any, chosen: list[ChosenLabel], al: Any,
+                   choices: list[tuple[ChosenLabel, list[dict[str, Any]], bool]]) -> None:
         """Queue one trace's rows (traces, segments and, aligned, tokens) and add it to the stats and analytics."""
-        from ..analytics import SegmentView, analyze_trace
+        from ..analytics import analyze_trace
 
         stats, plan = self.stats, self.plan
         split = plan.split_of[t.trace_id]
@@ -691,16 +753,13 @@ class _Streamer:
         source_format = batch.source_format.get(t.trace_id)
         stats.formats[source_format or "(unknown)"] += 1
         rows.add("traces", split, TraceRow(t, source_format, lic, len(segs)))
-        for i, (s, c) in enumerate(zip(segs, chosen)):
-            seg_labels = batch.labels.get((t.trace_id, s.segment_index), ())
-            verified = _human_verified(seg_labels, c)
-            rows.add("segments", split, SegmentRow(
-                s, c, t, al, i, int(n_tok[i]), plan.tool_version, _raters(seg_labels, plan.kinds), verified,
-            ))
+        counts = n_tok.tolist()  # Python ints, as int(n_tok[i]) gives, without a NumPy scalar per segment
+        segment_rows = rows.queue("segments", split) if segs else []
+        for i, (s, (c, raters, verified), n) in enumerate(zip(segs, choices, counts)):
+            segment_rows.append(SegmentRow(s, c, t, al, i, n, plan.tool_version, raters, verified))
             stats.add_segment(c, verified)
         self.per_trace.append(analyze_trace(
-            t.trace_id,
-            [SegmentView(s.segment_index, c.label, s.text, int(n)) for s, c, n in zip(segs, chosen, n_tok)],
+            t.trace_id, [_segment_view(s.segment_index, c.label, s.text, n) for s, c, n in zip(segs, chosen, counts)],
             answer=t.answer, gold_answer=t.gold_answer, correct=t.correct,
         ))
         if al is not None:

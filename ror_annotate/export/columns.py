@@ -352,6 +352,10 @@ class Rows:
         """Queue one row context (:class:`TraceRow`, :class:`SegmentRow` or :class:`TokenRow`)."""
         self.rows.setdefault((config, split), []).append(row)
 
+    def queue(self, config: str, split: str) -> list[Any]:
+        """The list :meth:`add` appends to for ``(config, split)``: append row contexts to it directly."""
+        return self.rows.setdefault((config, split), [])
+
     def tables(self) -> list[tuple[str, str, pa.Table]]:
         """``(config, split, table)`` per queued batch, columns named and ordered as :data:`COLUMNS`."""
         out = []

@@ -43,14 +43,42 @@ class TraceKey:
     token_counter: str | None
 
 
+#: A stored label as read for the export (checked): ``(label_id, trace_id, segment_index, label, source, annotator,
+#: codebook_version, study, created_at, extra (JSON text), confidence, distribution)``.
+LabelRow = tuple[Any, ...]
+
+
 @dataclass
 class Batch:
-    """Traces of one batch with their segments (by ``segment_index``) and stored labels."""
+    """Traces of one batch with their segments (by ``segment_index``) and stored labels.
+
+    ``label_rows`` holds each segment's stored labels as checked rows (:data:`LabelRow`);
+    :meth:`labels_of` builds their :class:`Label` records on first use, so a segment whose label the
+    export can choose from its row alone (one machine label: :func:`ror_annotate.export.build._choose`)
+    costs no record.
+    """
 
     traces: list[Trace]
     segments: dict[str, list[Segment]]
-    labels: dict[tuple[str, int], list[Label]] = field(default_factory=dict)
+    label_rows: dict[tuple[str, int], list[LabelRow]] = field(default_factory=dict)
     source_format: dict[str, str | None] = field(default_factory=dict)
+    _labels: dict[tuple[str, int], list[Label]] = field(default_factory=dict, repr=False)
+
+    def labels_of(self, key: tuple[str, int]) -> list[Label]:
+        """Every stored label of the segment ``(trace_id, segment_index)`` as records (``[]`` when none)."""
+        got = self._labels.get(key)
+        if got is None:
+            got = self._labels[key] = [label_of_row(r) for r in self.label_rows.get(key, ())]
+        return got
+
+
+def label_of_row(r: LabelRow) -> Label:
+    """The :class:`Label` record of one checked :data:`LabelRow` (as ``Label.model_construct`` builds it)."""
+    created = r[8].replace(tzinfo=timezone.utc) if r[8] is not None and r[8].tzinfo is None else r[8]
+    return _new_label(  # Label.model_construct with every field, in declaration order
+        r[1], r[2], r[3], r[4], r[5], r[6], None, r[7], r[10], None, created,
+        json.loads(r[9]) if r[9] and r[9] != "{}" else {}, list(r[11]) if r[11] is not None else None,
+    )
 
 
 def _fast_factory(cls: Any, probe: tuple[Any, ...]) -> Any:
@@ -167,7 +195,7 @@ def _read_batch(store: "Store", ids: list[str], with_format: bool) -> Batch:
             )
         # the segmenter's unvalidated constructor: the same record as Segment.model_construct, about 2x faster
         segments[r[0]].append(_new_segment(r[0], r[1], r[2], r[3], r[4], r[5]))
-    labels: dict[tuple[str, int], list[Label]] = defaultdict(list)
+    labels: dict[tuple[str, int], list[LabelRow]] = defaultdict(list)
     rows = store.rows_of_traces(
         "labels", "label_id, trace_id, segment_index, label, source, annotator, codebook_version, study, created_at, extra, "
         "confidence, distribution", ids
@@ -181,9 +209,5 @@ def _read_batch(store: "Store", ids: list[str], with_format: bool) -> Batch:
                 "fix or delete that row, or relabel the segment",
                 code=CORRUPT_ROW,
             )
-        created = r[8].replace(tzinfo=timezone.utc) if r[8] is not None and r[8].tzinfo is None else r[8]
-        labels[(r[1], r[2])].append(_new_label(  # Label.model_construct with every field, in declaration order
-            r[1], r[2], r[3], r[4], r[5], r[6], None, r[7], r[10], None, created,
-            json.loads(r[9]) if r[9] and r[9] != "{}" else {}, list(r[11]) if r[11] is not None else None,
-        ))
-    return Batch(traces=traces, segments=dict(segments), labels=dict(labels), source_format=formats)
+        labels[(r[1], r[2])].append(r)  # a Label record only when the export needs one (Batch.labels_of)
+    return Batch(traces=traces, segments=dict(segments), label_rows=dict(labels), source_format=formats)

@@ -14,13 +14,15 @@ rule is a named regular expression or feature so a user can see why a segment go
 
 from __future__ import annotations
 
+import itertools
 import re
-from collections.abc import Iterator, Sequence
+from collections import deque
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
-from ..records import Annotator, Segment
+from ..records import Annotator, Segment, label_ids
 from . import JudgeReport, register_judge
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -33,7 +35,7 @@ if TYPE_CHECKING:  # pragma: no cover
 BASELINE_NAME = "baseline:cue-v1"
 BASELINE_VERSION = "baseline-cue-v1"
 #: Labels written per transaction: an interrupt loses at most this many, never the whole stage.
-FLUSH_LABELS = 5_000
+FLUSH_LABELS = 20_000
 #: Traces read per query: memory stays flat in corpus size.
 READ_BATCH_TRACES = 256
 #: ... or, for short traces, up to this many segments (at most READ_BATCH_MAX_TRACES traces): each batch's
@@ -104,6 +106,8 @@ _STOP = frozenset("a an the of to and or is are be in on at for with that this i
 
 
 def _content_words(text: str) -> set[str]:
+    if text.isascii():  # lowercasing first finds the same words, lowercased (ASCII letters stay letters)
+        return {w for w in _WORD.findall(text.lower()) if len(w) > 1 and w not in _STOP}
     return {w.lower() for w in _WORD.findall(text) if w.lower() not in _STOP and len(w) > 1}
 
 
@@ -124,9 +128,33 @@ class Context:
 
 _CLAIMS_ERROR = tuple(p for name, p in REFLECTION_RULES if name in ("error-word", "doubt-question", "uncertainty"))
 _SYMBOL = re.compile(r"[=+\-*/^]")
-#: Every cue rule in the order it is tried: ``(behavior, rule name, pattern, on the first line only)``.
-_ORDERED_RULES: tuple[tuple[str, str, re.Pattern[str], bool], ...] = tuple(
-    (behavior, name, pattern, behavior == "planning")
+#: Substrings at least one of which every match of a rule's pattern holds, for the unanchored rules
+#: that cost most (a search tries every position): on an ASCII segment, whose lowercase form is what
+#: ``re.IGNORECASE`` compares, a rule none of whose needles is in ``head.lower()`` cannot match and is not
+#: searched. Each needle is a literal that every alternative of the pattern must contain (lowercase;
+#: ``' '`` is the pattern's literal space). Non-ASCII segments are always searched: Unicode case
+#: folding (``ſ`` matches ``s``, ``İ`` matches ``i``) is not ``str.lower``. ``tests/test_baseline_fast.py``
+#: checks the needles on random strings and every real segment against the frozen reference rules.
+_NEEDLES: dict[str, tuple[str, ...]] = {
+    "answer-is": ("answer ",),
+    "error-word": ("mistake", "miscalculat", "wrong", "incorrect", "contradict", "doesn't make sense", "does not make sense",
+                   "can't be", "not possible", "inconsistent", "discrepancy", "typo"),
+    "confirmation": ("yes", "yep", "right", "correct", "okay, that", "ok, that", "good", "great", "perfect", "checks out", "matches",
+                     "consistent with", "makes sense", "seems ", "confirm"),
+    "uncertainty": ("not sure", "i wonder", "maybe i", "perhaps i", "i think i", "seems off", "suspicious", "unclear", "i'm confused",
+                    "confusing"),
+    "recall": ("recall", "remember", "know that", "it is known", "well-known", "well known", "by definition", "defined as",
+               "definition of", "by the ", "according to"),
+    "formula-is": ("formula ", "equation ", "identity ", "theorem ", "law ", "rule ", "principle "),
+    "constant": ("speed of light", "constant", "planck", "avogadro", "boltzmann", "is approximately"),
+    "problem-says": ("the problem ", "the question ", "we're ", "we are ", "i'm ", "i am ", "given that", "this problem"),
+}
+#: A rule whose every match holds this character, whatever the script (``doubt-question`` ends in ``?``).
+_NEEDS_CHAR: dict[str, str] = {"doubt-question": "?"}
+#: Every cue rule in the order it is tried: ``(behavior, rule name, pattern, on the first line only,
+#: needles of _NEEDLES or None, character of _NEEDS_CHAR or "")``.
+_ORDERED_RULES: tuple[tuple[str, str, re.Pattern[str], bool, tuple[str, ...] | None, str], ...] = tuple(
+    (behavior, name, pattern, behavior == "planning", _NEEDLES.get(name), _NEEDS_CHAR.get(name, ""))
     for behavior, rules in (
         ("conclusion", CONCLUSION_RULES),
         ("reflection", REFLECTION_RULES),
@@ -172,7 +200,16 @@ def _rule_of(text: str, words: set[str], problem_words: frozenset[str], earlier_
     # A cue followed by an actual new computation ("Wait, 3/8 is 9/24 = ...") is execution;
     # computed only when a reflection or planning cue fires (the only rules it changes).
     computes: bool | None = None
-    for behavior, name, pattern, on_first_line in _ORDERED_RULES:
+    lower = head.lower() if head.isascii() else None  # for the needles: only where str.lower is what re.I compares
+    for behavior, name, pattern, on_first_line, needles, char in _ORDERED_RULES:
+        if needles is not None and lower is not None:
+            for needle in needles:
+                if needle in lower:
+                    break
+            else:
+                continue  # no needle: the pattern cannot match
+        elif char and char not in head:
+            continue
         if pattern.search(first_line if on_first_line else head):
             if behavior in ("reflection", "planning"):
                 if computes is None:
@@ -224,11 +261,21 @@ def classify_trace(problem: str | None, segments: Sequence[Segment]) -> list[tup
 
 
 class BaselineJudge:
-    """The cue-phrase baseline as a :class:`~ror_annotate.judge.Judge`."""
+    """The cue-phrase baseline as a :class:`~ror_annotate.judge.Judge`.
+
+    Parameters
+    ----------
+    workers : int, optional
+        Processes its rules run in (:func:`classify_many`); default every core, 1 in this process.
+        The stored labels are the same for any value.
+    """
 
     annotator = BASELINE_NAME
     source = "baseline"
     codebook_version = BASELINE_VERSION
+
+    def __init__(self, workers: int | None = None) -> None:
+        self.workers = workers
 
     def declared_annotators(self) -> list[Annotator]:
         """The baseline as a declared machine rater (its model is the rule-set name)."""
@@ -245,39 +292,161 @@ class BaselineJudge:
         An interrupt keeps every batch committed before it; re-running labels the rest.
 
         Works on columns: per batch of :data:`READ_BATCH_TRACES` traces one Arrow read of the
-        segments' texts, the rules per text (:func:`classify_texts`), and labels written as one Arrow
-        table per flush (:meth:`Store.upsert_label_table`): no :class:`~ror_annotate.records.Segment`
-        or :class:`~ror_annotate.records.Label` object per segment.
+        segments' texts; the rules (:func:`classify_texts`) and the label ids run in
+        :attr:`workers` processes (:func:`classify_many`, results in input order, so the stored
+        labels are the same for any number of workers) while this process reads the next batch
+        and writes labels as one Arrow table per flush (:meth:`Store.upsert_label_table`): no
+        :class:`~ror_annotate.records.Segment` or :class:`~ror_annotate.records.Label` object per segment.
         """
         report = JudgeReport()
         trace_ids = list(dict.fromkeys(trace_ids))  # a trace given twice is labelled once
         task = progress.add_task("baseline labels", total=len(trace_ids)) if progress else None
         pending = _PendingLabels(run.run_id)
-        for batch in _read_batches(trace_ids, store.segmentations()):
-            # ingestion order, as the traces were labelled one by one before
-            problems = store.rows_of_traces("traces", "trace_id, problem", batch, order_by="ingested_at, trace_id")
-            segs = store.arrow_of_traces("segments", "trace_id, segment_index, text", batch, order_by="trace_id, segment_index")
-            stored = set(store.rows_of_traces(
-                "labels", "trace_id, segment_index, label, rationale", batch,
-                where="source = 'baseline' AND annotator = ? AND codebook_version = ?", params=[BASELINE_NAME, BASELINE_VERSION],
-            ))
-            by_trace = _trace_slices(segs["trace_id"].to_pylist())
-            indexes = segs["segment_index"].to_pylist()
-            texts = segs["text"].to_pylist()
-            for trace_id, problem in problems:
-                lo, hi = by_trace.get(trace_id, (0, 0))
-                for index, (behavior, rule) in zip(indexes[lo:hi], classify_texts(problem, texts[lo:hi], indexes[lo:hi])):
-                    rationale = f"rule:{rule}"
-                    if stored and (trace_id, index, behavior, rationale) in stored:
+        # per trace handed to classify_many, in order: (stored labels of its batch, traces done when it is the batch's last)
+        queued: deque[tuple[set[tuple[str, int, str, str]], int]] = deque()
+
+        def to_classify() -> Iterator[tuple[str, str | None, list[str], list[int]]]:
+            for batch in _read_batches(trace_ids, store.segmentations()):
+                # ingestion order, as the traces were labelled one by one before
+                problems = store.rows_of_traces("traces", "trace_id, problem", batch, order_by="ingested_at, trace_id")
+                segs = store.arrow_of_traces("segments", "trace_id, segment_index, text", batch, order_by="trace_id, segment_index")
+                stored = set(store.rows_of_traces(
+                    "labels", "trace_id, segment_index, label, rationale", batch,
+                    where="source = 'baseline' AND annotator = ? AND codebook_version = ?", params=[BASELINE_NAME, BASELINE_VERSION],
+                ))
+                by_trace = _trace_slices(segs["trace_id"].to_pylist())
+                indexes = segs["segment_index"].to_pylist()
+                texts = segs["text"].to_pylist()
+                for k, (trace_id, problem) in enumerate(problems):
+                    lo, hi = by_trace.get(trace_id, (0, 0))
+                    queued.append((stored, len(problems) if k == len(problems) - 1 else 0))
+                    yield trace_id, problem, texts[lo:hi], indexes[lo:hi]
+
+        for trace_id, indexes, labels, rationales, ids in classify_many(to_classify(), workers=self.workers, task_segments=TASK_SEGMENTS):
+            stored, batch_done = queued.popleft()
+            if stored:
+                for index, behavior, rationale, label_id in zip(indexes, labels, rationales, ids):
+                    if (trace_id, index, behavior, rationale) in stored:
                         report.skipped += 1
                     else:
-                        pending.add(trace_id, index, behavior, rationale)
-                if len(pending) >= FLUSH_LABELS:
-                    report.labeled += store.upsert_label_table(pending.take())
-            if progress is not None and task is not None:
-                progress.advance(task, len(problems))
+                        pending.add(trace_id, index, behavior, rationale, label_id)
+            else:
+                pending.extend(trace_id, indexes, labels, rationales, ids)
+            if len(pending) >= FLUSH_LABELS:
+                report.labeled += store.upsert_label_table(pending.take())
+            if batch_done and progress is not None and task is not None:
+                progress.advance(task, batch_done)
         report.labeled += store.upsert_label_table(pending.take())
         return report
+
+
+#: Segments per task sent to a worker by :func:`classify_many` (whole traces; a longer trace is one task).
+TASK_SEGMENTS = 8_000
+
+
+def _classify_one(trace_id: str, problem: str | None, texts: list[str], indexes: list[int]) -> tuple[str, list[int], list[str], list[str], list[str]]:
+    """``(trace_id, indexes, labels, rationales, label_ids)`` of one trace's segments (the rules and the ids)."""
+    labels: list[str] = []
+    rationales: list[str] = []
+    for behavior, rule in classify_texts(problem, texts, indexes):
+        labels.append(behavior)
+        rationales.append(f"rule:{rule}")
+    ids = label_ids(trace_id, indexes, source="baseline", annotator=BASELINE_NAME, codebook_version=BASELINE_VERSION)
+    return trace_id, indexes, labels, rationales, ids
+
+
+def _classify_task(batch: list[tuple[str, str | None, list[str], list[int]]]) -> list[tuple[str, list[int], list[str], list[str], list[str]]]:
+    return [_classify_one(*item) for item in batch]
+
+
+def _init_worker() -> None:
+    import signal
+
+    # Ctrl-C reaches the whole process group: only the parent handles it (as the segment workers do)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def classify_many(
+    items: Iterable[tuple[str, str | None, list[str], list[int]]], *, workers: int | None = None, task_segments: int = TASK_SEGMENTS,
+) -> Iterator[tuple[str, list[int], list[str], list[str], list[str]]]:
+    """The baseline's labels of many traces, in parallel over CPU cores, in input order.
+
+    Parameters
+    ----------
+    items : iterable of (trace_id, problem, texts, indexes)
+        One trace's segment texts in order, with their ``segment_index`` values; consumed lazily
+        (at most about ``4 * workers`` tasks of ``task_segments`` segments are in flight).
+    workers : int, optional
+        Worker processes; default every core (:func:`ror_annotate.segment.default_workers`); 1, or
+        an input that fits one task, runs in this process.
+    task_segments : int
+        Segments per task sent to a worker.
+
+    Yields
+    ------
+    (trace_id, indexes, labels, rationales, label_ids)
+        Per input trace, in input order: the behaviors and ``"rule:<name>"`` rationales of
+        :func:`classify_texts`, and the label ids of :func:`ror_annotate.records.label_ids` for the
+        baseline rater, the same whatever ``workers`` is.
+
+    Raises
+    ------
+    ConfigError
+        ``workers`` or ``task_segments`` is below 1.
+    """
+    from ..segment import default_workers
+
+    workers = default_workers() if workers is None else workers
+    if workers < 1 or task_segments < 1:
+        raise ConfigError(f"workers={workers} and task_segments={task_segments} must both be at least 1")
+    if workers == 1:
+        return (_classify_one(*item) for item in items)
+    return _classify_in_pool(items, workers, task_segments)
+
+
+def _tasks(items: Iterable[tuple[str, str | None, list[str], list[int]]], task_segments: int) -> Iterator[list[tuple[str, str | None, list[str], list[int]]]]:
+    batch: list[tuple[str, str | None, list[str], list[int]]] = []
+    size = 0
+    for item in items:
+        batch.append(item)
+        size += len(item[2]) + 1
+        if size >= task_segments:
+            yield batch
+            batch, size = [], 0
+    if batch:
+        yield batch
+
+
+def _classify_in_pool(
+    items: Iterable[tuple[str, str | None, list[str], list[int]]], workers: int, task_segments: int,
+) -> Iterator[tuple[str, list[int], list[str], list[str], list[str]]]:
+    import multiprocessing
+    import os
+    from concurrent.futures import ProcessPoolExecutor
+
+    tasks = _tasks(items, task_segments)
+    first = next(tasks, None)
+    second = next(tasks, None) if first is not None else None
+    if first is None or second is None:  # one task: starting workers would only cost
+        yield from _classify_task(first or [])
+        return
+    # forkserver (else spawn), not fork: this process runs threads (DuckDB); see ror_annotate.segment
+    method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
+    context = multiprocessing.get_context(method)
+    if method == "forkserver":
+        context.set_forkserver_preload(["ror_annotate.segment", __name__])  # no effect once the server runs
+    workers = min(workers, 61) if os.name == "nt" else workers
+    pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_init_worker)
+    pending: deque = deque()
+    try:
+        for batch in itertools.chain((first, second), tasks):
+            pending.append(pool.submit(_classify_task, batch))
+            if len(pending) >= 4 * workers:  # bounded read-ahead: memory stays flat on any corpus
+                yield from pending.popleft().result()
+        while pending:
+            yield from pending.popleft().result()
+    finally:  # also when the caller stops early or a task failed: drop what is queued
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _read_batches(trace_ids: list[str], segmented: dict[str, tuple[str, str, int]]) -> Iterator[list[str]]:
@@ -318,27 +487,34 @@ class _PendingLabels:
         self.indexes: list[int] = []
         self.labels: list[str] = []
         self.rationales: list[str] = []
+        self.ids: list[str] = []
 
     def __len__(self) -> int:
         return len(self.indexes)
 
-    def add(self, trace_id: str, index: int, behavior: str, rationale: str) -> None:
+    def add(self, trace_id: str, index: int, behavior: str, rationale: str, label_id: str) -> None:
         self.trace_ids.append(trace_id)
         self.indexes.append(index)
         self.labels.append(behavior)
         self.rationales.append(rationale)
+        self.ids.append(label_id)
+
+    def extend(self, trace_id: str, indexes: list[int], labels: list[str], rationales: list[str], ids: list[str]) -> None:
+        """Add one trace's labels (the lists are parallel)."""
+        self.trace_ids += [trace_id] * len(indexes)
+        self.indexes += indexes
+        self.labels += labels
+        self.rationales += rationales
+        self.ids += ids
 
     def take(self) -> "pa.Table":
         """The gathered labels as a table of :data:`~ror_annotate.store.LABEL_TABLE_SCHEMA` (then empties)."""
         import pyarrow as pa
 
-        from ..records import label_ids, utc_now
+        from ..records import utc_now
         from ..store import LABEL_TABLE_SCHEMA, to_naive_utc
 
         n = len(self)
-        ids: list[str] = []
-        for trace_id, (lo, hi) in _trace_slices(self.trace_ids).items():  # one run per trace: added trace by trace
-            ids += label_ids(trace_id, self.indexes[lo:hi], source="baseline", annotator=BASELINE_NAME, codebook_version=BASELINE_VERSION)
         now = to_naive_utc(utc_now())
 
         def const(value: Any, type_: "pa.DataType") -> "pa.Array":
@@ -346,7 +522,7 @@ class _PendingLabels:
 
         table = pa.table(
             {
-                "label_id": pa.array(ids, pa.string()), "trace_id": pa.array(self.trace_ids, pa.string()),
+                "label_id": pa.array(self.ids, pa.string()), "trace_id": pa.array(self.trace_ids, pa.string()),
                 "segment_index": pa.array(self.indexes, pa.int32()), "label": pa.array(self.labels, pa.string()),
                 "source": const("baseline", pa.string()), "annotator": const(BASELINE_NAME, pa.string()),
                 "codebook_version": const(BASELINE_VERSION, pa.string()), "run_id": const(self.run_id, pa.string()),

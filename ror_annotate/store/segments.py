@@ -5,7 +5,7 @@ Generated from ``store.py`` by ``scripts/split_store.py``: edit freely; see that
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import pyarrow as pa
@@ -175,10 +175,72 @@ class SegmentsMixin(AccessMixin):
             that fails (named by the batch's first trace): the whole batch is rolled back, batches
             committed before it stay.
         """
+        return self._replace_segment_columns_many(
+            [(trace_id, [(seg.segment_index, seg.char_start, seg.char_end, seg.n_tokens) for seg in segs], [seg.text for seg in segs])
+             for trace_id, segs in items],
+            lambda k: items[k][1], segmenter=segmenter, token_counter=token_counter, run_id=run_id, force=force,
+        )
+
+    def replace_segment_spans_many(
+        self,
+        items: Sequence[tuple[str, str, Sequence[tuple[int, int, int]]]],
+        *,
+        segmenter: str,
+        token_counter: str,
+        run_id: str | None = None,
+        force: bool = False,
+    ) -> list[str]:
+        """:meth:`replace_segments_many` from spans: no :class:`~ror_annotate.records.Segment` record per segment.
+
+        Parameters
+        ----------
+        items : sequence of (str, str, sequence of (int, int, int))
+            ``(trace_id, trace text, [(char_start, char_end, n_tokens), ...])`` per trace, spans in
+            segment order (``segment_index`` is the position), already checked by the segmenter
+            (:func:`ror_annotate.segment.segment_spans_many`); each segment's text is
+            ``text[char_start:char_end]``.
+        segmenter, token_counter, run_id, force
+            As in :meth:`replace_segments`.
+
+        Returns
+        -------
+        list of str
+            Per item, ``"inserted"``, ``"unchanged"`` or ``"replaced"`` (:meth:`replace_segments_many`).
+
+        Raises
+        ------
+        StoreError
+            As :meth:`replace_segments_many`: the batch is rolled back.
+        """
+        from ..segment import _new_segment
+
+        columns = [(trace_id, [(i, s, e, n) for i, (s, e, n) in enumerate(spans)], [text[s:e] for s, e, _ in spans])
+                   for trace_id, text, spans in items]
+
+        def segments_of(k: int) -> list[Segment]:
+            trace_id, rows, texts = columns[k]
+            return [_new_segment(trace_id, i, s, e, t, n) for (i, s, e, n), t in zip(rows, texts)]
+
+        return self._replace_segment_columns_many(columns, segments_of, segmenter=segmenter, token_counter=token_counter,
+                                                  run_id=run_id, force=force)
+
+    def _replace_segment_columns_many(
+        self,
+        items: Sequence[tuple[str, Sequence[tuple[int, int, int, int]], Sequence[str]]],
+        segments_of: Callable[[int], Sequence[Segment]],
+        *,
+        segmenter: str,
+        token_counter: str,
+        run_id: str | None,
+        force: bool,
+    ) -> list[str]:
+        """The batch write of :meth:`replace_segments_many`: ``items`` are ``(trace_id, [(segment_index, char_start,
+        char_end, n_tokens), ...], [text, ...])``; ``segments_of(k)`` builds item ``k``'s records for a trace that
+        already has segments (it goes through :meth:`replace_segments`)."""
         self._require_writable("store segments")
         if not items:
             return []
-        ids = [trace_id for trace_id, _ in items]
+        ids = [trace_id for trace_id, _, _ in items]
         first = ids[0]
         statuses: list[str] = ["inserted"] * len(items)
         with duckdb_errors(self.path, f"segments of the batch from {first!r} ({len(items)} traces)"), self.transaction():
@@ -194,15 +256,16 @@ class SegmentsMixin(AccessMixin):
                 (later if trace_id in stored or trace_id in seen else fresh).append(k)
                 seen.add(trace_id)
             if fresh:
-                segs = [seg for k in fresh for seg in items[k][1]]
+                rows = [row for k in fresh for row in items[k][1]]
+                index, starts, ends, counts = zip(*rows) if rows else ((), (), (), ())
                 table = pa.table(
                     {
                         "trace_id": pa.array([ids[k] for k in fresh for _ in items[k][1]], pa.string()),
-                        "segment_index": pa.array([seg.segment_index for seg in segs], type=pa.int32()),
-                        "char_start": pa.array([seg.char_start for seg in segs], type=pa.int32()),
-                        "char_end": pa.array([seg.char_end for seg in segs], type=pa.int32()),
-                        "text": pa.array([seg.text for seg in segs], pa.string()),
-                        "n_tokens": pa.array([seg.n_tokens for seg in segs], type=pa.int32()),
+                        "segment_index": pa.array(index, type=pa.int32()),
+                        "char_start": pa.array(starts, type=pa.int32()),
+                        "char_end": pa.array(ends, type=pa.int32()),
+                        "text": pa.array([t for k in fresh for t in items[k][2]], pa.string()),
+                        "n_tokens": pa.array(counts, type=pa.int32()),
                     }
                 )
                 n = len(fresh)
@@ -222,7 +285,8 @@ class SegmentsMixin(AccessMixin):
                                   "token_counter = excluded.token_counter, n_segments = excluded.n_segments, "
                                   "created_at = excluded.created_at, run_id = excluded.run_id")
             for k in later:
-                statuses[k] = self.replace_segments(ids[k], items[k][1], segmenter=segmenter, token_counter=token_counter, run_id=run_id, force=force)
+                statuses[k] = self.replace_segments(ids[k], segments_of(k), segmenter=segmenter, token_counter=token_counter,
+                                                    run_id=run_id, force=force)
         return statuses
 
     def _clear_dependents(self, trace_id: str, force: bool) -> None:
