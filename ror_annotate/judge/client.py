@@ -65,6 +65,7 @@ from ..errors import (  # re-exported: these names were defined here before erro
     TruncatedOutputError,
 )
 from ..provenance import register_secret, register_url_secrets, scrub_text, scrub_url
+from .http11 import Http11Pool, ProtocolError, RawResponse, fast_path_url
 
 __all__ = [
     "ChatClient", "Completion", "RefusalError", "RequestRejectedError", "ResponseBodyError", "ResponseParseError",
@@ -76,6 +77,8 @@ PLACEHOLDER_KEY = "sk-no-key-required"
 _LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1", "0.0.0.0"}
 _TRY_AGAIN_RE = re.compile(r"try again in\s+(\d+(?:\.\d+)?)\s*(ms|s|sec|seconds?)?", re.IGNORECASE)
 _RETRYABLE_STATUS = {408, 409, 429}
+#: ``asyncio.timeout`` (Python 3.11+; ``asyncio.wait_for`` before, which costs a task per call).
+_TIMEOUT: Any = getattr(asyncio, "timeout", None)
 
 
 @dataclass
@@ -572,7 +575,13 @@ class ChatClient:
         Seed of the jitter generator.
     connections : int, optional
         Size of the HTTP connection pool, all kept alive (the judge passes its concurrency); ``None``
-        keeps the ``openai`` client's default pool.
+        keeps the ``openai`` client's default pool (100 connections on the plain-``http`` path).
+    fast_http : bool, default True
+        Send chat completions to a plain-``http`` endpoint through :mod:`.http11` (same requests, same
+        error classes, a fraction of the CPU); ``False`` always uses the ``openai`` client. URLs
+        with credentials, a query or a proxy always use the ``openai`` client
+        (:func:`.http11.fast_path_url`). The whole call (connect, send, answer) then has ``timeout``
+        seconds, where the ``openai`` client allows ``timeout`` seconds to each of its phases.
     """
 
     def __init__(
@@ -587,6 +596,7 @@ class ChatClient:
         sleep: Sleep | None = None,
         seed: int | None = None,
         connections: int | None = None,
+        fast_http: bool = True,
     ) -> None:
         if max_attempts < 1:
             raise ConfigError(f"--max-attempts must be >= 1, got {max_attempts}")
@@ -610,6 +620,9 @@ class ChatClient:
         register_secret(self._api_key)
         register_url_secrets(base_url)
         self._client: Any = None
+        #: Where chat completions go through :mod:`.http11` instead of the ``openai`` client (``None``: not here).
+        self._fast_target = fast_path_url(base_url) if fast_http else None
+        self._fast: Http11Pool | None = None  # created inside the event loop, on first use
 
     @property
     def openai(self) -> Any:
@@ -631,6 +644,9 @@ class ChatClient:
 
     async def aclose(self) -> None:
         """Close the HTTP connection pool."""
+        if self._fast is not None:
+            await self._fast.aclose()
+            self._fast = None
         if self._client is not None:
             await self._client.close()
             self._client = None
@@ -697,8 +713,73 @@ class ChatClient:
             status=status, waits=waits, cause=cause,
         ) from last
 
-    async def complete(self, body: dict[str, Any], *, what: str = "chat completion") -> Completion:
-        """POST one chat completion (``body`` as for ``chat.completions.create``) with retries."""
+    def _fast_headers(self) -> dict[str, str]:
+        """Headers of a chat-completion POST on the plain-``http`` path (as the ``openai`` client sends them)."""
+        from .. import __version__
+
+        headers = {"Authorization": f"Bearer {self._api_key}", "Content-Type": "application/json", "Accept": "application/json",
+                   "User-Agent": f"ror_annotate/{__version__}"}
+        for env, name in (("OPENAI_ORG_ID", "OpenAI-Organization"), ("OPENAI_PROJECT_ID", "OpenAI-Project")):
+            if os.environ.get(env):
+                headers[name] = os.environ[env]
+        return headers
+
+    async def _fast_post(self, data: bytes) -> Completion:
+        """One POST of ``data`` to ``{base_url}/chat/completions`` through :mod:`.http11`, its errors
+        raised as the ``openai`` exceptions :meth:`with_retries` classifies."""
+        import openai
+
+        assert self._fast_target is not None
+        host, port, host_header, prefix = self._fast_target
+        if self._fast is None:
+            self._fast = Http11Pool(host, port, host_header, self._fast_headers(), connections=self.connections or 100)
+        try:
+            post = self._fast.post(prefix + "/chat/completions", data)
+            if _TIMEOUT is not None:
+                async with _TIMEOUT(self.timeout):
+                    response = await post
+            else:  # pragma: no cover - Python 3.10
+                response = await asyncio.wait_for(post, self.timeout)
+        except (TimeoutError, asyncio.TimeoutError):
+            raise openai.APITimeoutError(request=self._request_stub()) from None
+        except (OSError, asyncio.IncompleteReadError, ProtocolError) as exc:
+            detail = str(exc) or type(exc).__name__
+            raise openai.APIConnectionError(message=f"Connection error: {detail}", request=self._request_stub()) from exc
+        if not 200 <= response.status < 300:
+            raise self._status_error(response)
+        return completion_from_text(response.text, content_type=response.headers.get("content-type"))
+
+    def _request_stub(self) -> httpx.Request:
+        return httpx.Request("POST", f"{scrub_url(self.base_url or '')}/chat/completions")
+
+    def _status_error(self, response: RawResponse) -> Exception:
+        """The ``openai`` status error of an HTTP answer (the client's own message and body parsing)."""
+        import openai
+
+        http_response = httpx.Response(response.status, headers=list(response.headers.items()), content=response.body,
+                                       request=self._request_stub())
+        make = getattr(self.openai, "_make_status_error_from_response", None)
+        if make is not None:
+            return make(http_response)  # type: ignore[no-any-return]
+        try:  # pragma: no cover - an openai release without the helper
+            body: Any = json.loads(response.text)
+        except ValueError:  # pragma: no cover
+            body = response.text
+        return openai.APIStatusError(f"Error code: {response.status}", response=http_response, body=body)  # pragma: no cover
+
+    async def complete(self, body: dict[str, Any], *, what: str = "chat completion", encoded: bytes | None = None) -> Completion:
+        """POST one chat completion (``body`` as for ``chat.completions.create``) with retries.
+
+        ``encoded``, when given, is ``body`` already serialised as JSON (UTF-8): a plain-``http``
+        endpoint is sent these bytes as they are (:mod:`.http11`), the ``openai`` client ``body``.
+        """
+        if self._fast_target is not None:
+            data = encoded if encoded is not None else json.dumps(body, ensure_ascii=False).encode("utf-8")
+
+            async def fast_call() -> Completion:
+                return await self._fast_post(data)
+
+            return await self.with_retries(fast_call, what=what)
 
         async def call() -> Completion:
             # The raw body, parsed here: an HTTP 200 may carry an HTML page or an error object, which
