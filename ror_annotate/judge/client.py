@@ -65,7 +65,7 @@ from ..errors import (  # re-exported: these names were defined here before erro
     TruncatedOutputError,
 )
 from ..provenance import register_secret, register_url_secrets, scrub_text, scrub_url
-from .http11 import Http11Pool, ProtocolError, RawResponse, fast_path_url
+from .plainhttp import PlainHttpPoster, RawResponse, fast_path_url
 
 __all__ = [
     "ChatClient", "Completion", "RefusalError", "RequestRejectedError", "ResponseBodyError", "ResponseParseError",
@@ -77,8 +77,6 @@ PLACEHOLDER_KEY = "sk-no-key-required"
 _LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1", "0.0.0.0"}
 _TRY_AGAIN_RE = re.compile(r"try again in\s+(\d+(?:\.\d+)?)\s*(ms|s|sec|seconds?)?", re.IGNORECASE)
 _RETRYABLE_STATUS = {408, 409, 429}
-#: ``asyncio.timeout`` (Python 3.11+; ``asyncio.wait_for`` before, which costs a task per call).
-_TIMEOUT: Any = getattr(asyncio, "timeout", None)
 
 
 @dataclass
@@ -577,11 +575,11 @@ class ChatClient:
         Size of the HTTP connection pool, all kept alive (the judge passes its concurrency); ``None``
         keeps the ``openai`` client's default pool (100 connections on the plain-``http`` path).
     fast_http : bool, default True
-        Send chat completions to a plain-``http`` endpoint through :mod:`.http11` (same requests, same
-        error classes, a fraction of the CPU); ``False`` always uses the ``openai`` client. URLs
-        with credentials, a query or a proxy always use the ``openai`` client
-        (:func:`.http11.fast_path_url`). The whole call (connect, send, answer) then has ``timeout``
-        seconds, where the ``openai`` client allows ``timeout`` seconds to each of its phases.
+        Send chat completions to a plain-``http`` endpoint through ``aiohttp`` (:mod:`.plainhttp`:
+        same requests, same error classes, a fraction of the CPU); ``False`` always uses the
+        ``openai`` client. URLs with credentials, a query or a proxy always use the ``openai``
+        client (:func:`.plainhttp.fast_path_url`). The whole call (connect, send, answer) then has
+        ``timeout`` seconds, where the ``openai`` client allows ``timeout`` seconds to each of its phases.
     """
 
     def __init__(
@@ -620,9 +618,9 @@ class ChatClient:
         register_secret(self._api_key)
         register_url_secrets(base_url)
         self._client: Any = None
-        #: Where chat completions go through :mod:`.http11` instead of the ``openai`` client (``None``: not here).
+        #: The chat-completions URL when they go through :mod:`.plainhttp` instead of the ``openai`` client.
         self._fast_target = fast_path_url(base_url) if fast_http else None
-        self._fast: Http11Pool | None = None  # created inside the event loop, on first use
+        self._fast: PlainHttpPoster | None = None  # created inside the event loop, on first use
 
     @property
     def openai(self) -> Any:
@@ -725,24 +723,20 @@ class ChatClient:
         return headers
 
     async def _fast_post(self, data: bytes) -> Completion:
-        """One POST of ``data`` to ``{base_url}/chat/completions`` through :mod:`.http11`, its errors
+        """One POST of ``data`` to ``{base_url}/chat/completions`` through :mod:`.plainhttp`, its errors
         raised as the ``openai`` exceptions :meth:`with_retries` classifies."""
+        import aiohttp
         import openai
 
         assert self._fast_target is not None
-        host, port, host_header, prefix = self._fast_target
         if self._fast is None:
-            self._fast = Http11Pool(host, port, host_header, self._fast_headers(), connections=self.connections or 100)
+            self._fast = PlainHttpPoster(self._fast_target, self._fast_headers(), connections=self.connections or 100,
+                                         timeout=self.timeout)
         try:
-            post = self._fast.post(prefix + "/chat/completions", data)
-            if _TIMEOUT is not None:
-                async with _TIMEOUT(self.timeout):
-                    response = await post
-            else:  # pragma: no cover - Python 3.10
-                response = await asyncio.wait_for(post, self.timeout)
+            response = await self._fast.post(data)
         except (TimeoutError, asyncio.TimeoutError):
             raise openai.APITimeoutError(request=self._request_stub()) from None
-        except (OSError, asyncio.IncompleteReadError, ProtocolError) as exc:
+        except (aiohttp.ClientError, OSError) as exc:
             detail = str(exc) or type(exc).__name__
             raise openai.APIConnectionError(message=f"Connection error: {detail}", request=self._request_stub()) from exc
         if not 200 <= response.status < 300:
@@ -750,13 +744,15 @@ class ChatClient:
         return completion_from_text(response.text, content_type=response.headers.get("content-type"))
 
     def _request_stub(self) -> httpx.Request:
-        return httpx.Request("POST", f"{scrub_url(self.base_url or '')}/chat/completions")
+        return httpx.Request("POST", self._fast_target or f"{scrub_url(self.base_url or '')}/chat/completions")
 
     def _status_error(self, response: RawResponse) -> Exception:
         """The ``openai`` status error of an HTTP answer (the client's own message and body parsing)."""
         import openai
 
-        http_response = httpx.Response(response.status, headers=list(response.headers.items()), content=response.body,
+        # the text is already decoded: the headers that describe the bytes on the wire stay out
+        headers = [(k, v) for k, v in response.headers.items() if k not in ("content-encoding", "content-length", "transfer-encoding")]
+        http_response = httpx.Response(response.status, headers=headers, content=response.text.encode("utf-8"),
                                        request=self._request_stub())
         make = getattr(self.openai, "_make_status_error_from_response", None)
         if make is not None:
@@ -771,7 +767,7 @@ class ChatClient:
         """POST one chat completion (``body`` as for ``chat.completions.create``) with retries.
 
         ``encoded``, when given, is ``body`` already serialised as JSON (UTF-8): a plain-``http``
-        endpoint is sent these bytes as they are (:mod:`.http11`), the ``openai`` client ``body``.
+        endpoint is sent these bytes as they are (:mod:`.plainhttp`), the ``openai`` client ``body``.
         """
         if self._fast_target is not None:
             data = encoded if encoded is not None else json.dumps(body, ensure_ascii=False).encode("utf-8")
