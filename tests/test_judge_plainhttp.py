@@ -163,3 +163,52 @@ def test_plain_http_reads_chunked_gzip_answers_and_keeps_one_connection_alive(mo
     assert connections == 1 and len(heads) == 2
     assert all(b"authorization: bearer sk-plain-http-test" in h.lower() for h in heads)
     assert all(h.startswith(b"POST /v1/chat/completions HTTP/1.1\r\n") for h in heads)
+
+
+# ---------------------------------------------------------------------------------------- the prompt's JSON, encoded once per trace
+@pytest.mark.parametrize("suffix", ["\nLabel exactly these segment ids (2): 3, 4", '"quoted" \\ back\tslash', "«7» naïve ∑ 😀 \x01\x1f", ""])
+def test_messages_json_equals_json_dumps_and_its_sha256(suffix):
+    import hashlib
+
+    from ror_annotate.judge.prompt import MessagesJson
+
+    system = 'You label "segments".\nCodebook: ∑ «i» \\d'
+    block = '<problem>\nx = "1"\n</problem>\n\n<trace>\n«0» Let\'s see 😀\t\x02 tab\n</trace>\n'
+    messages = [{"role": "system", "content": system}, {"role": "user", "content": block + suffix}]
+    reference = json.dumps(messages, ensure_ascii=False).encode("utf-8")  # the reference: the standard library
+    got = MessagesJson(system, block).encode(messages)
+    assert got == (reference, hashlib.sha256(reference).hexdigest())
+    assert MessagesJson(system, block + "x").encode(messages) is None  # not a prefix (a windowed request)
+    assert MessagesJson(system + "x", block).encode(messages) is None
+
+
+def test_the_cache_key_and_body_of_a_request_do_not_change(tmp_path):
+    """The key with the per-trace hash equals the key computed from the whole messages (stored answers
+    stay reachable), and the body bytes parse to the request body."""
+    from ror_annotate.judge import make_judge
+    from ror_annotate.judge.llm import _body_bytes
+    from ror_annotate.judge.prompt import MessagesJson
+    from ror_annotate.records import Segment, Trace
+
+    text = "First I plan. Then I compute 2+2=4. Wait, check it."
+    starts = [0, 14, 36]
+    ends = [13, 35, len(text)]
+    trace = Trace(trace_id="t", text=text, problem='What is "2+2"?')
+    segments = [Segment(trace_id="t", segment_index=i, char_start=a, char_end=b, text=text[a:b], n_tokens=4) for i, (a, b) in enumerate(zip(starts, ends))]
+    judge = make_judge("openai:m", base_url="http://127.0.0.1:9/v1", chunk_size=2)
+    block = judge.render_trace_block(None, trace, segments)  # type: ignore[arg-type]
+    kinds = []
+    for ids, context in (([0, 1], 128_000), ([2], 128_000), ([1], 2_300)):
+        judge.context_tokens = context
+        messages, windowed = judge.render_messages(trace, segments, ids, max_tokens=200, block=block, retry_problem=None if ids != [2] else "it was not JSON")
+        encoded = MessagesJson(judge.system_prompt, block).encode(messages)
+        params = judge.params(1, 200)
+        kinds.append(windowed)
+        if windowed:
+            assert encoded is None
+            continue
+        assert encoded is not None
+        assert judge.cache_key(trace, ids, params, 1, messages, prompt_sha=encoded[1]) == judge.cache_key(trace, ids, params, 1, messages)
+        body = judge.request_body(messages, 1, 200)
+        assert json.loads(_body_bytes(body, messages, encoded[0])) == body
+    assert kinds == [False, False, True]

@@ -94,7 +94,7 @@ from .persist import (  # noqa: F401  (JUDGE_MIGRATIONS, LEDGER_MIGRATIONS: re-e
 )
 from .persist import cached_response as _cached_response
 from .pricing import load_prices
-from .prompt import build_messages, system_message, template_hash, trace_block
+from .prompt import MessagesJson, build_messages, system_message, template_hash, trace_block
 from .schema import LabelBatch, response_format
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -324,13 +324,16 @@ class LLMJudge:
         }
 
     def cache_key(self, trace: Trace, ids: Sequence[int], params: dict[str, Any], attempt: int,
-                  messages: list[dict[str, str]]) -> str:
+                  messages: list[dict[str, str]], *, prompt_sha: str | None = None) -> str:
         """sha256 of (codebook hash, prompt template hash, model, params, trace hash, segment ids, attempt, prompt hash).
 
         The hash of the rendered messages adds what the other parts miss: the problem text and the
-        segment spans (a re-segmented trace must not hit the old answers).
+        segment spans (a re-segmented trace must not hit the old answers). ``prompt_sha``, when
+        given, is that hash already computed (:class:`.prompt.MessagesJson`): the sha256 of
+        ``json.dumps(messages, ensure_ascii=False)``.
         """
-        prompt_sha = sha256_text(json.dumps(messages, ensure_ascii=False))
+        if prompt_sha is None:
+            prompt_sha = sha256_text(json.dumps(messages, ensure_ascii=False))
         return sha256_text(json.dumps(
             [self.codebook_version, self.prompt_template_hash, self.model, params, trace.text_sha256, list(ids), attempt, prompt_sha],
             sort_keys=True,
@@ -555,7 +558,10 @@ class LLMJudge:
             params = self.params(job.sample, max_tokens)
             messages, windowed = self.render_messages(job.trace, job.segments, remaining, max_tokens=max_tokens, block=job.block,
                                                       retry_problem=retry_problem)
-            key = self.cache_key(job.trace, remaining, params, attempt, messages)
+            if job.encoder is None and messages and isinstance(messages[0], dict):
+                job.encoder = MessagesJson(str(messages[0].get("content", "")), job.block)
+            encoded = job.encoder.encode(messages) if job.encoder is not None else None
+            key = self.cache_key(job.trace, remaining, params, attempt, messages, prompt_sha=encoded[1] if encoded else None)
             cached = self.cached_response(ctx.store, key) if ctx.may_be_cached(job.trace.trace_id) else None
             cache_row = None
             if cached is not None:
@@ -566,8 +572,9 @@ class LLMJudge:
                     async with ctx.req_sem:
                         ctx.in_flight += 1
                         try:
+                            body = self.request_body(messages, job.sample, max_tokens)
                             completion = await ctx.client.complete(
-                                self.request_body(messages, job.sample, max_tokens),
+                                body, encoded=_body_bytes(body, messages, encoded[0]) if encoded else None,
                                 what=f"trace {job.trace.trace_id} segments {remaining[0]}-{remaining[-1]}",
                             )
                         finally:
@@ -675,6 +682,8 @@ class _TraceJob:
     failed: dict[int, tuple[int, str | None, str]] = field(default_factory=dict)
     #: Set when a request of this trace was refused as longer than the model's context.
     too_long: str | None = None
+    #: The JSON of this trace's messages with their shared prefix encoded once (set by the first request).
+    encoder: MessagesJson | None = None
 
 
 class _Prefetch:
@@ -837,6 +846,16 @@ class _RunContext:
             if ledger["requests"]:
                 counts.update(ledger)
         self.store.update_run_counts(self.run_id, counts)
+
+
+def _body_bytes(body: dict[str, Any], messages: list[dict[str, str]], messages_json: bytes) -> bytes | None:
+    """``body`` as JSON bytes, its ``messages`` given as their JSON (:class:`.prompt.MessagesJson`);
+    ``None`` when ``body`` does not hold these messages."""
+    if body.get("messages") is not messages:
+        return None
+    rest = {k: v for k, v in body.items() if k != "messages"}
+    tail = json.dumps(rest, ensure_ascii=False)[1:].encode("utf-8") if rest else b"}"
+    return b'{"messages": ' + messages_json + (b", " + tail if rest else tail)
 
 
 def _shorten(text: str, limit: int = 400) -> str:
