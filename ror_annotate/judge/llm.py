@@ -61,7 +61,7 @@ from typing import TYPE_CHECKING, Any
 from ..codebook import Codebook, load_codebook
 from ..errors import ConfigError, JudgeError
 from ..provenance import scrub_text, scrub_url
-from ..records import Annotator, Label, Segment, Trace, sha256_text
+from ..records import Annotator, Label, Segment, Trace, sha256_text, utc_now
 from . import JudgeReport, register_judge
 from .client import (
     ChatClient,
@@ -85,6 +85,7 @@ from .persist import (  # noqa: F401  (JUDGE_MIGRATIONS, LEDGER_MIGRATIONS: re-e
     LEDGER_MIGRATIONS,
     Answer,
     AnswerWriter,
+    LabelRows,
     UsageMeter,
     cached_trace_ids,
     ensure_judge_tables,
@@ -395,10 +396,23 @@ class LLMJudge:
     def answer_record(self, *, trace: Trace, sample: int, run_id: str | None, cache_row: dict[str, Any] | None,
                       result: ChunkResult, failures: dict[int, str], attempts: int, extra: dict[str, Any],
                       cause: str | None = None) -> Answer:
-        """What one response writes (:class:`~.persist.Answer`): its cache row, its labels, any final failures."""
+        """What one response writes (:class:`~.persist.Answer`): its cache row, its labels, any final failures.
+
+        The labels are :meth:`make_labels`' objects, or, where that hook is this class's own, the same
+        rows as columns (:class:`~.persist.LabelRows`: no Label object per segment)."""
+        labels: list[Label] = []
+        rows = None
+        if type(self).make_labels is LLMJudge.make_labels:
+            good = sorted(result.good.items())
+            if good:
+                rows = LabelRows(trace_id=trace.trace_id, annotator=self.annotator_for(sample), codebook_version=self.codebook_version,
+                                 run_id=run_id, source="judge", extra=extra, created_at=utc_now(),
+                                 segment_index=[sid for sid, _ in good], label=[g[0] for _, g in good],
+                                 confidence=[g[1] for _, g in good], rationale=[g[2] for _, g in good])
+        else:
+            labels = self.make_labels(trace, sample, run_id, result, extra)
         return Answer(trace_id=trace.trace_id, trace_sha256=trace.text_sha256, annotator=self.annotator_for(sample), run_id=run_id,
-                      cache_row=cache_row, labels=self.make_labels(trace, sample, run_id, result, extra), failures=dict(failures),
-                      attempts=attempts, cause=cause)
+                      cache_row=cache_row, labels=labels, failures=dict(failures), attempts=attempts, cause=cause, label_rows=rows)
 
     def commit_response(
         self,
