@@ -30,7 +30,11 @@ Speed: the trace, its segments and its labelled and failed segments are read for
 traces in one query each, cache lookups happen only for traces that had stored responses when the
 run began, the prompt's token estimates are computed once per trace, requests are posted without
 the ``openai`` client's type transform, and one HTTP pool holds ``concurrency`` kept-alive
-connections (``benchmarks/bench_judge.py --throughput``).
+connections (``benchmarks/bench_judge.py --throughput``). A plain-``http`` endpoint (vLLM, Ollama)
+is sent the body bytes through ``aiohttp`` (:mod:`.plainhttp`); the messages' JSON and the
+cache key's prompt hash encode the shared prefix (system message and trace block) once per trace
+(:class:`.prompt.MessagesJson`, byte-identical keys); an answer's labels are written as Arrow
+columns (:class:`.persist.LabelRows`) rather than a Label object per segment.
 
 Fatal or local is decided by the kind of error, never by the order of the requests: a request
 refused as longer than the model's context fails that trace only (its other chunks are not sent),
