@@ -743,8 +743,8 @@ class ChatClient:
             raise self._status_error(response)
         return completion_from_text(response.text, content_type=response.headers.get("content-type"))
 
-    def _request_stub(self) -> httpx.Request:
-        return httpx.Request("POST", self._fast_target or f"{scrub_url(self.base_url or '')}/chat/completions")
+    def _request_stub(self) -> Any:
+        return _openai_http().Request("POST", self._fast_target or f"{scrub_url(self.base_url or '')}/chat/completions")
 
     def _status_error(self, response: RawResponse) -> Exception:
         """The ``openai`` status error of an HTTP answer (the client's own message and body parsing)."""
@@ -752,8 +752,8 @@ class ChatClient:
 
         # the text is already decoded: the headers that describe the bytes on the wire stay out
         headers = [(k, v) for k, v in response.headers.items() if k not in ("content-encoding", "content-length", "transfer-encoding")]
-        http_response = httpx.Response(response.status, headers=headers, content=response.text.encode("utf-8"),
-                                       request=self._request_stub())
+        http_response = _openai_http().Response(response.status, headers=headers, content=response.text.encode("utf-8"),
+                                                request=self._request_stub())
         make = getattr(self.openai, "_make_status_error_from_response", None)
         if make is not None:
             return make(http_response)  # type: ignore[no-any-return]
@@ -836,6 +836,19 @@ def run_interruptible(coro: Any) -> Any:
         if interrupted:
             raise KeyboardInterrupt() from None
         raise
+
+
+def _openai_http() -> Any:
+    """The HTTP library module the installed ``openai`` builds its requests and errors with
+    (``httpx``, or ``httpx2`` in later releases)."""
+    import sys
+
+    try:
+        from openai._constants import DEFAULT_CONNECTION_LIMITS
+
+        return sys.modules[type(DEFAULT_CONNECTION_LIMITS).__module__.split(".")[0]]
+    except (ImportError, KeyError):  # pragma: no cover
+        return httpx
 
 
 def _limits(connections: int) -> Any:
