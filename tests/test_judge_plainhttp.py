@@ -212,3 +212,19 @@ def test_the_cache_key_and_body_of_a_request_do_not_change(tmp_path):
         body = judge.request_body(messages, 1, 200)
         assert json.loads(_body_bytes(body, messages, encoded[0])) == body
     assert kinds == [False, False, True]
+
+
+def test_approx_tokens_never_exceeds_the_characters():
+    """build_messages skips counting a block no longer than the budget in characters: every token of
+    approx_tokens is at least one character (checked on text made of each token class)."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from ror_annotate.judge.prompt import approx_tokens
+
+    @settings(max_examples=200, deadline=None)
+    @given(st.text(alphabet=st.sampled_from(list("ab1 2\n\t.,«»∑😀_-\r")), max_size=200))
+    def check(text):
+        assert approx_tokens(text) <= len(text)
+
+    check()

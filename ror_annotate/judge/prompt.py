@@ -196,7 +196,9 @@ def build_messages(
     block = full_trace_block if full_trace_block is not None else trace_block(trace, segments, mark=mark)
     budget = context_tokens - max_tokens - _approx_tokens_cached(system) - _RESERVED_TOKENS
     windowed = False
-    if _approx_tokens_cached(block) > budget:
+    # Every token of approx_tokens is at least one character, so a block of at most ``budget``
+    # characters fits without counting (counting a 60 kB block costs milliseconds per trace).
+    if len(block) > budget and _approx_tokens_cached(block) > budget:
         index_of = {s.segment_index: pos for s, pos in zip(segments, range(len(segments)))}
         window = _choose_window(segments, [index_of[i] for i in ids], budget - approx_tokens(trace.problem or ""))
         block = TRACE_TEMPLATE.format(problem=trace.problem or "(not given)", trace=marked_trace(trace, segments, window=window, mark=mark))
