@@ -789,6 +789,8 @@ class _RunContext:
     #: Requests sent and not yet answered.
     in_flight: int = 0
     _timer: asyncio.TimerHandle | None = None
+    #: A group commit due while requests are in flight, run once this turn's ready callbacks have run.
+    _soon: asyncio.Handle | None = None
     _flush_error: BaseException | None = None
 
     def may_be_cached(self, trace_id: str) -> bool:
@@ -800,24 +802,34 @@ class _RunContext:
         return trace_id in self.cached_traces
 
     def record(self, answer: Answer) -> None:
-        """Queue one answer's writes; commit the group now when due (:meth:`.persist.AnswerWriter.due`),
-        else when the group's time is up."""
+        """Queue one answer's writes; commit the group when due (:meth:`.persist.AnswerWriter.due`),
+        else when the group's time is up. With nothing else in flight the group is committed now;
+        with other requests in flight, once the callbacks ready in this turn of the event loop have
+        run (the tasks whose answers arrived with this one send their next requests first, so those
+        are in flight while the transaction runs)."""
         if self._flush_error is not None:
             raise self._flush_error
         self.writer.add(answer)
         if self.writer.due(idle=self.in_flight == 0):
-            self._flush()
+            if self.in_flight == 0:
+                self._flush()
+            elif self._soon is None:
+                self._soon = asyncio.get_running_loop().call_soon(self._on_timer)
         elif self._timer is None:
             self._timer = asyncio.get_running_loop().call_later(self.writer.wait_s(), self._on_timer)
 
+    def _cancel_timers(self) -> None:
+        for handle in (self._timer, self._soon):
+            if handle is not None:
+                handle.cancel()
+        self._timer = self._soon = None
+
     def _flush(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        self._cancel_timers()
         self.writer.flush()
 
     def _on_timer(self) -> None:
-        self._timer = None
+        self._cancel_timers()
         try:
             self.writer.flush()
         except BaseException as exc:  # raised by the next record() or close_writer(), in a task
@@ -825,9 +837,7 @@ class _RunContext:
 
     def close_writer(self) -> None:
         """Commit every waiting answer (the end of a run, also an interrupted or failed one)."""
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        self._cancel_timers()
         error, self._flush_error = self._flush_error, None
         self.writer.flush()
         if error is not None:
