@@ -23,6 +23,9 @@ fresh process on a copy of one store of ``--copies`` copies of the traces:
      per-segment mode), the client's ceiling;
   3. the judge with ``--latency-ms`` (200) per request at each concurrency, against Little's law
      (throughput = concurrency / latency), and against min(Little, the zero-latency ceiling).
+Each judge row also prints the judge's and the server's CPU milliseconds per request (the server's
+from ``/proc``, Linux) and the CPU bound they set: min(one core / the judge's CPU per request, all
+cores / (judge + server CPU per request)), the rate a free machine of this many cores allows.
 With ``--against TREE`` (a checkout of another commit, e.g. /work/wt/_base) every judge figure is
 also measured with that tree's code in the same run, and printed with the ratio new / base.
 
@@ -195,18 +198,32 @@ def request_bodies(db: Path, limit: int = 400) -> list[dict]:
     return bodies
 
 
-def judge_rate(tmp: Path, db: Path, tree: Path, *, latency: float, concurrency: int, mode: str = "24") -> tuple[float, float]:
-    """``(requests/s, requests per CPU-second of the judge's process)`` of one judge run of ``tree``'s
-    code on a fresh copy of ``db``. The second figure does not depend on what else the machine runs:
-    it is the rate one free core would sustain."""
+def process_cpu_s(pid: int) -> float | None:
+    """CPU seconds (user + system) process ``pid`` has used so far (Linux ``/proc``; ``None`` elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def judge_rate(tmp: Path, db: Path, tree: Path, *, latency: float, concurrency: int, mode: str = "24") -> tuple[float, float, float | None]:
+    """``(requests/s, requests per CPU-second of the judge's process, the server's CPU ms per request)``
+    of one judge run of ``tree``'s code on a fresh copy of ``db``. The second figure does not depend on
+    what else the machine runs: it is the rate one free core would sustain. The third is the fast
+    server's own CPU during the run (the server shares the machine's cores with the judge)."""
     run_db = tmp / "run.duckdb"
     for suffix in ("", ".wal", JOURNAL_SUFFIX):  # the commit journal of an earlier run belongs to another store
         Path(str(run_db) + suffix).unlink(missing_ok=True)
     shutil.copy(db, run_db)
     with FastOpenAI(latency=latency) as srv:
+        pid = srv._proc.pid if srv._proc is not None else -1
+        before = process_cpu_s(pid)
         got = _run_json(_JUDGE_WORKER, [str(run_db), srv.base_url, str(concurrency), mode], pythonpath=tree)
+        after = process_cpu_s(pid)
     assert Path(got["code"]).resolve().is_relative_to(tree.resolve()), (got["code"], tree)
-    return got["requests"] / got["wall"], got["requests"] / got["cpu"]
+    server_ms = 1000 * (after - before) / got["requests"] if before is not None and after is not None else None
+    return got["requests"] / got["wall"], got["requests"] / got["cpu"], server_ms
 
 
 def throughput(args: argparse.Namespace, traces: list[Trace]) -> None:
@@ -240,20 +257,28 @@ def throughput(args: argparse.Namespace, traces: list[Trace]) -> None:
         def measure(name: str, lat: float, conc: int, mode: str, expect: float | None) -> None:
             rates: dict[str, float] = {}
             per_cpu: dict[str, float] = {}
+            server_ms: dict[str, float] = {}
             for _ in range(args.repeat):
                 for tree_name, tree in trees:
-                    rate, cpu_rate = judge_rate(tmp, db, tree, latency=lat, concurrency=conc, mode=mode)
+                    rate, cpu_rate, srv_ms = judge_rate(tmp, db, tree, latency=lat, concurrency=conc, mode=mode)
                     rates[tree_name] = max(rates.get(tree_name, 0.0), rate)
                     per_cpu[tree_name] = max(per_cpu.get(tree_name, 0.0), cpu_rate)
+                    if srv_ms is not None:
+                        server_ms[tree_name] = min(server_ms.get(tree_name, srv_ms), srv_ms)
             rows.append((name, expect or 0.0, rates))
             cells = "".join(f"{rates[t]:>9.1f}" for t, _ in trees)
             cells += f"{rates['new'] / rates['base']:>7.2f}x" if "base" in rates else ""
             cells += "".join(f"{per_cpu[t]:>9.1f}" for t, _ in trees)
             cells += f"{per_cpu['new'] / per_cpu['base']:>7.2f}x" if "base" in rates else ""
             extra = ""
+            if "new" in server_ms:
+                # what bounds the judge on this machine: one core for its event loop, and the cores it shares with the server
+                client_ms = 1000 / per_cpu["new"]
+                bound = min(1000 / client_ms, (os.cpu_count() or 1) * 1000 / (client_ms + server_ms["new"]))
+                extra += f"   client {client_ms:.2f} + server {server_ms['new']:.2f} CPU ms/req: CPU bound {bound:.0f}/s"
             if expect:
                 bound = min(expect, ceiling.get("new", expect))
-                extra = f"   Little {expect:.0f}: {rates['new'] / expect:.2f}; min(Little, ceiling {bound:.0f}): {rates['new'] / bound:.2f}"
+                extra += f"   Little {expect:.0f}: {rates['new'] / expect:.2f}; min(Little, ceiling {bound:.0f}): {rates['new'] / bound:.2f}"
             print(f"{name:<30}{cells}{extra}", flush=True)
 
         names = "".join(f"{t:>9}" for t, _ in trees) + (f"{'ratio':>8}" if len(trees) > 1 else "")

@@ -65,6 +65,7 @@ from ..errors import (  # re-exported: these names were defined here before erro
     TruncatedOutputError,
 )
 from ..provenance import register_secret, register_url_secrets, scrub_text, scrub_url
+from .plainhttp import PlainHttpPoster, RawResponse, fast_path_url
 
 __all__ = [
     "ChatClient", "Completion", "RefusalError", "RequestRejectedError", "ResponseBodyError", "ResponseParseError",
@@ -572,7 +573,13 @@ class ChatClient:
         Seed of the jitter generator.
     connections : int, optional
         Size of the HTTP connection pool, all kept alive (the judge passes its concurrency); ``None``
-        keeps the ``openai`` client's default pool.
+        keeps the ``openai`` client's default pool (100 connections on the plain-``http`` path).
+    fast_http : bool, default True
+        Send chat completions to a plain-``http`` endpoint through ``aiohttp`` (:mod:`.plainhttp`:
+        same requests, same error classes, a fraction of the CPU); ``False`` always uses the
+        ``openai`` client. URLs with credentials, a query or a proxy always use the ``openai``
+        client (:func:`.plainhttp.fast_path_url`). The whole call (connect, send, answer) then has
+        ``timeout`` seconds, where the ``openai`` client allows ``timeout`` seconds to each of its phases.
     """
 
     def __init__(
@@ -587,6 +594,7 @@ class ChatClient:
         sleep: Sleep | None = None,
         seed: int | None = None,
         connections: int | None = None,
+        fast_http: bool = True,
     ) -> None:
         if max_attempts < 1:
             raise ConfigError(f"--max-attempts must be >= 1, got {max_attempts}")
@@ -610,6 +618,9 @@ class ChatClient:
         register_secret(self._api_key)
         register_url_secrets(base_url)
         self._client: Any = None
+        #: The chat-completions URL when they go through :mod:`.plainhttp` instead of the ``openai`` client.
+        self._fast_target = fast_path_url(base_url) if fast_http else None
+        self._fast: PlainHttpPoster | None = None  # created inside the event loop, on first use
 
     @property
     def openai(self) -> Any:
@@ -631,6 +642,9 @@ class ChatClient:
 
     async def aclose(self) -> None:
         """Close the HTTP connection pool."""
+        if self._fast is not None:
+            await self._fast.aclose()
+            self._fast = None
         if self._client is not None:
             await self._client.close()
             self._client = None
@@ -697,8 +711,71 @@ class ChatClient:
             status=status, waits=waits, cause=cause,
         ) from last
 
-    async def complete(self, body: dict[str, Any], *, what: str = "chat completion") -> Completion:
-        """POST one chat completion (``body`` as for ``chat.completions.create``) with retries."""
+    def _fast_headers(self) -> dict[str, str]:
+        """Headers of a chat-completion POST on the plain-``http`` path (as the ``openai`` client sends them)."""
+        from .. import __version__
+
+        headers = {"Authorization": f"Bearer {self._api_key}", "Content-Type": "application/json", "Accept": "application/json",
+                   "User-Agent": f"ror_annotate/{__version__}"}
+        for env, name in (("OPENAI_ORG_ID", "OpenAI-Organization"), ("OPENAI_PROJECT_ID", "OpenAI-Project")):
+            if os.environ.get(env):
+                headers[name] = os.environ[env]
+        return headers
+
+    async def _fast_post(self, data: bytes) -> Completion:
+        """One POST of ``data`` to ``{base_url}/chat/completions`` through :mod:`.plainhttp`, its errors
+        raised as the ``openai`` exceptions :meth:`with_retries` classifies."""
+        import aiohttp
+        import openai
+
+        assert self._fast_target is not None
+        if self._fast is None:
+            self._fast = PlainHttpPoster(self._fast_target, self._fast_headers(), connections=self.connections or 100,
+                                         timeout=self.timeout)
+        try:
+            response = await self._fast.post(data)
+        except (TimeoutError, asyncio.TimeoutError):
+            raise openai.APITimeoutError(request=self._request_stub()) from None
+        except (aiohttp.ClientError, OSError) as exc:
+            detail = str(exc) or type(exc).__name__
+            raise openai.APIConnectionError(message=f"Connection error: {detail}", request=self._request_stub()) from exc
+        if not 200 <= response.status < 300:
+            raise self._status_error(response)
+        return completion_from_text(response.text, content_type=response.headers.get("content-type"))
+
+    def _request_stub(self) -> Any:
+        return _openai_http().Request("POST", self._fast_target or f"{scrub_url(self.base_url or '')}/chat/completions")
+
+    def _status_error(self, response: RawResponse) -> Exception:
+        """The ``openai`` status error of an HTTP answer (the client's own message and body parsing)."""
+        import openai
+
+        # the text is already decoded: the headers that describe the bytes on the wire stay out
+        headers = [(k, v) for k, v in response.headers.items() if k not in ("content-encoding", "content-length", "transfer-encoding")]
+        http_response = _openai_http().Response(response.status, headers=headers, content=response.text.encode("utf-8"),
+                                                request=self._request_stub())
+        make = getattr(self.openai, "_make_status_error_from_response", None)
+        if make is not None:
+            return make(http_response)  # type: ignore[no-any-return]
+        try:  # pragma: no cover - an openai release without the helper
+            body: Any = json.loads(response.text)
+        except ValueError:  # pragma: no cover
+            body = response.text
+        return openai.APIStatusError(f"Error code: {response.status}", response=http_response, body=body)  # pragma: no cover
+
+    async def complete(self, body: dict[str, Any], *, what: str = "chat completion", encoded: bytes | None = None) -> Completion:
+        """POST one chat completion (``body`` as for ``chat.completions.create``) with retries.
+
+        ``encoded``, when given, is ``body`` already serialised as JSON (UTF-8): a plain-``http``
+        endpoint is sent these bytes as they are (:mod:`.plainhttp`), the ``openai`` client ``body``.
+        """
+        if self._fast_target is not None:
+            data = encoded if encoded is not None else json.dumps(body, ensure_ascii=False).encode("utf-8")
+
+            async def fast_call() -> Completion:
+                return await self._fast_post(data)
+
+            return await self.with_retries(fast_call, what=what)
 
         async def call() -> Completion:
             # The raw body, parsed here: an HTTP 200 may carry an HTML page or an error object, which
@@ -759,6 +836,19 @@ def run_interruptible(coro: Any) -> Any:
         if interrupted:
             raise KeyboardInterrupt() from None
         raise
+
+
+def _openai_http() -> Any:
+    """The HTTP library module the installed ``openai`` builds its requests and errors with
+    (``httpx``, or ``httpx2`` in later releases)."""
+    import sys
+
+    try:
+        from openai._constants import DEFAULT_CONNECTION_LIMITS
+
+        return sys.modules[type(DEFAULT_CONNECTION_LIMITS).__module__.split(".")[0]]
+    except (ImportError, KeyError):  # pragma: no cover
+        return httpx
 
 
 def _limits(connections: int) -> Any:

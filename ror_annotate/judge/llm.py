@@ -30,7 +30,11 @@ Speed: the trace, its segments and its labelled and failed segments are read for
 traces in one query each, cache lookups happen only for traces that had stored responses when the
 run began, the prompt's token estimates are computed once per trace, requests are posted without
 the ``openai`` client's type transform, and one HTTP pool holds ``concurrency`` kept-alive
-connections (``benchmarks/bench_judge.py --throughput``).
+connections (``benchmarks/bench_judge.py --throughput``). A plain-``http`` endpoint (vLLM, Ollama)
+is sent the body bytes through ``aiohttp`` (:mod:`.plainhttp`); the messages' JSON and the
+cache key's prompt hash encode the shared prefix (system message and trace block) once per trace
+(:class:`.prompt.MessagesJson`, byte-identical keys); an answer's labels are written as Arrow
+columns (:class:`.persist.LabelRows`) rather than a Label object per segment.
 
 Fatal or local is decided by the kind of error, never by the order of the requests: a request
 refused as longer than the model's context fails that trace only (its other chunks are not sent),
@@ -61,7 +65,7 @@ from typing import TYPE_CHECKING, Any
 from ..codebook import Codebook, load_codebook
 from ..errors import ConfigError, JudgeError
 from ..provenance import scrub_text, scrub_url
-from ..records import Annotator, Label, Segment, Trace, sha256_text
+from ..records import Annotator, Label, Segment, Trace, sha256_text, utc_now
 from . import JudgeReport, register_judge
 from .client import (
     ChatClient,
@@ -85,6 +89,7 @@ from .persist import (  # noqa: F401  (JUDGE_MIGRATIONS, LEDGER_MIGRATIONS: re-e
     LEDGER_MIGRATIONS,
     Answer,
     AnswerWriter,
+    LabelRows,
     UsageMeter,
     cached_trace_ids,
     ensure_judge_tables,
@@ -94,7 +99,7 @@ from .persist import (  # noqa: F401  (JUDGE_MIGRATIONS, LEDGER_MIGRATIONS: re-e
 )
 from .persist import cached_response as _cached_response
 from .pricing import load_prices
-from .prompt import build_messages, system_message, template_hash, trace_block
+from .prompt import MessagesJson, build_messages, system_message, template_hash, trace_block
 from .schema import LabelBatch, response_format
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -324,13 +329,16 @@ class LLMJudge:
         }
 
     def cache_key(self, trace: Trace, ids: Sequence[int], params: dict[str, Any], attempt: int,
-                  messages: list[dict[str, str]]) -> str:
+                  messages: list[dict[str, str]], *, prompt_sha: str | None = None) -> str:
         """sha256 of (codebook hash, prompt template hash, model, params, trace hash, segment ids, attempt, prompt hash).
 
         The hash of the rendered messages adds what the other parts miss: the problem text and the
-        segment spans (a re-segmented trace must not hit the old answers).
+        segment spans (a re-segmented trace must not hit the old answers). ``prompt_sha``, when
+        given, is that hash already computed (:class:`.prompt.MessagesJson`): the sha256 of
+        ``json.dumps(messages, ensure_ascii=False)``.
         """
-        prompt_sha = sha256_text(json.dumps(messages, ensure_ascii=False))
+        if prompt_sha is None:
+            prompt_sha = sha256_text(json.dumps(messages, ensure_ascii=False))
         return sha256_text(json.dumps(
             [self.codebook_version, self.prompt_template_hash, self.model, params, trace.text_sha256, list(ids), attempt, prompt_sha],
             sort_keys=True,
@@ -392,10 +400,23 @@ class LLMJudge:
     def answer_record(self, *, trace: Trace, sample: int, run_id: str | None, cache_row: dict[str, Any] | None,
                       result: ChunkResult, failures: dict[int, str], attempts: int, extra: dict[str, Any],
                       cause: str | None = None) -> Answer:
-        """What one response writes (:class:`~.persist.Answer`): its cache row, its labels, any final failures."""
+        """What one response writes (:class:`~.persist.Answer`): its cache row, its labels, any final failures.
+
+        The labels are :meth:`make_labels`' objects, or, where that hook is this class's own, the same
+        rows as columns (:class:`~.persist.LabelRows`: no Label object per segment)."""
+        labels: list[Label] = []
+        rows = None
+        if type(self).make_labels is LLMJudge.make_labels:
+            good = sorted(result.good.items())
+            if good:
+                rows = LabelRows(trace_id=trace.trace_id, annotator=self.annotator_for(sample), codebook_version=self.codebook_version,
+                                 run_id=run_id, source="judge", extra=extra, created_at=utc_now(),
+                                 segment_index=[sid for sid, _ in good], label=[g[0] for _, g in good],
+                                 confidence=[g[1] for _, g in good], rationale=[g[2] for _, g in good])
+        else:
+            labels = self.make_labels(trace, sample, run_id, result, extra)
         return Answer(trace_id=trace.trace_id, trace_sha256=trace.text_sha256, annotator=self.annotator_for(sample), run_id=run_id,
-                      cache_row=cache_row, labels=self.make_labels(trace, sample, run_id, result, extra), failures=dict(failures),
-                      attempts=attempts, cause=cause)
+                      cache_row=cache_row, labels=labels, failures=dict(failures), attempts=attempts, cause=cause, label_rows=rows)
 
     def commit_response(
         self,
@@ -555,7 +576,10 @@ class LLMJudge:
             params = self.params(job.sample, max_tokens)
             messages, windowed = self.render_messages(job.trace, job.segments, remaining, max_tokens=max_tokens, block=job.block,
                                                       retry_problem=retry_problem)
-            key = self.cache_key(job.trace, remaining, params, attempt, messages)
+            if job.encoder is None and messages and isinstance(messages[0], dict):
+                job.encoder = MessagesJson(str(messages[0].get("content", "")), job.block)
+            encoded = job.encoder.encode(messages) if job.encoder is not None else None
+            key = self.cache_key(job.trace, remaining, params, attempt, messages, prompt_sha=encoded[1] if encoded else None)
             cached = self.cached_response(ctx.store, key) if ctx.may_be_cached(job.trace.trace_id) else None
             cache_row = None
             if cached is not None:
@@ -566,8 +590,9 @@ class LLMJudge:
                     async with ctx.req_sem:
                         ctx.in_flight += 1
                         try:
+                            body = self.request_body(messages, job.sample, max_tokens)
                             completion = await ctx.client.complete(
-                                self.request_body(messages, job.sample, max_tokens),
+                                body, encoded=_body_bytes(body, messages, encoded[0]) if encoded else None,
                                 what=f"trace {job.trace.trace_id} segments {remaining[0]}-{remaining[-1]}",
                             )
                         finally:
@@ -675,6 +700,8 @@ class _TraceJob:
     failed: dict[int, tuple[int, str | None, str]] = field(default_factory=dict)
     #: Set when a request of this trace was refused as longer than the model's context.
     too_long: str | None = None
+    #: The JSON of this trace's messages with their shared prefix encoded once (set by the first request).
+    encoder: MessagesJson | None = None
 
 
 class _Prefetch:
@@ -762,6 +789,8 @@ class _RunContext:
     #: Requests sent and not yet answered.
     in_flight: int = 0
     _timer: asyncio.TimerHandle | None = None
+    #: A group commit due while requests are in flight, run once this turn's ready callbacks have run.
+    _soon: asyncio.Handle | None = None
     _flush_error: BaseException | None = None
 
     def may_be_cached(self, trace_id: str) -> bool:
@@ -773,24 +802,34 @@ class _RunContext:
         return trace_id in self.cached_traces
 
     def record(self, answer: Answer) -> None:
-        """Queue one answer's writes; commit the group now when due (:meth:`.persist.AnswerWriter.due`),
-        else when the group's time is up."""
+        """Queue one answer's writes; commit the group when due (:meth:`.persist.AnswerWriter.due`),
+        else when the group's time is up. With nothing else in flight the group is committed now;
+        with other requests in flight, once the callbacks ready in this turn of the event loop have
+        run (the tasks whose answers arrived with this one send their next requests first, so those
+        are in flight while the transaction runs)."""
         if self._flush_error is not None:
             raise self._flush_error
         self.writer.add(answer)
         if self.writer.due(idle=self.in_flight == 0):
-            self._flush()
+            if self.in_flight == 0:
+                self._flush()
+            elif self._soon is None:
+                self._soon = asyncio.get_running_loop().call_soon(self._on_timer)
         elif self._timer is None:
             self._timer = asyncio.get_running_loop().call_later(self.writer.wait_s(), self._on_timer)
 
+    def _cancel_timers(self) -> None:
+        for handle in (self._timer, self._soon):
+            if handle is not None:
+                handle.cancel()
+        self._timer = self._soon = None
+
     def _flush(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        self._cancel_timers()
         self.writer.flush()
 
     def _on_timer(self) -> None:
-        self._timer = None
+        self._cancel_timers()
         try:
             self.writer.flush()
         except BaseException as exc:  # raised by the next record() or close_writer(), in a task
@@ -798,9 +837,7 @@ class _RunContext:
 
     def close_writer(self) -> None:
         """Commit every waiting answer (the end of a run, also an interrupted or failed one)."""
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        self._cancel_timers()
         error, self._flush_error = self._flush_error, None
         self.writer.flush()
         if error is not None:
@@ -837,6 +874,16 @@ class _RunContext:
             if ledger["requests"]:
                 counts.update(ledger)
         self.store.update_run_counts(self.run_id, counts)
+
+
+def _body_bytes(body: dict[str, Any], messages: list[dict[str, str]], messages_json: bytes) -> bytes | None:
+    """``body`` as JSON bytes, its ``messages`` given as their JSON (:class:`.prompt.MessagesJson`);
+    ``None`` when ``body`` does not hold these messages."""
+    if body.get("messages") is not messages:
+        return None
+    rest = {k: v for k, v in body.items() if k != "messages"}
+    tail = json.dumps(rest, ensure_ascii=False)[1:].encode("utf-8") if rest else b"}"
+    return b'{"messages": ' + messages_json + (b", " + tail if rest else tail)
 
 
 def _shorten(text: str, limit: int = 400) -> str:

@@ -190,6 +190,80 @@ class Answer:
     failures: dict[int, str] = field(default_factory=dict)
     attempts: int = 0
     cause: str | None = None
+    #: The judge's own labels as columns (written as ``labels`` would be, without a Label object each).
+    label_rows: "LabelRows | None" = None
+
+
+@dataclass
+class LabelRows:
+    """The labels of one answer as columns: what :meth:`.llm.LLMJudge.make_labels` would give as
+    :class:`~ror_annotate.records.Label` objects (one ``created_at`` and one ``extra`` dict for the
+    answer), without an object per segment. :class:`AnswerWriter` writes them through
+    :meth:`Store.upsert_label_table <ror_annotate.store.Store.upsert_label_table>`, which checks the
+    rows as a whole (label names, confidence in [0, 1], non-empty ids) and computes nothing else:
+    the stored rows equal those of ``store.upsert_labels(labels)``.
+
+    Attributes
+    ----------
+    segment_index, label, confidence, rationale : list, length n
+        One entry per labelled segment (labels already checked against the codebook, confidences
+        in [0, 1] or None, rationales capped).
+    """
+
+    trace_id: str
+    annotator: str
+    codebook_version: str
+    run_id: str | None
+    source: str
+    extra: dict[str, Any]
+    created_at: Any
+    segment_index: list[int]
+    label: list[str]
+    confidence: list[float | None]
+    rationale: list[str | None]
+
+
+def label_table(rows: Sequence[LabelRows]) -> Any:
+    """One Arrow table (``LABEL_TABLE_SCHEMA``) of several answers' :class:`LabelRows`; of rows that
+    repeat a label id the last one is kept (as :meth:`Store.upsert_labels` does)."""
+    import pyarrow as pa
+
+    from ..records import label_ids
+    from ..store.schema import LABEL_TABLE_SCHEMA
+
+    ids: list[str] = []
+    owner: list[int] = []  # which LabelRows each row comes from
+    for n, r in enumerate(rows):
+        ids += label_ids(r.trace_id, r.segment_index, source=r.source, annotator=r.annotator, codebook_version=r.codebook_version)
+        owner += [n] * len(r.segment_index)
+    keep = list({label_id: i for i, label_id in enumerate(ids)}.values())  # the last row of each id
+    keep.sort()
+    position = [i for r in rows for i in range(len(r.segment_index))]
+    extra_json = [json.dumps(r.extra, ensure_ascii=False, default=str) for r in rows]
+    created = [to_naive_utc(r.created_at) for r in rows]
+
+    def column(name: str) -> list[Any]:
+        return [getattr(rows[owner[i]], name)[position[i]] for i in keep]
+
+    def per_answer(values: Sequence[Any]) -> list[Any]:
+        return [values[owner[i]] for i in keep]
+
+    return pa.table({
+        "label_id": [ids[i] for i in keep],
+        "trace_id": per_answer([r.trace_id for r in rows]),
+        "segment_index": column("segment_index"),
+        "label": column("label"),
+        "source": per_answer([r.source for r in rows]),
+        "annotator": per_answer([r.annotator for r in rows]),
+        "codebook_version": per_answer([r.codebook_version for r in rows]),
+        "run_id": per_answer([r.run_id for r in rows]),
+        "study": [None] * len(keep),
+        "confidence": column("confidence"),
+        "rationale": column("rationale"),
+        "created_at": per_answer(created),
+        "extra": per_answer(extra_json),
+        "distribution": [None] * len(keep),
+    }, schema=LABEL_TABLE_SCHEMA)
 
 
 class AnswerWriter:
@@ -266,6 +340,7 @@ class AnswerWriter:
         now = store_now()
         cache = [a for a in group if a.cache_row is not None]
         labels = [lab for a in group for lab in a.labels]
+        label_rows = [a.label_rows for a in group if a.label_rows is not None and a.label_rows.segment_index]
         with store.transaction():
             if cache:
                 columns = list(zip(*(self._cache_values(a, now) for a in cache), strict=True))
@@ -278,7 +353,11 @@ class AnswerWriter:
                     store.journal_note("judge_cache", {**row, "created_at": now.isoformat()})
             if labels:
                 store.upsert_labels(labels)
+            if label_rows:
+                store.upsert_label_table(label_table(label_rows))
+            if labels or label_rows:
                 keys = [(a.trace_id, lab.segment_index, a.annotator) for a in group for lab in a.labels]
+                keys += [(r.trace_id, i, r.annotator) for r in label_rows for i in r.segment_index]
                 store.execute(
                     # numbered parameters: DuckDB 1.3 binds the USING subquery's '?' out of textual order
                     "DELETE FROM judge_failures f USING (SELECT unnest($1::VARCHAR[]) AS t, unnest($2::INTEGER[]) AS i, "

@@ -22,6 +22,8 @@ context.
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
 import re
 from collections.abc import Callable, Sequence
 
@@ -194,7 +196,9 @@ def build_messages(
     block = full_trace_block if full_trace_block is not None else trace_block(trace, segments, mark=mark)
     budget = context_tokens - max_tokens - _approx_tokens_cached(system) - _RESERVED_TOKENS
     windowed = False
-    if _approx_tokens_cached(block) > budget:
+    # Every token of approx_tokens is at least one character, so a block of at most ``budget``
+    # characters fits without counting (counting a 60 kB block costs milliseconds per trace).
+    if len(block) > budget and _approx_tokens_cached(block) > budget:
         index_of = {s.segment_index: pos for s, pos in zip(segments, range(len(segments)))}
         window = _choose_window(segments, [index_of[i] for i in ids], budget - approx_tokens(trace.problem or ""))
         block = TRACE_TEMPLATE.format(problem=trace.problem or "(not given)", trace=marked_trace(trace, segments, window=window, mark=mark))
@@ -208,3 +212,44 @@ def build_messages(
 def trace_block(trace: Trace, segments: Sequence[Segment], *, mark: Callable[[int], str] = marker) -> str:
     """The ``<problem>``/``<trace>`` block with every segment marked (the per-trace cacheable part)."""
     return TRACE_TEMPLATE.format(problem=trace.problem or "(not given)", trace=marked_trace(trace, segments, mark=mark))
+
+
+class MessagesJson:
+    """The JSON text (as bytes) and sha256 of one trace's chat messages, its shared prefix encoded once.
+
+    Every request of a trace sends the same system message and trace block, then its own id list:
+    ``json.dumps(messages, ensure_ascii=False)`` of each request repeats the encoding of the
+    ~30-60 kB prefix, and the cache key hashes it again. Here the prefix is encoded and hashed once
+    per trace (the JSON of a string cut at a character is the JSON of its two parts, without the
+    closing and opening quote between them); each request encodes and hashes only its tail (a copy
+    of the prefix's sha256 state). The result is byte-identical to ``json.dumps(messages,
+    ensure_ascii=False).encode("utf-8")`` and its sha256, so cache keys do not change.
+
+    Parameters
+    ----------
+    system : str
+        The system message's content.
+    block : str
+        The trace block every user message of the trace starts with (:func:`trace_block`).
+    """
+
+    def __init__(self, system: str, block: str) -> None:
+        self.system, self.block = system, block
+        head = '[{"role": "system", "content": ' + json.dumps(system, ensure_ascii=False) + '}, {"role": "user", "content": '
+        self._head = (head + json.dumps(block, ensure_ascii=False)[:-1]).encode("utf-8")
+        self._sha = hashlib.sha256(self._head)
+
+    def encode(self, messages: Sequence[dict[str, str]]) -> tuple[bytes, str] | None:
+        """``(json.dumps(messages, ensure_ascii=False) as UTF-8, its sha256 hex)``, or ``None`` when
+        ``messages`` are not ``[system, user]`` with this system message and a user message starting
+        with the block (a windowed request: the caller encodes it whole)."""
+        if len(messages) != 2:
+            return None
+        system, user = messages
+        if (list(system) != ["role", "content"] or list(user) != ["role", "content"] or system["role"] != "system"
+                or user["role"] != "user" or system["content"] != self.system or not user["content"].startswith(self.block)):
+            return None
+        tail = (json.dumps(user["content"][len(self.block) :], ensure_ascii=False)[1:] + "}]").encode("utf-8")
+        sha = self._sha.copy()
+        sha.update(tail)
+        return self._head + tail, sha.hexdigest()
