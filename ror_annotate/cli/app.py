@@ -24,7 +24,38 @@ from typer.core import TyperGroup
 
 from ..errors import ConfigError, RorError, UsageError
 
-class _StdoutConsole(Console):
+class _ScrubbedFile:
+    """A text stream whose writes pass :func:`~ror_annotate.provenance.scrub_text` first (API keys,
+    URL passwords, ``Bearer``/``Basic`` values, tokens of the environment); every other attribute is
+    the wrapped stream's (``isatty``, ``encoding``, ``fileno``, ``flush``)."""
+
+    def __init__(self, target: Any) -> None:
+        self._target = target
+
+    def write(self, text: str) -> int:
+        from ..provenance import scrub_text
+
+        return int(self._target.write(scrub_text(text)) or 0)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._target, name)
+
+
+class _ScrubbingConsole(Console):
+    """Rich's console, with everything it writes scrubbed of secrets: whatever a command prints
+    (a server URL with ``user:password@``, a provider's message that repeats the request's
+    ``Authorization`` header) reaches the terminal without them."""
+
+    @property  # type: ignore[override]
+    def file(self) -> Any:
+        return _ScrubbedFile(Console.file.fget(self))  # type: ignore[attr-defined]
+
+    @file.setter
+    def file(self, new_file: Any) -> None:
+        Console.file.fset(self, new_file)  # type: ignore[attr-defined]
+
+
+class _StdoutConsole(_ScrubbingConsole):
     """Rich's console for stdout, ending quietly with status 0 when the reader closes the pipe
     (``ror agree | head -1``); rich's own handler exits with status 1."""
 
@@ -39,7 +70,7 @@ class _StdoutConsole(Console):
 # that printed it) or "[bold red]alice" restyled the table. Styles on stdout come from Table / Text
 # objects, never from markup in strings; err_console keeps markup for its coded lines (data escaped).
 console = _StdoutConsole(markup=False)
-err_console = Console(stderr=True)
+err_console = _ScrubbingConsole(stderr=True)
 
 # typer 0.2x vendors click (typer._click); older typer uses click itself. Catch whichever parses.
 # NoArgsIsHelpError (click >= 8.2) is how `ror` alone asks for the help: it is let through.

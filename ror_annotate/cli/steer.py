@@ -15,6 +15,7 @@ import typer
 from rich.table import Table
 
 from ..errors import InputError
+from ..options import RESAMPLES_MAX, SEED_MAX
 from .app import app, console, err_console
 
 _PANEL = "Probe and steer"
@@ -25,7 +26,7 @@ DtypeOption = Annotated[str, typer.Option("--dtype", help="Model dtype: auto, fl
 EngineOption = Annotated[str, typer.Option("--engine", help="hf (transformers) or vllm (its own venv: scripts/setup_vllm.sh).")]
 _NOISE = "Label noise"
 ResamplesOption = Annotated[int, typer.Option(
-    "--label-resamples", min=0, rich_help_panel=_NOISE,
+    "--label-resamples", min=0, max=RESAMPLES_MAX, rich_help_panel=_NOISE,
     help="Redraw every segment's label N times (from the export's label_distribution, else --label-confusion) and "
          "report each figure with its label-noise percentile interval; 0: off.")]
 ConfusionOption = Annotated[Optional[Path], typer.Option(
@@ -34,7 +35,7 @@ ConfusionOption = Annotated[Optional[Path], typer.Option(
          "{behaviors: [...], matrix: [[...]]} / CSV judge_label,<six behaviors> with rows summing to 1.")]
 ConfusionRaterOption = Annotated[Optional[str], typer.Option(
     "--label-confusion-rater", rich_help_panel=_NOISE, help="Whose confusion matrix, when the `ror agree` file has several.")]
-LabelSeedOption = Annotated[int, typer.Option("--label-seed", rich_help_panel=_NOISE, help="Seed of the label draws.")]
+LabelSeedOption = Annotated[int, typer.Option("--label-seed", min=0, max=SEED_MAX, rich_help_panel=_NOISE, help="Seed of the label draws.")]
 
 
 def _label_draws(table, tokens: Path, resamples: int, confusion: Optional[Path], rater: Optional[str], seed: int):
@@ -142,7 +143,7 @@ def probe_cmd(
     controls: Annotated[str, typer.Option("--controls", help="Comma-separated: position, tfidf, embeddings (needs --model).")] = "position,tfidf",
     model: Annotated[Optional[str], typer.Option("--model", help="Checkpoint for the input-embeddings control.")] = None,
     max_train: Annotated[int, typer.Option("--max-train", min=1, help="Train rows kept (seeded subsample), token level.")] = 50_000,
-    seed: Annotated[int, typer.Option("--seed")] = 0,
+    seed: Annotated[int, typer.Option("--seed", min=0, max=SEED_MAX)] = 0,
     out: Annotated[Optional[Path], typer.Option("--out", help="Write the table as CSV and per-layer dev curves as JSON here.")] = None,
     label_resamples: ResamplesOption = 0,
     label_confusion: ConfusionOption = None,
@@ -216,7 +217,7 @@ def experts_cmd(
     permutations: Annotated[int, typer.Option("--permutations", min=1, help="Label permutations for the Jaccard null.")] = 20,
     steer_size: Annotated[Optional[int], typer.Option("--steer-size", min=0, help="Experts per layer in the steer_suppress_<behavior>.json specs (default: --top-k, capped so the router's top-k stay selectable; 0: no spec).")] = None,
     splits: Annotated[Optional[str], typer.Option("--splits", help="Comma-separated splits (default all).")] = None,
-    seed: Annotated[int, typer.Option("--seed")] = 0,
+    seed: Annotated[int, typer.Option("--seed", min=0, max=SEED_MAX)] = 0,
     label_resamples: ResamplesOption = 0,
     label_confusion: ConfusionOption = None,
     label_confusion_rater: ConfusionRaterOption = None,
@@ -285,7 +286,7 @@ def steer_cmd(
     max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", min=1)] = 1024,
     device: DeviceOption = "cpu",
     dtype: DtypeOption = "auto",
-    seed: Annotated[int, typer.Option("--seed", help="Seed of the random-expert control.")] = 0,
+    seed: Annotated[int, typer.Option("--seed", min=0, max=SEED_MAX, help="Seed of the random-expert control.")] = 0,
     out: Annotated[Optional[Path], typer.Option("--out", help="Write per-generation rows as JSONL here.")] = None,
     engine: EngineOption = "hf",
 ) -> None:
@@ -348,7 +349,7 @@ def tiny_model_cmd(
     out: Annotated[Path, typer.Argument(help="Folder for the checkpoint and its tokenizer (created).")],
     traces: Annotated[Optional[Path], typer.Option("--traces", help="JSONL of traces to train the tokenizer on (default: the embedded sample).")] = None,
     problems: Annotated[Optional[Path], typer.Option("--problems", help="Also write 4 problems of those traces here, for `ror steer`.")] = None,
-    seed: Annotated[int, typer.Option("--seed")] = 0,
+    seed: Annotated[int, typer.Option("--seed", min=0, max=SEED_MAX)] = 0,
 ) -> None:
     """Build a tiny random-weight Qwen3-MoE checkpoint and a tokenizer trained on the traces, offline (to try probe/steer)."""
     from ..steer import require_torch

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import urlsplit
 
 from ..errors import ReviewError
-from ..options import StageOptions
+from ..options import Resamples, Seed, StageOptions
 from ..provenance import scrub_url
 from .labelstudio import KEY_ENV, LabelStudioClient, server_url, signup_annotator
 from .studies import StudyOptions, check_email, check_study_name, ensure_tables, load_study, person_email, pseudonym_for, study_design, study_people
@@ -92,9 +92,9 @@ class ReviewFinishOptions(StageOptions):
     with_judge: bool = True
     weighted: bool | None = None
     reference: str | None = "majority"
-    n_resamples: int = 1000
+    n_resamples: Resamples = 1000
     confidence_level: float = 0.95
-    seed: int = 0
+    seed: Seed = 0
     n_bins: int = 10
     report: Path | None = None
 
