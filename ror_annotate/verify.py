@@ -396,7 +396,7 @@ def verify(store: "Store", options: VerifyOptions, *, trace_ids: Sequence[str] |
     cfg = options.judge_options
     store.upsert_annotators([Annotator(
         annotator=verifier.annotator, kind="machine", source="verify", model=model,
-        provider=scrub_url(cfg.base_url) if cfg.base_url else None, temperature=verifier.temperature, samples=1,
+        provider=scrub_url(verifier.base_url) if verifier.base_url else None, temperature=verifier.temperature, samples=1,
         codebook_version=verifier.codebook_version,
         details={"of": of, "codebook": verifier.book.versioned_name, "prompt_template_hash": verifier.prompt_template_hash},
     )])

@@ -181,3 +181,22 @@ def test_negative_output_or_cache_counts_are_unknown_not_stored(usage):
     assert read_usage(usage) == (0, 0, 0, read_usage(usage)[3]) and read_usage(usage)[3].startswith("invalid: ")
     assert "negative" in read_usage(usage)[3]
 
+
+
+# ------------------------------------------------------------------------ OPENAI_BASE_URL in Python
+def test_a_judge_built_in_python_follows_openai_base_url_like_the_cli(tmp_path: Path, monkeypatch):
+    # README: "point them at a local server with OPENAI_BASE_URL". The CLI read it (--base-url's envvar);
+    # pipeline.label / make_judge refused with "no API key for the OpenAI API" although the openai
+    # client itself would have sent every request to that local server.
+    from ror_annotate import pipeline
+
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    store = build_store(tmp_path / "s.duckdb", TRACES)
+    with FakeOpenAI() as srv:
+        monkeypatch.setenv("OPENAI_BASE_URL", srv.base_url)
+        summary = pipeline.label(store, judge="openai:gpt-4.1-mini")
+        requests = srv.chat_requests()
+    assert summary.labeled == 10 and len(requests) == 2
+    assert all("max_tokens" in r and "max_completion_tokens" not in r for r in requests)  # a compatible server
+    assert store.declared_annotators()["openai:gpt-4.1-mini"].provider == srv.base_url
+    store.close()
