@@ -200,3 +200,22 @@ def test_a_judge_built_in_python_follows_openai_base_url_like_the_cli(tmp_path: 
     assert all("max_tokens" in r and "max_completion_tokens" not in r for r in requests)  # a compatible server
     assert store.declared_annotators()["openai:gpt-4.1-mini"].provider == srv.base_url
     store.close()
+
+
+# ------------------------------------------------------------------------ CSV: the line of an unterminated quote
+@pytest.mark.parametrize(("text", "line"), [
+    ('item_id,annotator,label\ni1,a,planning\ni1,b,"planning\ni2,a,fact\n', 3),  # the quote opens on line 3
+    ('item_id,annotator,label\ni1,a,"planning\ni1,b,fact\n', 2),
+    ('item_id,annotator,"label\ni1,a,planning\n', 1),  # the header itself
+], ids=["line-3", "line-2", "header"])
+def test_an_unterminated_quote_names_the_line_where_its_record_starts(tmp_path: Path, text: str, line: int):
+    # test_harden_small accepted any line number; ror agree said "line 1" (the header) for a quote
+    # opened on line 2 or 3 (csv's line_num does not advance on a record it cannot finish)
+    from ror_annotate.agreement import ratings_from_csv
+    from ror_annotate.errors import InputError
+
+    path = tmp_path / "q.csv"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(InputError, match=rf"q\.csv: line {line}: malformed CSV") as err:
+        ratings_from_csv(path)
+    assert err.value.code == "E940"
