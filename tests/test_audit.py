@@ -219,3 +219,20 @@ def test_an_unterminated_quote_names_the_line_where_its_record_starts(tmp_path: 
     with pytest.raises(InputError, match=rf"q\.csv: line {line}: malformed CSV") as err:
         ratings_from_csv(path)
     assert err.value.code == "E940"
+
+
+# ------------------------------------------------------------------------ help pages into a closed pipe
+@pytest.mark.parametrize("args", ["--help", "agree --help", "labels import --help"])
+def test_help_into_a_closed_pipe_exits_0(args: str):
+    # `ror agree | head -1` was fixed for the commands' own output; the help pages (typer's console)
+    # still exited 1 when the reader closed the pipe (`ror --help | head -1`)
+    import os
+    import shlex
+    import subprocess
+    import sys
+
+    cmd = f"{shlex.quote(sys.executable)} -m ror_annotate {args} | true; echo \" rc=${{PIPESTATUS[0]}}\""
+    out = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]), "COLUMNS": "100"})
+    assert out.stdout.endswith(" rc=0\n"), (out.stdout, out.stderr)
+    assert "Traceback" not in out.stderr

@@ -144,6 +144,19 @@ def _silence_stdout() -> None:
         pass
 
 
+def _quiet_on_broken_pipe(self: Console) -> None:
+    """Every console of the CLI process ends quietly with status 0 when its reader closes the pipe."""
+    self.quiet = True
+    _silence_stdout()
+    raise SystemExit(0)
+
+
+# The help pages (`ror --help | head -1`, `ror agree --help | less` quit early) are printed by typer's
+# own rich console, whose broken-pipe handler exits with status 1 like ours did before
+# (`_StdoutConsole`): the CLI's process gives every console the same quiet exit 0.
+Console.on_broken_pipe = _quiet_on_broken_pipe  # type: ignore[method-assign]
+
+
 class RorGroup(TyperGroup):
     """Top-level command group: a :class:`RorError` or a usage error becomes one clear line and exit code 2."""
 
