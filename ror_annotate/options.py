@@ -37,7 +37,10 @@ Resamples = Annotated[int, Field(ge=0, le=RESAMPLES_MAX)]
 class StageOptions(BaseModel):
     """Validated, frozen options of one stage; subclasses add fields (``extra="forbid"``)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # allow_inf_nan=False: a float option is a finite number (`--temperature 1e400` was inf, accepted by
+    # its bound >= 0, and ended the run in "Out of range float values are not JSON compliant";
+    # `--batch-poll 1e400` waited forever)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     #: Name used in error messages ("the aggregate stage"); subclasses set it, as a ``ClassVar``
     #: (a class attribute, not an option: it is neither accepted nor dumped).

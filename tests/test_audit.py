@@ -236,3 +236,28 @@ def test_help_into_a_closed_pipe_exits_0(args: str):
                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]), "COLUMNS": "100"})
     assert out.stdout.endswith(" rc=0\n"), (out.stdout, out.stderr)
     assert "Traceback" not in out.stderr
+
+
+# ------------------------------------------------------------------------ infinite float options
+@pytest.mark.parametrize(("args", "flag"), [
+    (["label", "--judge", "openai:gpt-4.1-mini", "--base-url", "http://127.0.0.1:9/v1", "--temperature", "1e400"], "--temperature"),
+    (["label", "--judge", "openai:gpt-4.1-mini", "--base-url", "http://127.0.0.1:9/v1", "--timeout", "inf"], "--timeout"),
+    (["verify", "--judge", "openai:gpt-4.1-mini", "--base-url", "http://127.0.0.1:9/v1", "--batch-poll", "1e400"], "--batch-poll"),
+    (["aggregate", "--tol", "inf"], "--tol"),
+], ids=["temperature", "timeout", "batch-poll", "tol"])
+def test_an_infinite_float_option_is_one_coded_line(store_path: Path, args, flag):
+    # `ror verify --temperature 1e400` passed its bound (>= 0) and ended in "Out of range float values
+    # are not JSON compliant" (traceback); `--batch-poll 1e400 --batch` waited forever
+    line = _one_coded_line(_invoke([*args, "--db", str(store_path)]), "E110")
+    assert flag in line and "finite" in line
+
+
+def test_every_stage_options_model_refuses_inf_and_nan():
+    from ror_annotate.aggregate import AggregateOptions
+    from ror_annotate.judge.config import JudgeConfig
+    from ror_annotate.view.build import ViewOptions
+
+    for model, name in [(AggregateOptions, "tol"), (JudgeConfig, "temperature"), (JudgeConfig, "timeout"), (ViewOptions, "low_confidence")]:
+        for bad in (float("inf"), float("nan")):
+            with pytest.raises(ConfigError, match="finite"):
+                model.from_options({name: bad})
