@@ -261,3 +261,30 @@ def test_every_stage_options_model_refuses_inf_and_nan():
         for bad in (float("inf"), float("nan")):
             with pytest.raises(ConfigError, match="finite"):
                 model.from_options({name: bad})
+
+
+# ------------------------------------------------------------------------ review finish before anyone labelled
+@pytest.mark.integration
+def test_review_finish_before_anyone_labelled_says_to_wait(tmp_path: Path, monkeypatch):
+    # `ror review start` then at once `ror review finish`: E722 "--weighted: ... pull the study's labels
+    # first" (finish has just pulled), or with --unweighted E700 "no labels ... match the selection"
+    import uuid
+
+    from . import review_fixtures as F
+    from .test_review_flow import KEY, URL, _server_or_skip
+
+    _server_or_skip()
+    monkeypatch.setenv("LABEL_STUDIO_URL", URL)
+    monkeypatch.setenv("LABEL_STUDIO_API_KEY", KEY)
+    monkeypatch.delenv("LABEL_STUDIO_PUBLIC_URL", raising=False)
+    monkeypatch.chdir(tmp_path)
+    db = tmp_path / "s.duckdb"
+    F.make_store(db).close()
+    tag = uuid.uuid4().hex[:8]
+    name = f"early-{tag}"
+    started = _invoke(["review", "start", name, "-a", f"e1-{tag}@example.org", "-a", f"e2-{tag}@example.org",
+                       "--strategy", "random", "--n", "4", "--db", str(db)])
+    assert started.exit_code == 0, started.output
+    for extra in ([], ["--unweighted"]):
+        line = _one_coded_line(_invoke(["review", "finish", name, *extra, "--db", str(db)]), "E772")
+        assert f"run `ror review finish {name}` again" in line and "no human labels yet" in line
