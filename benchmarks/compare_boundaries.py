@@ -14,14 +14,17 @@ theirs, F1 their harmonic mean (the usual boundary-detection scoring, e.g. the
 segmentation-evaluation literature's "boundary similarity with tolerance").
 
 ``--half dev|test`` keeps the traces whose SHA-256 of the trace id is even (``dev``) or odd
-(``test``): rules are tuned on ``dev`` and reported on ``test`` (ror-clause-v4 was). ``--errors N``
+(``test``): rules are tuned on ``dev`` and reported on ``test`` (ror-clause-v4 was; a candidate v5 was measured once and not adopted). ``--errors N``
 prints, per source, the N most common kinds of miss (their boundary, not ours) and false split
 (ours, not theirs), a kind being the character before the boundary, whether a line end lies
-between, and the next word, with a few example contexts.
+between, and the next word, with a few example contexts. ``--per-trace N`` prints, per source, the N
+traces with the most errors and the share of all errors they hold: where a few traces hold most of
+them, the reference's own style varies by trace (one trace splits every "If ..., then", the next
+never does), which no rule can follow.
 
 Usage::
 
-    python benchmarks/compare_boundaries.py [--data DIR] [--tokenizer PATH] [--half dev|test|all] [--errors N]
+    python benchmarks/compare_boundaries.py [--data DIR] [--tokenizer PATH] [--half dev|test|all] [--errors N] [--per-trace N]
 """
 
 from __future__ import annotations
@@ -98,6 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tokenizer", default=None, help="tokenizer for the cap (default: the approximation)")
     ap.add_argument("--half", choices=("dev", "test", "all"), default="all", help="traces by the parity of their id's SHA-256 (default all)")
     ap.add_argument("--errors", type=int, default=0, metavar="N", help="print the N most common kinds of miss and false split")
+    ap.add_argument("--per-trace", type=int, default=0, metavar="N", help="print the N traces with the most errors per source, and their share")
     args = ap.parse_args(argv)
 
     traces = {}
@@ -124,6 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     header = f"{'source':<40} {'labeler':<34} {'traces':>6} {'theirs':>7} {'ours':>7} {'chars/seg t|o':>14}  {'P':>5} {'R':>5} {'F1':>5}  {'P±2':>5} {'R±2':>5} {'F1±2':>5}"
     print(f"segmenter {segmenter.name}, token counter {segmenter.token_counter.name}, traces: {args.half}")
     errors: dict[tuple[str, str], tuple[Counter[str], Counter[str], dict[str, str]]] = {}
+    per_trace_errors: dict[tuple[str, str], list[tuple[int, int, str]]] = defaultdict(list)  # (misses, false splits, trace)
     print(header)
     print("-" * len(header))
     for (repo, labeler), per_trace in sorted(theirs.items()):
@@ -144,6 +149,7 @@ def main(argv: list[str] | None = None) -> int:
             counts["e_t"] += _matched(b_t, b_o, 0)
             counts["t_o"] += _matched(b_o, b_t, 2)
             counts["t_t"] += _matched(b_t, b_o, 2)
+            per_trace_errors[(repo, labeler)].append((len(set(b_t) - set(b_o)), len(set(b_o) - set(b_t)), trace_id))
             if args.errors:
                 miss, false, example = errors.setdefault((repo, labeler), (Counter(), Counter(), {}))
                 for b in sorted(set(b_t) - set(b_o)):
@@ -160,6 +166,15 @@ def main(argv: list[str] | None = None) -> int:
             f"{p:5.3f} {r:5.3f} {f:5.3f}  {p2:5.3f} {r2:5.3f} {f2:5.3f}"
         )
     print("chars/seg: median segment length in characters, theirs|ours, over the covered ranges.")
+    if args.per_trace:
+        for (repo, labeler), rows in sorted(per_trace_errors.items()):
+            rows.sort(key=lambda r: -(r[0] + r[1]))
+            total = sum(m + f for m, f, _ in rows) or 1
+            top = rows[: args.per_trace]
+            share = sum(m + f for m, f, _ in top) / total
+            print(f"\n{repo} {labeler}: the {len(top)} of {len(rows)} traces with the most errors hold {share:.0%} of them (misses, false splits)")
+            for m, f, trace_id in top:
+                print(f"  {m:5} {f:5}  {trace_id}")
     for (repo, labeler), (miss, false, example) in sorted(errors.items()):
         for name, kinds in (("misses (theirs, not ours)", miss), ("false splits (ours, not theirs)", false)):
             print(f"\n{repo} {labeler}: {sum(kinds.values())} {name}, the {args.errors} most common kinds")

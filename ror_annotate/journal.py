@@ -6,8 +6,8 @@ its end *without a word*: the commits in the lost tail vanish and every command 
 had never been made (an LLM judge's answers would then be requested, and paid, again). The log itself
 cannot tell, so the evidence has to live outside it:
 
-* the store holds a commit counter (table ``store_journal``: ``store_id``, ``seq``), raised by one in
-  every transaction :meth:`ror_annotate.store.Store.transaction` commits;
+* the store holds a commit counter (table ``store_journal``: ``store_id``, ``seq``, ``file_id``), raised
+  by one in every transaction :meth:`ror_annotate.store.Store.transaction` commits;
 * after the ``COMMIT`` the new value is appended to the journal file ``<db>.commits`` (JSON lines),
   with the notes the transaction attached
   (:meth:`~ror_annotate.store.Store.journal_note`; the LLM judge attaches each paid response's cache
@@ -15,7 +15,18 @@ cannot tell, so the evidence has to live outside it:
 * a checkpoint (each pipeline stage ends with one; DuckDB makes one when the last connection closes)
   puts everything committed into the database file, so the journal is then rewritten as one line.
 
-On open, a journal whose last ``seq`` is above the store's counter means committed transactions are
+**Whose journal it is.** ``store_id`` names a store from its creation; every copy of the file keeps it.
+``file_id`` names one line of descent of the file: the first transaction a process commits draws a new
+one, writes it to the store, checkpoints (so it is in the database file, where no log damage can undo
+it) and rewrites the journal with it in its first line. A journal whose store or file id differs from
+the store's, or whose last checkpoint is past the store's counter (a checkpointed commit cannot be lost
+with the log), was written by another file: an older copy copied over this one, or a store deleted
+since. It is moved aside (``<db>.commits.other-<time>``) with a one-line warning
+(:data:`OTHER_JOURNAL`, ``E222``) when it recorded more than the store holds, else rewritten; never
+an error, since nothing of *this* file was lost. A journal written before file ids existed is
+compared by store id and checkpoint as before.
+
+On open, a journal of this file whose last ``seq`` is above the store's counter means committed transactions are
 missing from the store: :class:`~ror_annotate.errors.StoreError` ``E220`` names how many, the paid
 judge responses among them and the recovery (``ror recover``, which restores those responses from the
 journal into the judge's response cache; :func:`restore_lost`). A kill between a ``COMMIT`` and its
@@ -32,12 +43,16 @@ import json
 import os
 import uuid
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from .errors import StoreError
 
-__all__ = ["JOURNAL_ENV", "JOURNAL_MIGRATIONS", "JOURNAL_SUFFIX", "LOST_COMMITS", "CommitJournal", "JournalState", "journal_enabled", "lost_commits_error", "restore_lost"]
+__all__ = [
+    "JOURNAL_ENV", "JOURNAL_MIGRATIONS", "JOURNAL_SUFFIX", "LOST_COMMITS", "OTHER_JOURNAL", "CommitJournal", "JournalState",
+    "journal_enabled", "journal_is_other", "lost_commits_error", "other_journal_warning", "restore_lost",
+]
 
 #: Suffix of the journal file beside the store file.
 JOURNAL_SUFFIX = ".commits"
@@ -45,9 +60,13 @@ JOURNAL_SUFFIX = ".commits"
 LOST_COMMITS = "E220"
 #: Code of a journal file that cannot be read (not ror's format).
 BAD_JOURNAL = "E221"
-#: The journal component's table (declared through ``Store.migrate("journal", ...)``).
+#: Code of the warning printed when the journal beside the store was written by another copy of it.
+OTHER_JOURNAL = "E222"
+#: The journal component's table (declared through ``Store.migrate("journal", ...)``); version 2 adds
+#: ``file_id`` (NULL until the first commit of a process that knows it).
 JOURNAL_MIGRATIONS: tuple[str, ...] = (
     "CREATE TABLE store_journal (store_id VARCHAR NOT NULL, seq BIGINT NOT NULL)",
+    "ALTER TABLE store_journal ADD COLUMN file_id VARCHAR",
 )
 #: Environment variable that turns the journal off (``off``, ``0``, ``false``, ``no``): then a log
 #: cut short goes undetected again, as DuckDB alone leaves it (for a store whose folder takes no
@@ -67,12 +86,19 @@ class JournalState:
         The store the journal belongs to (None: empty or absent journal).
     seq : int
         The last commit number written (0 when none).
+    file_id : str or None
+        The line of descent of the store file that wrote it (None: a journal written before file ids).
+    checkpoint_seq : int
+        The commit number of its last checkpoint line (0 when none): every commit up to it was in the
+        database file, which a damaged log cannot undo.
     records : list of dict
         The commit records since the last checkpoint: ``{"seq": int, "notes": [[kind, payload], ...]}``.
     """
 
     store_id: str | None = None
     seq: int = 0
+    file_id: str | None = None
+    checkpoint_seq: int = 0
     records: list[dict[str, Any]] = field(default_factory=list)
 
     def after(self, seq: int) -> list[dict[str, Any]]:
@@ -128,8 +154,12 @@ class CommitJournal:
                 ) from None
             if rec.get("store_id"):
                 state.store_id = str(rec["store_id"])
+            if rec.get("file_id"):
+                state.file_id = str(rec["file_id"])
             state.seq = max(state.seq, int(rec["seq"]))
-            if not rec.get("checkpoint"):
+            if rec.get("checkpoint"):
+                state.checkpoint_seq = max(state.checkpoint_seq, int(rec["seq"]))
+            else:
                 state.records.append(rec)
         return state
 
@@ -157,17 +187,20 @@ class CommitJournal:
         except OSError:
             pass
 
-    def reset(self, store_id: str, seq: int) -> None:
+    def reset(self, store_id: str, seq: int, file_id: str | None = None) -> None:
         """Rewrite the journal as the single line of a checkpoint at commit ``seq`` (atomic rename).
 
         Called when everything committed is in the database file (after a checkpoint); best effort
-        like :meth:`append`.
+        like :meth:`append`. ``file_id`` (the store file's line of descent) goes into that line.
         """
         tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
+        head: dict[str, Any] = {"store_id": store_id, "seq": seq, "checkpoint": True}
+        if file_id:
+            head["file_id"] = file_id
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
             try:
-                os.write(fd, (json.dumps({"store_id": store_id, "seq": seq, "checkpoint": True}) + "\n").encode("utf-8"))
+                os.write(fd, (json.dumps(head) + "\n").encode("utf-8"))
                 os.fsync(fd)
             finally:
                 os.close(fd)
@@ -177,6 +210,54 @@ class CommitJournal:
                 tmp.unlink()
             except OSError:
                 pass
+
+
+    def set_aside(self) -> Path | None:
+        """Rename the journal to ``<db>.commits.other-<UTC time>`` (kept, not read again); its new path, or None if it failed."""
+        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
+        aside = self.path.with_name(f"{self.path.name}.other-{stamp}")
+        try:
+            os.rename(self.path, aside)
+        except OSError:
+            return None
+        return aside
+
+
+def journal_is_other(store_id: str, seq: int, file_id: str | None, state: JournalState) -> bool:
+    """Whether ``state`` (a journal read beside the store) was written by another file than this store's.
+
+    Parameters
+    ----------
+    store_id, seq, file_id
+        The store's row of ``store_journal`` (``file_id`` None in a store that has none yet).
+    state : JournalState
+        The journal; an empty one (no ``store_id``) is never another's.
+
+    Returns
+    -------
+    bool
+        True when the store ids differ; or both file ids are known and differ; or the journal's last
+        checkpoint is past the store's counter (a checkpointed commit is in the database file, so only
+        an older copy of the file can be behind it, never a damaged log).
+    """
+    if state.store_id is None:
+        return False
+    if state.store_id != store_id:
+        return True
+    if file_id and state.file_id and file_id != state.file_id:
+        return True
+    return seq < state.checkpoint_seq
+
+
+def other_journal_warning(db_path: str, store_id: str, seq: int, state: JournalState, aside: Path | None) -> str:
+    """The one-line ``E222`` warning for a journal of another file (store ``store_id`` at commit ``seq``), moved to ``aside``."""
+    name = Path(db_path).name
+    where = f"moved aside to {aside.name}" if aside is not None else f"could not be moved aside: delete {name}{JOURNAL_SUFFIX} if this copy is the one you want"
+    whose = "another store" if state.store_id != store_id else "another copy of this store file"
+    return (
+        f"warning [{OTHER_JOURNAL}]: the commit journal {name}{JOURNAL_SUFFIX} (last commit {state.seq}) was written by {whose}, "
+        f"not by the file now at {name} (commit {seq}), which was put in its place: nothing of this file was lost; the journal was {where}"
+    )
 
 
 def journal_enabled() -> bool:
@@ -242,8 +323,11 @@ def restore_lost(con: Any, db_path: str) -> RestoreReport:
     tables = {r[0] for r in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
     if "store_journal" not in tables or state.store_id is None:
         return RestoreReport()
-    row = con.execute("SELECT store_id, seq FROM store_journal").fetchone()
-    if row is None or row[0] != state.store_id or int(row[1]) >= state.seq:
+    has_file_id = con.execute(
+        "SELECT count(*) FROM information_schema.columns WHERE table_name = 'store_journal' AND column_name = 'file_id'"
+    ).fetchone()[0]
+    row = con.execute(f"SELECT store_id, seq, {'file_id' if has_file_id else 'NULL'} FROM store_journal").fetchone()
+    if row is None or int(row[1]) >= state.seq or journal_is_other(str(row[0]), int(row[1]), row[2], state):
         return RestoreReport()
     report = RestoreReport(lost_commits=state.seq - int(row[1]))
     paid = [p for r in state.after(int(row[1])) for kind, p in r.get("notes", []) if kind == JUDGE_CACHE_NOTE and isinstance(p, dict)]
@@ -266,5 +350,5 @@ def restore_lost(con: Any, db_path: str) -> RestoreReport:
         con.execute("ROLLBACK")
         raise
     con.execute("CHECKPOINT")
-    journal.reset(state.store_id, state.seq)
+    journal.reset(state.store_id, state.seq, row[2] or state.file_id)
     return report

@@ -193,12 +193,16 @@ def test_a_journal_one_behind_or_of_another_store_or_cut_mid_line_is_no_loss(tmp
     journal.write_text(json.dumps({"store_id": store_id, "seq": seq}) + '\n{"store_id": "' + store_id + '", "se', encoding="utf-8")
     assert CommitJournal(str(db)).read().seq == seq
     Store(db).close()
-    # a journal left by a store deleted since (another store id) is replaced, not read as a loss
+    # a journal left by a store deleted since (another store id) is no loss: moved aside with a warning
     journal.write_text(json.dumps({"store_id": "0" * 32, "seq": seq + 50}) + "\n", encoding="utf-8")
     with Store(db) as s:
         assert sorted(s.trace_ids()) == ["a", "b"]
-    assert _journal_lines(db) == [{"store_id": store_id, "seq": seq, "checkpoint": True}]
-    # a journal ahead of the store (the store file replaced by an older copy) is reported
+    lines = _journal_lines(db)
+    assert len(lines) == 1 and {k: lines[0][k] for k in ("store_id", "seq", "checkpoint")} == {"store_id": store_id, "seq": seq, "checkpoint": True}
+    (aside,) = tmp_path.glob("j.duckdb.commits.other-*")
+    assert json.loads(aside.read_text(encoding="utf-8")) == {"store_id": "0" * 32, "seq": seq + 50}
+    aside.unlink()
+    # an old journal (no file id, no checkpoint past the store) ahead of the store is reported, as before file ids
     journal.write_text(json.dumps({"store_id": store_id, "seq": seq + 3}) + "\n", encoding="utf-8")
     with pytest.raises(StoreError) as err:
         Store(db)
@@ -208,6 +212,84 @@ def test_a_journal_one_behind_or_of_another_store_or_cut_mid_line_is_no_loss(tmp
     with pytest.raises(StoreError) as err:
         Store(db)
     assert err.value.code == "E221"
+
+
+_KILLED_SESSION = """
+import os, signal, sys
+from ror_annotate.store import Store
+from ror_annotate.records import Trace
+s = Store(sys.argv[1])
+for k in range(3):
+    s.upsert_traces([Trace(trace_id=f"late{k}", text="a. b.")])
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+@pytest.mark.parametrize("later", ["closed", "killed"])
+def test_an_older_copy_put_over_a_store_with_a_journal_is_no_loss_and_a_cut_log_still_is(tmp_path: Path, capfd, later: str) -> None:
+    """Issue 27 (E220 false alarm): the journal names the file it belongs to, so an older copy of the same store
+    copied over it (same store id) is recognised, whether the later session closed or was killed; a log cut
+    short on the restored file is still E220."""
+    db = tmp_path / "c.duckdb"
+    with Store(db) as s:
+        s.upsert_traces([Trace(trace_id="a", text="x. y.")])
+    backup = tmp_path / "backup.duckdb"
+    backup.write_bytes(db.read_bytes())  # a copy taken between two sessions
+    if later == "closed":
+        with Store(db) as s:
+            for k in range(3):
+                s.upsert_traces([Trace(trace_id=f"late{k}", text="a. b.")])
+    else:  # killed before any checkpoint: the journal holds the commits after its checkpoint line
+        done = subprocess.run([sys.executable, "-c", _KILLED_SESSION, str(db)], env=_env(), timeout=120)
+        assert done.returncode == -signal.SIGKILL and len(_journal_lines(db)) == 4
+    behind = _journal_lines(db)
+    assert behind[-1]["seq"] >= 3
+    capfd.readouterr()
+    Path(str(db) + ".wal").unlink(missing_ok=True)  # the file is replaced, log and all, by the older copy
+    db.write_bytes(backup.read_bytes())
+    with Store(db) as s:  # before file ids: E220 "lost its last 3 commits"
+        assert s.trace_ids() == ["a"]
+    err = capfd.readouterr().err
+    assert err.startswith("warning [E222]: the commit journal c.duckdb.commits") and err.count("\n") == 1, err
+    assert "another copy of this store file" in err and "nothing of this file was lost" in err
+    (aside,) = tmp_path.glob("c.duckdb.commits.other-*")
+    assert [json.loads(line) for line in aside.read_text(encoding="utf-8").splitlines()] == behind  # kept as it was
+    Store(db).close()
+    assert capfd.readouterr().err == ""  # said once: the journal is this file's now
+    # real log loss on the restored store is still reported
+    done = subprocess.run([sys.executable, "-c", KILLED_WRITER, str(db)], env=_env(), timeout=120)
+    assert done.returncode == -signal.SIGKILL
+    wal = Path(str(db) + ".wal")
+    wal.write_bytes(wal.read_bytes()[: wal.stat().st_size // 2])
+    with pytest.raises(StoreError) as lost:
+        Store(db)
+    assert lost.value.code == "E220"
+
+
+def test_an_old_journal_without_file_ids_is_read_by_its_checkpoint(tmp_path: Path, capfd) -> None:
+    """A journal written before file ids: one whose checkpoint is past the store's counter is another file's
+    (a checkpointed commit is in the database file; a damaged log cannot lose it); records past the store after
+    its checkpoint are E220 as before."""
+    db = tmp_path / "o.duckdb"
+    with Store(db) as s:
+        s.upsert_traces([Trace(trace_id="a", text="x. y.")])
+        store_id, seq = s.execute("SELECT store_id, seq FROM store_journal").fetchone()
+    journal = Path(str(db) + JOURNAL_SUFFIX)
+    journal.write_text(json.dumps({"store_id": store_id, "seq": seq + 4, "checkpoint": True}) + "\n", encoding="utf-8")
+    capfd.readouterr()
+    with Store(db, read_only=True) as s:  # read-only: no error, and the journal is left alone
+        assert s.trace_ids() == ["a"]
+    assert journal.exists() and capfd.readouterr().err == ""
+    Store(db).close()
+    assert capfd.readouterr().err.startswith("warning [E222]:")
+    assert len(list(tmp_path.glob("o.duckdb.commits.other-*"))) == 1
+    journal.write_text(
+        json.dumps({"store_id": store_id, "seq": seq, "checkpoint": True}) + "\n" + json.dumps({"store_id": store_id, "seq": seq + 1, "notes": []}) + "\n",
+        encoding="utf-8",
+    )
+    with pytest.raises(StoreError) as lost:
+        Store(db)
+    assert lost.value.code == "E220"
 
 
 def test_a_rolled_back_transaction_neither_counts_nor_leaves_notes(tmp_path: Path) -> None:

@@ -335,3 +335,55 @@ def test_start_twice_annotate_and_finish_equals_pull_plus_agree(tmp_path, monkey
     with Store(db, read_only=True) as store:
         runs = json.dumps([list(map(str, r)) for r in store.execute("SELECT * FROM runs").fetchall()])
     assert e1 not in runs and e2 not in runs and "review start" in runs
+
+
+#: ``Adjudicator: EMAIL (PSEUDONYM): WHERE`` then a new account's password line, or ``existing account``.
+ADJ = re.compile(r"^Adjudicator: (\S+@\S+) \((h-\w+)\): (.+)\n\s+(new account: log in at \S+ with password (\w+)|existing account)", re.M)
+
+
+@pytest.mark.integration
+def test_start_and_adjudicate_sign_the_adjudicator_up_once(tmp_path, monkeypatch):
+    """Issue 27: the adjudicator no longer signs up by hand. `start --adjudicator` and `adjudicate --adjudicator`
+    create the account (the printed password logs in on the real server), print it once, store it nowhere, and
+    are idempotent; another adjudicator for the study is refused before anything is done."""
+    _server_or_skip()
+    monkeypatch.setenv("LABEL_STUDIO_URL", URL)
+    monkeypatch.setenv("LABEL_STUDIO_API_KEY", KEY)
+    monkeypatch.delenv("LABEL_STUDIO_PUBLIC_URL", raising=False)
+    db = tmp_path / "s.duckdb"
+    F.make_store(db).close()
+    tag = uuid.uuid4().hex[:8]
+    e1, e2, adj, adj2 = (f"{who}-{tag}@example.org" for who in ("ann1", "ann2", "adj1", "adj2"))
+
+    first = _invoke(["review", "start", f"a-{tag}", "-a", e1, "-a", e2, "--adjudicator", adj, "--n", "4", "--db", str(db)])
+    assert first.exit_code == 0, first.output
+    (m,) = ADJ.findall(first.output)
+    assert m[0] == adj and "ror review adjudicate" in m[2] and m[4], first.output  # no project yet; a password
+    password = m[4]
+    assert login_token(adj, password)  # the printed password logs in
+    again = _invoke(["review", "start", f"a-{tag}", "--adjudicator", adj.upper(), "--db", str(db)])
+    assert again.exit_code == 0, again.output
+    (m2,) = ADJ.findall(again.output)
+    assert m2[:2] == m[:2] and m2[3] == "existing account" and password not in again.output
+    other = _invoke(["review", "start", f"a-{tag}", "--adjudicator", adj2, "--db", str(db)])
+    assert other.exit_code != 0 and "one study has one adjudicator" in " ".join(other.output.split())
+    from ror_annotate.review.labelstudio import LabelStudioClient
+
+    assert adj2 not in LabelStudioClient(URL, KEY).users_by_email()  # refused before any account was made
+
+    # the adjudication step of a study started without one
+    assert _invoke(["review", "start", f"b-{tag}", "-a", e1, "-a", e2, "--n", "4", "--db", str(db)]).exit_code == 0
+    assert _invoke(["review", "pull", f"b-{tag}", "--db", str(db)]).exit_code == 0
+    step = _invoke(["review", "adjudicate", f"b-{tag}", "--adjudicator", adj2, "--db", str(db)])
+    assert step.exit_code == 0, step.output
+    (m3,) = ADJ.findall(step.output)
+    assert m3[0] == adj2 and re.fullmatch(r"project \S+/projects/\d+/data", m3[2]) and m3[4], step.output
+    assert login_token(adj2, m3[4])
+    step2 = _invoke(["review", "adjudicate", f"b-{tag}", "--db", str(db)])
+    assert step2.exit_code == 0, step2.output
+    (m4,) = ADJ.findall(step2.output)
+    assert m4[:3] == m3[:3] and m4[3] == "existing account" and m3[4] not in step2.output
+
+    blob = _all_bytes(db)
+    for secret in (KEY, password, m3[4]):
+        assert secret.encode() not in blob

@@ -321,7 +321,8 @@ def test_checkpoint_puts_the_wal_into_the_store_file(tmp_path: Path) -> None:
         store.replace_segments("t1", _segments(), segmenter="s", token_counter="c")
         assert wal.exists() and wal.stat().st_size > 0  # small writes stay in the WAL (DuckDB's 16 MiB threshold)
         with duckdb.connect(str(_file_alone(path, tmp_path / "before.duckdb"))) as con:
-            assert con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'segments'").fetchone() == (0,)
+            # the rows are in the log only (the schema may be in the file: the commit journal checkpoints its file id first)
+            assert con.execute("SELECT coalesce(sum(estimated_size), 0) FROM duckdb_tables() WHERE table_name IN ('traces', 'segments')").fetchone() == (0,)
         with store.transaction():
             assert store.checkpoint() is False  # never inside a transaction
         assert wal.stat().st_size > 0
@@ -357,8 +358,9 @@ def test_release_cache_drops_cached_blocks_and_keeps_the_configured_limit(tmp_pa
             assert store.release_cache(keep_bytes=before) == 0  # under the threshold: nothing to do
             with store.transaction():
                 assert store.release_cache(keep_bytes=0, force=True) == 0  # never inside a transaction
+            current = cached(store)  # the first transaction checkpointed the commit journal's file id (a block of its own)
             dropped = store.release_cache(keep_bytes=0, force=True)
-            assert dropped > 0 and cached(store) == before - dropped < before
+            assert dropped > 0 and cached(store) == current - dropped < before
             # DuckDB 1.x: the default limit is set back from its displayed value (0.1 of its unit)
             restored = store.execute("SELECT current_setting('memory_limit')").fetchone()
             assert restored == limit or (configured is None and _limit_bytes(restored[0]) == pytest.approx(_limit_bytes(limit[0]), rel=1e-3)), configured

@@ -11,7 +11,7 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
@@ -19,6 +19,9 @@ from rich.table import Table
 
 from ..errors import ReviewError
 from .app import DEFAULT_DB_PATH, DbOption, LockTimeoutOption, app, console, err_console, open_store
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..review.flow import AdjudicatorLink
 
 review_app = typer.Typer(
     help="Human review in Label Studio: sample a study, push it, pull labels, adjudicate disagreements.",
@@ -53,7 +56,7 @@ ModeOption = Annotated[str, typer.Option("--mode", help="segment (one task per s
 CodebookOption = Annotated[str, typer.Option("--codebook", help="Versioned codebook name.")]
 JudgeAnnotatorOption = Annotated[str | None, typer.Option("--judge-annotator", help="Which judge's labels are 'the judge' (shown, stratified by), e.g. baseline:cue-v1 or openai:gpt-4.1-mini.")]
 CompareOption = Annotated[list[str] | None, typer.Option("--compare", help="Judge annotators compared by the disagreement strategy (repeat; default all).")]
-AdjudicatorOption = Annotated[str | None, typer.Option("--adjudicator", help="The adjudicator's Label Studio account e-mail.")]
+AdjudicatorOption = Annotated[str | None, typer.Option("--adjudicator", help="The adjudicator's Label Studio account e-mail (`review start` creates the account if missing and prints its password once).")]
 ContextCharsOption = Annotated[int, typer.Option("--context-chars", min=0, help="Trace context shown on each side of a segment, in characters.")]
 TraceIdOption = Annotated[list[str] | None, typer.Option("--trace-id", help="Restrict sampling to these traces (repeat).")]
 
@@ -231,7 +234,7 @@ def status(
 @review_app.command("adjudicate")
 def adjudicate(
     name: StudyArg,
-    adjudicator: Annotated[str | None, typer.Option("--adjudicator", help="The adjudicator's Label Studio account e-mail (first time, unless set at create).")] = None,
+    adjudicator: Annotated[str | None, typer.Option("--adjudicator", help="The adjudicator's Label Studio account e-mail (first time, unless set at create); the account is created if missing and its password printed once.")] = None,
     show_judge: Annotated[bool | None, typer.Option("--show-judge/--hide-judge", help="Show the judge's label (marked as the judge) to the adjudicator. Default: hidden when the study measures a judge (it names --judge-annotator).", show_default=False)] = None,
     url: UrlOption = None,
     public_url: PublicUrlOption = None,
@@ -241,10 +244,13 @@ def adjudicate(
 ) -> None:
     """Send disagreements to the adjudication project and pull the adjudicator's choices."""
     from ..review.adjudicate import adjudicate_study
+    from ..review.flow import adjudicator_account
     from ..review.sync import require_accounts
 
     client = _client(url, public_url)
     with open_store(db, lock_timeout) as store:
+        # the adjudicator's account is created if missing (password shown once below, stored nowhere)
+        account = adjudicator_account(store, name, client, adjudicator)
         require_accounts(store, name, client, adjudicator=adjudicator, adjudicating=True)  # before the run: its message names people by e-mail
         with store.run("review adjudicate", {"study": name, "url": client.url, "show_judge": show_judge}) as run:
             report = adjudicate_study(store, name, client, adjudicator=adjudicator, show_judge=show_judge, run_id=run.run_id,
@@ -256,7 +262,22 @@ def adjudicate(
     console.print(f"{report.disagreements} disagreements, {report.tasks_created} new adjudication tasks "
                   f"(judge {'shown' if report.show_judge else 'hidden'}):", highlight=False)
     console.print(f"  {report.project_url}", soft_wrap=True, highlight=False)
+    if account is not None:
+        print_adjudicator(account, report.project_url)
     _print_pull(report.pull)
+
+
+def print_adjudicator(account: "AdjudicatorLink", project_url: str | None = None) -> None:
+    """The adjudicator's lines: project (or when it comes), login link, and a new account's password (shown once)."""
+    project_url = project_url or account.project_url
+    where = (f"project {project_url}" if project_url
+             else "adjudication project: made by `ror review adjudicate` once annotation has closed")
+    lines = [f"Adjudicator: {account.email} ({account.pseudonym}): {where}"]
+    if account.password is not None:
+        lines.append(f"      new account: log in at {account.login_url} with password {account.password}  (shown only now; change it under Account & Settings)")
+    else:
+        lines.append(f"      existing account: log in at {account.login_url}")
+    console.print("\n".join(lines), soft_wrap=True, highlight=False, markup=False)
 
 
 @review_app.command("serve")

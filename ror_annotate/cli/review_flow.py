@@ -38,6 +38,7 @@ from .review import (
     TracesOption,
     UrlOption,
     _print_pull,
+    print_adjudicator,
     review_app,
 )
 
@@ -74,7 +75,8 @@ def start(
 ) -> None:
     """Start Label Studio if needed, create the study, create missing accounts, push, and print each annotator's links.
 
-    Idempotent: on an existing study it pushes only what is missing and prints the links again."""
+    Idempotent: on an existing study it pushes only what is missing and prints the links again. With
+    --adjudicator EMAIL the adjudicator's account is created too (password shown once) and their links printed."""
     from ..review.flow import ReviewStartOptions, review_start
 
     options = ReviewStartOptions.from_options(dict(
@@ -107,6 +109,8 @@ def start(
             lines.append(f"      existing account: log in at {a.login_url}")
     # links on their own lines, never cut or wrapped, so they can be copied whole
     console.print("\n".join(lines), soft_wrap=True, highlight=False, markup=False)
+    if s.adjudicator is not None:
+        print_adjudicator(s.adjudicator)
     console.print(f"When they are done: ror review finish {name}", highlight=False)
 
 

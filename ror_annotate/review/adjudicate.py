@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from ..errors import ConfigError, ReviewError
 from ..reference import ReferenceLabel, reference_labels_from
 from .labelstudio import LabelStudioClient
-from .studies import Study, ensure_tables, load_study, register_person, study_items, update_study
+from .studies import Study, check_email, ensure_tables, load_study, pseudonym_for, register_person, study_items, update_study
 from .sync import (
     ADJUDICATION_ROLE, ANNOTATOR_ROLE, PullReport, _get_or_create_project, _project_refs, _record_tasks, _segment_task,
     _segments_by_trace, _server_tasks, _user_id, judge_labels_for, pull_study, study_status,
@@ -107,6 +107,42 @@ class AdjudicationReport:
     warnings: list[str] = field(default_factory=list)
 
 
+def check_adjudicator(store: "Store", name: str, adjudicator: str) -> str:
+    """The pseudonym ``adjudicator`` (an e-mail) would have in study ``name``, checked and computed without writing.
+
+    Raises
+    ------
+    InputError
+        E100: not an e-mail.
+    ConfigError
+        The study already has another adjudicator (one study has one adjudicator).
+    """
+    email = check_email(adjudicator).lower()
+    pseudonym = pseudonym_for(store, email)
+    study = load_study(store, name)
+    if study.adjudicator and study.adjudicator != pseudonym:
+        raise ConfigError(f"study {name!r} already has adjudicator {study.adjudicator}; one study has one adjudicator")
+    return pseudonym
+
+
+def set_adjudicator(store: "Store", name: str, adjudicator: str) -> str:
+    """Make ``adjudicator`` (an e-mail) study ``name``'s adjudicator; idempotent. Returns the pseudonym.
+
+    Raises
+    ------
+    InputError, ConfigError
+        As :func:`check_adjudicator`.
+    """
+    pseudonym = check_adjudicator(store, name, adjudicator)
+    register_person(store, adjudicator)
+    if pseudonym not in [r[0] for r in store.execute(
+            "SELECT pseudonym FROM review_study_people WHERE study = ? AND role = 'adjudicator'", [name]).fetchall()]:
+        store.execute("INSERT INTO review_study_people VALUES (?, ?, 'adjudicator')", [name, pseudonym])
+    if load_study(store, name).adjudicator != pseudonym:
+        update_study(store, name, adjudicator=pseudonym)
+    return pseudonym
+
+
 def adjudicate_study(
     store: "Store", name: str, client: LabelStudioClient, *, adjudicator: str | None = None, show_judge: bool | None = None,
     run_id: str | None = None, strict_offsets: bool = False,
@@ -142,13 +178,7 @@ def adjudicate_study(
     ensure_tables(store)
     study = load_study(store, name)
     if adjudicator:
-        pseudonym = register_person(store, adjudicator)
-        if study.adjudicator and study.adjudicator != pseudonym:
-            raise ConfigError(f"study {name!r} already has adjudicator {study.adjudicator}; one study has one adjudicator")
-        if pseudonym not in [r[0] for r in store.execute(
-                "SELECT pseudonym FROM review_study_people WHERE study = ? AND role = 'adjudicator'", [name]).fetchall()]:
-            store.execute("INSERT INTO review_study_people VALUES (?, ?, 'adjudicator')", [name, pseudonym])
-        update_study(store, name, adjudicator=pseudonym)
+        set_adjudicator(store, name, adjudicator)
         study = load_study(store, name)
     if not study.adjudicator:
         raise ConfigError(f"study {name!r} has no adjudicator: pass --adjudicator EMAIL (their Label Studio account)")

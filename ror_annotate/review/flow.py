@@ -5,10 +5,13 @@
 1. makes sure a Label Studio server answers at the configured URL (:func:`ensure_server`: starts
    the local one through ``scripts/labelstudio.sh``, installs it only when asked);
 2. creates the study (the options of ``ror review create``) unless it exists;
-3. creates a Label Studio account for every annotator who has none (signup through the
-   organization's invite link, a random password returned once and never stored);
+3. creates a Label Studio account for every annotator who has none, and for the adjudicator
+   (``--adjudicator EMAIL``) if there is one (signup through the organization's invite link, a
+   random password returned once and never stored);
 4. pushes the study (idempotent: only missing projects and tasks are created);
-5. returns each annotator's project link, login link and, for a new account, the password.
+5. returns each annotator's project link, login link and, for a new account, the password; the
+   same for the adjudicator (whose project ``ror review adjudicate`` creates once annotation has
+   closed: :func:`adjudicator_account` is that step's account check).
 
 ``ror review finish NAME`` pulls the annotations and computes the figures of
 ``ror agree --study NAME --with-judge`` (with ``--weighted`` when every item of the study has an
@@ -41,9 +44,10 @@ from urllib.parse import urlsplit
 from ..errors import ReviewError
 from ..options import Resamples, Seed, StageOptions
 from ..provenance import scrub_url
+from .adjudicate import check_adjudicator, set_adjudicator
 from .labelstudio import KEY_ENV, LabelStudioClient, server_url, signup_annotator
 from .studies import StudyOptions, check_email, check_study_name, ensure_tables, load_study, person_email, pseudonym_for, study_design, study_people
-from .sync import PullReport, PushReport, pull_study, push_study, require_accounts
+from .sync import ADJUDICATION_ROLE, PullReport, PushReport, _project_refs, pull_study, push_study, require_accounts
 
 #: Code of ``review finish`` on a study whose annotators have labelled nothing yet.
 NOTHING_LABELLED = "E772"
@@ -263,12 +267,75 @@ class AnnotatorLink:
     password: str | None = field(default=None, repr=False)
 
 
+@dataclass(frozen=True)
+class AdjudicatorLink:
+    """What the adjudicator needs: the login page, a new account's password, and the adjudication project's link.
+
+    ``project_url`` is None until ``ror review adjudicate`` has created the adjudication project
+    (after annotation has closed). ``password`` is set only when this call created the account
+    (shown once; never stored) and is left out of ``repr``.
+    """
+
+    email: str
+    pseudonym: str
+    login_url: str
+    project_url: str | None
+    new_account: bool
+    password: str | None = field(default=None, repr=False)
+
+
+def adjudicator_account(store: "Store", name: str, client: LabelStudioClient, adjudicator: str | None = None) -> AdjudicatorLink | None:
+    """Make ``adjudicator`` study ``name``'s adjudicator (when given) and create their Label Studio account if missing.
+
+    Idempotent: an existing account is left alone (no password), an adjudicator already set is kept.
+    Used by :func:`review_start` and before ``ror review adjudicate`` runs, so the adjudicator never
+    has to sign up by hand.
+
+    Parameters
+    ----------
+    store : Store
+        Writable store holding the study.
+    name : str
+        The study.
+    client : LabelStudioClient
+        The server (admin API key).
+    adjudicator : str, optional
+        The adjudicator's e-mail; default the study's adjudicator, if any.
+
+    Returns
+    -------
+    AdjudicatorLink or None
+        None when the study has no adjudicator and none is given.
+
+    Raises
+    ------
+    InputError
+        E100: ``adjudicator`` is not an e-mail.
+    ConfigError
+        The study already has another adjudicator.
+    ReviewError
+        The server refused the signup, or is unreachable (E600).
+    """
+    if adjudicator:
+        set_adjudicator(store, name, adjudicator)
+    study = load_study(store, name)
+    if not study.adjudicator:
+        return None
+    email = person_email(store, study.adjudicator)
+    passwords = create_accounts(client, [email])
+    refs = _project_refs(store, name, ADJUDICATION_ROLE)
+    return AdjudicatorLink(email=email, pseudonym=study.adjudicator, login_url=f"{client.public_url}/user/login/",
+                           project_url=client.project_url(refs[0].ls_project_id) if refs else None,
+                           new_account=email in passwords, password=passwords.get(email))
+
+
 @dataclass
 class ReviewStartSummary:
     """What :func:`review_start` did: the server, the study (created now or existing), the push, the links.
 
     ``design`` is the study's sampling design when its strategy has one (``population``, and for
     ``uncertainty`` ``m``, ``n_control``, ``basis``; see :func:`~.studies.sample_uncertainty`).
+    ``adjudicator``: the adjudicator's links (None when the study has none).
     """
 
     study: str
@@ -279,6 +346,7 @@ class ReviewStartSummary:
     annotators: list[AnnotatorLink]
     strategy: str
     design: dict[str, Any] | None = None
+    adjudicator: AdjudicatorLink | None = None
 
 
 def _check_people(store: "Store", name: str, emails: list[str]) -> None:
@@ -337,13 +405,16 @@ def review_start(store: "Store", name: str, options: ReviewStartOptions | None =
     -------
     ReviewStartSummary
         ``annotators`` in pseudonym order, each with project link, login link and, for accounts
-        created now, the password (not stored anywhere).
+        created now, the password (not stored anywhere); ``adjudicator`` likewise
+        (:func:`adjudicator_account`), when the study has one.
 
     Raises
     ------
     ReviewError
         E740 / E741 / E744 (:func:`ensure_server`), E742 (the study exists with other
         annotators), E743 (a new study without annotators), E600 (server errors, bad API key).
+    ConfigError
+        ``adjudicator`` differs from the existing study's adjudicator (checked before the server).
     ConfigError, InputError
         As :func:`~.studies.create_study` (bad options, nothing to sample); nothing is stored.
     """
@@ -354,6 +425,8 @@ def review_start(store: "Store", name: str, options: ReviewStartOptions | None =
     exists = store.execute("SELECT 1 FROM review_studies WHERE name = ?", [name]).fetchone() is not None
     if exists:
         _check_people(store, name, emails)
+        if o.adjudicator:
+            check_adjudicator(store, name, o.adjudicator)  # another adjudicator: refused before a server is started
     elif not emails:
         raise ReviewError(f"study {name!r} is new: name its annotators with -a EMAIL (repeat), e.g. -a alice@lab.org -a bob@lab.org", code="E743")
     if client is None:
@@ -370,16 +443,18 @@ def review_start(store: "Store", name: str, options: ReviewStartOptions | None =
     people = study_people(store, name)
     email_of = {p: person_email(store, p) for p in people}
     passwords = create_accounts(client, [email_of[p] for p in people])
+    adjudicator = adjudicator_account(store, name, client, o.adjudicator)
     require_accounts(store, name, client)
     with store.run("review push", {"study": name, "url": client.url, "public_url": client.public_url, "via": "review start"}) as run:
         report = push_study(store, name, client, restore_config=o.restore_config)
-        run.counts.update(tasks_created=report.tasks_created, tasks_total=report.tasks_total, accounts_created=len(passwords))
+        run.counts.update(tasks_created=report.tasks_created, tasks_total=report.tasks_total,
+                          accounts_created=len(passwords) + int(bool(adjudicator and adjudicator.new_account)))
     login = f"{client.public_url}/user/login/"
     links = [AnnotatorLink(email=email_of[p], pseudonym=p, project_id=pid, project_url=purl, login_url=login,
                            new_account=email_of[p] in passwords, password=passwords.get(email_of[p]))
              for p, pid, purl, _, _ in report.projects]
     return ReviewStartSummary(study=name, created=not exists, server=status, public_url=client.public_url, push=report,
-                              annotators=links, strategy=study.strategy, design=study.parameters.get("design"))
+                              annotators=links, strategy=study.strategy, design=study.parameters.get("design"), adjudicator=adjudicator)
 
 
 # ------------------------------------------------------------------------------------ finish
@@ -491,6 +566,6 @@ def review_finish(store: "Store", name: str, options: ReviewFinishOptions | None
 
 
 __all__ = [
-    "AnnotatorLink", "ReviewFinishOptions", "ReviewFinishSummary", "ReviewStartOptions", "ReviewStartSummary", "ServerStatus",
-    "create_accounts", "ensure_server", "find_script", "local_api_key", "review_finish", "review_start", "server_up", "weighting_possible",
+    "AdjudicatorLink", "AnnotatorLink", "ReviewFinishOptions", "ReviewFinishSummary", "ReviewStartOptions", "ReviewStartSummary", "ServerStatus",
+    "adjudicator_account", "create_accounts", "ensure_server", "find_script", "local_api_key", "review_finish", "review_start", "server_up", "weighting_possible",
 ]

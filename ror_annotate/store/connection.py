@@ -58,6 +58,8 @@ class _Shared:
         # the commit journal (ror_annotate.journal): None until Store._journal_open, and on ":memory:"
         self.journal: Any = None
         self.journal_state: list[Any] = ["", 0, []]  # store_id, commit counter, notes of the open transaction
+        self.journal_file_id: str | None = None  # the store file's line of descent (ror_annotate.journal)
+        self.journal_session = False  # whether this process has drawn a new file id (at its first commit)
 
 
 _OPEN: dict[str, _Shared] = {}
@@ -305,6 +307,8 @@ class ConnectionMixin:
         shared = self._shared
         with shared.lock:
             if shared.tx_depth == 0:
+                if shared.journal is not None and not shared.journal_session:
+                    self._journal_start_session()
                 with duckdb_errors(self.path, "begin transaction"):
                     self.con.execute("BEGIN TRANSACTION")
                 shared.journal_state[2] = []
@@ -477,7 +481,35 @@ class ConnectionMixin:
     def _journal_checkpointed(self) -> None:
         shared = self._shared
         if shared.journal is not None:
-            shared.journal.reset(shared.journal_state[0], shared.journal_state[1])
+            shared.journal.reset(shared.journal_state[0], shared.journal_state[1], shared.journal_file_id)
+
+    def _journal_start_session(self) -> None:
+        """Before this process's first commit: draw a new file id, checkpoint it into the database file, rewrite the journal.
+
+        A copy of the store file taken before this point keeps the old id, so a journal this process
+        writes is recognised as another file's if that copy is later put in its place
+        (:func:`ror_annotate.journal.journal_is_other`). The id must be in the database file, not
+        only in the log, or a damaged log would undo it and a real loss would read as another file's:
+        if the checkpoint fails (a full disk), the store's id is cleared instead and files are then
+        compared as before file ids existed.
+        """
+        from ..journal import new_store_id
+
+        shared = self._shared
+        shared.journal_session = True
+        file_id = new_store_id()
+        try:
+            self.con.execute("UPDATE store_journal SET file_id = ?", [file_id])
+            self.con.execute("CHECKPOINT").fetchall()
+        except duckdb.Error:
+            shared.journal_file_id = None
+            try:
+                self.con.execute("UPDATE store_journal SET file_id = NULL")
+            except duckdb.Error:
+                pass
+            return
+        shared.journal_file_id = file_id
+        shared.journal.reset(shared.journal_state[0], shared.journal_state[1], file_id)
 
     def _journal_close(self) -> None:
         """Checkpoint before the last handle closes (DuckDB would at close anyway), then shorten the journal."""

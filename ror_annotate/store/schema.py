@@ -6,9 +6,10 @@ Generated from ``store.py`` by ``scripts/split_store.py``: edit freely; see that
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Sequence
 from datetime import datetime, timezone
-from typing import Literal
+from typing import Any, Literal
 
 import pyarrow as pa
 
@@ -233,30 +234,49 @@ class SchemaMixin(ConnectionMixin):
         return len(migrations)
 
     def _journal_open(self) -> None:
-        """Compare the store's commit counter with its journal; raise ``E220`` when commits were lost."""
-        from ..journal import JOURNAL_MIGRATIONS, CommitJournal, journal_enabled, lost_commits_error, new_store_id
+        """Compare the store's commit counter with its journal; raise ``E220`` when commits were lost.
+
+        A journal written by another file (another store, or another copy of this one:
+        :func:`~ror_annotate.journal.journal_is_other`) is no loss: on a writable open it is moved
+        aside with a one-line ``E222`` warning on standard error when it recorded more than the store
+        holds, else rewritten; a read-only open leaves it alone.
+        """
+        from ..journal import (
+            JOURNAL_MIGRATIONS, CommitJournal, journal_enabled, journal_is_other, lost_commits_error, new_store_id, other_journal_warning,
+        )
 
         shared = self._shared
         if self.path == ":memory:" or shared.journal is not None or not journal_enabled():
             return
         if shared.read_only:
             found = self._count("SELECT count(*) FROM information_schema.tables WHERE table_name = 'store_journal'")
-            row = self.con.execute("SELECT store_id, seq FROM store_journal").fetchone() if found else None
+            row = self._journal_row() if found else None
         else:
             self.migrate("journal", JOURNAL_MIGRATIONS)
-            row = self.con.execute("SELECT store_id, seq FROM store_journal").fetchone()
+            row = self._journal_row()
             if row is None:
-                row = (new_store_id(), 0)
-                self.con.execute("INSERT INTO store_journal VALUES (?, ?)", list(row))
+                row = (new_store_id(), 0, None)
+                self.con.execute("INSERT INTO store_journal (store_id, seq) VALUES (?, ?)", list(row[:2]))
         if row is None:
             return  # a read-only store written before the journal existed
         journal = CommitJournal(self.path)
         state = journal.read()
-        store_id, seq = str(row[0]), int(row[1])
-        if state.store_id == store_id and state.seq > seq:
+        store_id, seq, file_id = str(row[0]), int(row[1]), (str(row[2]) if row[2] else None)
+        other = journal_is_other(store_id, seq, file_id, state)
+        if not other and state.store_id == store_id and state.seq > seq:
             raise lost_commits_error(self.path, seq, state)
         if not shared.read_only:
-            if state.store_id != store_id:
-                journal.reset(store_id, seq)  # the journal of a store deleted since: not this one's
+            if other or state.store_id != store_id:
+                if other and (state.seq > seq or state.records):  # it recorded more than this file holds: keep it
+                    sys.stderr.write(other_journal_warning(self.path, store_id, seq, state, journal.set_aside()) + "\n")
+                journal.reset(store_id, seq, file_id)
             shared.journal = journal
             shared.journal_state = [store_id, seq, []]
+            shared.journal_file_id = file_id
+
+    def _journal_row(self) -> tuple[Any, ...] | None:
+        """The store's ``(store_id, seq, file_id)``; ``file_id`` None before the journal's second migration."""
+        has_file_id = self._count(
+            "SELECT count(*) FROM information_schema.columns WHERE table_name = 'store_journal' AND column_name = 'file_id'"
+        )
+        return self.con.execute(f"SELECT store_id, seq, {'file_id' if has_file_id else 'NULL'} FROM store_journal").fetchone()
