@@ -288,3 +288,24 @@ def test_review_finish_before_anyone_labelled_says_to_wait(tmp_path: Path, monke
     for extra in ([], ["--unweighted"]):
         line = _one_coded_line(_invoke(["review", "finish", name, *extra, "--db", str(db)]), "E772")
         assert f"run `ror review finish {name}` again" in line and "no human labels yet" in line
+
+
+# ------------------------------------------------------------------------ probe / experts / steer: --out checked first
+@pytest.mark.parametrize("command", [
+    ["probe", "{tmp}/export", "--capture", "{tmp}/cap"],
+    ["experts", "{tmp}/export", "--capture", "{tmp}/cap"],
+], ids=["probe", "experts"])
+def test_an_output_folder_that_cannot_be_written_is_refused_before_any_work(tmp_path: Path, command):
+    # `ror probe ... --out /proc/x` computed every probe and then ended in a FileNotFoundError traceback
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    args = [a.replace("{tmp}", str(tmp_path)) for a in command] + ["--out", str(blocker / "out")]
+    line = _one_coded_line(_invoke(args), "E773")
+    assert "a-file" in line and "cannot write there" in line
+
+
+def test_a_label_confusion_file_that_does_not_exist_is_refused(tmp_path: Path):
+    # it was ignored silently when every segment had a label_distribution
+    line = _one_coded_line(_invoke(["probe", str(tmp_path), "--capture", str(tmp_path), "--label-resamples", "2",
+                                    "--label-confusion", str(tmp_path / "nope.json")]), "E010")
+    assert "--label-confusion" in line and "does not exist" in line

@@ -30,12 +30,42 @@ ResamplesOption = Annotated[int, typer.Option(
     help="Redraw every segment's label N times (from the export's label_distribution, else --label-confusion) and "
          "report each figure with its label-noise percentile interval; 0: off.")]
 ConfusionOption = Annotated[Optional[Path], typer.Option(
-    "--label-confusion", rich_help_panel=_NOISE,
+    "--label-confusion", rich_help_panel=_NOISE, exists=True, dir_okay=False,
     help="P(true | judge label) for segments without a distribution: `ror agree --json` output, or JSON "
          "{behaviors: [...], matrix: [[...]]} / CSV judge_label,<six behaviors> with rows summing to 1.")]
 ConfusionRaterOption = Annotated[Optional[str], typer.Option(
     "--label-confusion-rater", rich_help_panel=_NOISE, help="Whose confusion matrix, when the `ror agree` file has several.")]
 LabelSeedOption = Annotated[int, typer.Option("--label-seed", min=0, max=SEED_MAX, rich_help_panel=_NOISE, help="Seed of the label draws.")]
+
+
+#: Code of an output folder of probe / experts / steer that cannot be created or written.
+OUTPUT_NOT_WRITABLE = "E773"
+
+
+def _writable_output(out: Optional[Path], *, file: bool = False) -> None:
+    """Create ``--out`` (its folder when ``file``) and check that a file can be written there, before any
+    work: a bad ``--out`` used to end a long probe or expert run in a ``FileNotFoundError`` traceback
+    after everything was computed.
+
+    Raises
+    ------
+    ConfigError
+        E773: the folder cannot be created or written (a path under a file, a read-only place).
+    """
+    import tempfile
+
+    from ..errors import ConfigError
+
+    if out is None:
+        return
+    folder = out.parent if file else out
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".ror-write-check-"):
+            pass
+    except OSError as exc:
+        raise ConfigError(f"--out {out}: cannot write there ({exc.strerror or type(exc).__name__}: {exc.filename or folder}); "
+                          "give a folder you can write to", code=OUTPUT_NOT_WRITABLE) from None
 
 
 def _label_draws(table, tokens: Path, resamples: int, confusion: Optional[Path], rater: Optional[str], seed: int):
@@ -156,6 +186,7 @@ def probe_cmd(
     from ..steer.table import labeled_tokens
     from ..steer.tokens import load_tokens
 
+    _writable_output(out)
     try:
         window_sizes = [int(w) for w in windows.split(",") if w.strip()]
     except ValueError:
@@ -231,6 +262,7 @@ def experts_cmd(
     from ..steer.table import labeled_tokens
     from ..steer.tokens import load_tokens
 
+    _writable_output(out)
     cap = Capture(capture)
     warning = set_size_warning(top_k, cap.meta.n_experts)
     if warning:
@@ -300,6 +332,7 @@ def steer_cmd(
     from ..steer.steering import RoutingEdit
 
     spec_engine = get_engine(engine)
+    _writable_output(out, file=True)
 
     if schedule not in ("always", "after_first_answer"):
         raise InputError(f"unknown schedule {schedule!r}; choose 'always' or 'after_first_answer'")
