@@ -309,3 +309,15 @@ def test_a_label_confusion_file_that_does_not_exist_is_refused(tmp_path: Path):
     line = _one_coded_line(_invoke(["probe", str(tmp_path), "--capture", str(tmp_path), "--label-resamples", "2",
                                     "--label-confusion", str(tmp_path / "nope.json")]), "E010")
     assert "--label-confusion" in line and "does not exist" in line
+
+
+@pytest.mark.parametrize("command", [
+    ["capture", "{tmp}/export", "--model", "{tmp}/model", "--out", "{blocked}"],
+    ["tiny-model", "{blocked}"],
+], ids=["capture", "tiny-model"])
+def test_capture_and_tiny_model_refuse_an_output_folder_that_cannot_be_written(tmp_path: Path, command):
+    pytest.importorskip("torch")
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    args = [a.replace("{tmp}", str(tmp_path)).replace("{blocked}", str(blocker / "out")) for a in command]
+    assert "cannot write there" in _one_coded_line(_invoke(args), "E773")

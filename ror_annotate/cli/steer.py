@@ -42,10 +42,10 @@ LabelSeedOption = Annotated[int, typer.Option("--label-seed", min=0, max=SEED_MA
 OUTPUT_NOT_WRITABLE = "E773"
 
 
-def _writable_output(out: Optional[Path], *, file: bool = False) -> None:
+def _writable_output(out: Optional[Path], *, file: bool = False, what: str = "--out") -> None:
     """Create ``--out`` (its folder when ``file``) and check that a file can be written there, before any
-    work: a bad ``--out`` used to end a long probe or expert run in a ``FileNotFoundError`` traceback
-    after everything was computed.
+    work: a bad ``--out`` used to end a long capture, probe or expert run in a ``FileNotFoundError``
+    traceback (after everything was computed, for probe and experts).
 
     Raises
     ------
@@ -64,7 +64,7 @@ def _writable_output(out: Optional[Path], *, file: bool = False) -> None:
         with tempfile.NamedTemporaryFile(dir=folder, prefix=".ror-write-check-"):
             pass
     except OSError as exc:
-        raise ConfigError(f"--out {out}: cannot write there ({exc.strerror or type(exc).__name__}: {exc.filename or folder}); "
+        raise ConfigError(f"{what} {out}: cannot write there ({exc.strerror or type(exc).__name__}: {exc.filename or folder}); "
                           "give a folder you can write to", code=OUTPUT_NOT_WRITABLE) from None
 
 
@@ -133,6 +133,7 @@ def capture_cmd(
     engine: EngineOption = "hf",
 ) -> None:
     """Capture router logits (tokens x layers x experts, before top-k) and the selected experts of every trace."""
+    _writable_output(out)
     from ..steer import require_torch
 
     require_torch()
@@ -385,6 +386,8 @@ def tiny_model_cmd(
     seed: Annotated[int, typer.Option("--seed", min=0, max=SEED_MAX)] = 0,
 ) -> None:
     """Build a tiny random-weight Qwen3-MoE checkpoint and a tokenizer trained on the traces, offline (to try probe/steer)."""
+    _writable_output(out, what="OUT")
+    _writable_output(problems, file=True, what="--problems")
     from ..steer import require_torch
 
     require_torch()
