@@ -304,11 +304,20 @@ def test_an_output_folder_that_cannot_be_written_is_refused_before_any_work(tmp_
     assert "a-file" in line and "cannot write there" in line
 
 
-def test_a_label_confusion_file_that_does_not_exist_is_refused(tmp_path: Path):
+@pytest.mark.parametrize("command", ["probe", "experts"])
+def test_a_label_confusion_file_that_does_not_exist_is_refused(tmp_path: Path, command: str):
     # it was ignored silently when every segment had a label_distribution
-    line = _one_coded_line(_invoke(["probe", str(tmp_path), "--capture", str(tmp_path), "--label-resamples", "2",
-                                    "--label-confusion", str(tmp_path / "nope.json")]), "E010")
-    assert "--label-confusion" in line and "does not exist" in line
+    out = tmp_path / "out"
+    line = _one_coded_line(_invoke([command, str(tmp_path), "--capture", str(tmp_path), "--out", str(out), "--label-resamples", "2",
+                                    "--label-confusion", str(tmp_path / "nope.json")]), "E774")
+    assert "--label-confusion" in line and "no such file" in line and not out.exists()
+
+
+def test_the_output_check_leaves_no_folder_behind(tmp_path: Path):
+    # probe refused for another reason after the check (no capture): the folders the check made are gone
+    out = tmp_path / "a" / "b"
+    result = _invoke(["probe", str(tmp_path / "export"), "--capture", str(tmp_path / "cap"), "--out", str(out)])
+    assert result.exit_code == 2 and not (tmp_path / "a").exists(), result.output
 
 
 @pytest.mark.parametrize("command", [

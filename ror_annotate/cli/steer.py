@@ -30,7 +30,7 @@ ResamplesOption = Annotated[int, typer.Option(
     help="Redraw every segment's label N times (from the export's label_distribution, else --label-confusion) and "
          "report each figure with its label-noise percentile interval; 0: off.")]
 ConfusionOption = Annotated[Optional[Path], typer.Option(
-    "--label-confusion", rich_help_panel=_NOISE, exists=True, dir_okay=False,
+    "--label-confusion", rich_help_panel=_NOISE,
     help="P(true | judge label) for segments without a distribution: `ror agree --json` output, or JSON "
          "{behaviors: [...], matrix: [[...]]} / CSV judge_label,<six behaviors> with rows summing to 1.")]
 ConfusionRaterOption = Annotated[Optional[str], typer.Option(
@@ -59,13 +59,34 @@ def _writable_output(out: Optional[Path], *, file: bool = False, what: str = "--
     if out is None:
         return
     folder = out.parent if file else out
+    created = [p for p in (folder, *folder.parents) if not p.exists()]  # deepest first
     try:
         folder.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=folder, prefix=".ror-write-check-"):
             pass
+        for made in created:  # a check leaves nothing behind: the stage creates its folder when it writes
+            made.rmdir()
     except OSError as exc:
         raise ConfigError(f"{what} {out}: cannot write there ({exc.strerror or type(exc).__name__}: {exc.filename or folder}); "
                           "give a folder you can write to", code=OUTPUT_NOT_WRITABLE) from None
+
+
+def _check_label_options(resamples: int, confusion: Optional[Path], rater: Optional[str]) -> None:
+    """The label-noise options' own checks, before any work: E938 (a confusion option without
+    ``--label-resamples``), E774 (a ``--label-confusion`` file that does not exist: it was ignored
+    silently when every segment had a ``label_distribution``)."""
+    from ..errors import InputError, LabelNoiseError
+
+    if not resamples and (confusion is not None or rater is not None):
+        raise LabelNoiseError("--label-confusion / --label-confusion-rater take effect with --label-resamples N "
+                              "(N > 0); add it, or leave them out", code="E938")
+    if confusion is not None and not confusion.is_file():
+        raise InputError(f"--label-confusion {confusion}: no such file; give the `ror agree --json` output or a "
+                         "confusion JSON/CSV file", code=CONFUSION_FILE_MISSING)
+
+
+#: Code of a ``--label-confusion`` file that does not exist.
+CONFUSION_FILE_MISSING = "E774"
 
 
 def _label_draws(table, tokens: Path, resamples: int, confusion: Optional[Path], rater: Optional[str], seed: int):
@@ -187,6 +208,7 @@ def probe_cmd(
     from ..steer.table import labeled_tokens
     from ..steer.tokens import load_tokens
 
+    _check_label_options(label_resamples, label_confusion, label_confusion_rater)
     _writable_output(out)
     try:
         window_sizes = [int(w) for w in windows.split(",") if w.strip()]
@@ -263,6 +285,7 @@ def experts_cmd(
     from ..steer.table import labeled_tokens
     from ..steer.tokens import load_tokens
 
+    _check_label_options(label_resamples, label_confusion, label_confusion_rater)
     _writable_output(out)
     cap = Capture(capture)
     warning = set_size_warning(top_k, cap.meta.n_experts)
