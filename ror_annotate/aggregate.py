@@ -41,7 +41,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from .errors import ConfigError, InputError
-from .options import StageOptions
+from .options import Seed, StageOptions
 from .records import BEHAVIORS, Annotator, Run
 from .registry import Registry
 
@@ -87,7 +87,7 @@ class AggregateOptions(StageOptions):
     human: Literal["held-out", "anchor"] = "held-out"
     n_iter: int = Field(100, ge=1)
     tol: float = Field(1e-5, gt=0)
-    seed: int = 0
+    seed: Seed = 0
 
 
 @dataclass

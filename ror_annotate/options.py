@@ -10,19 +10,37 @@ built (so validation happens once), the model is frozen, and a run records
 from __future__ import annotations
 
 import difflib
-from typing import Any, ClassVar, TypeVar
+from typing import Annotated, Any, ClassVar, TypeVar
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .errors import ConfigError
 
 OptionsT = TypeVar("OptionsT", bound="StageOptions")
 
+#: Largest seed of a random generator: NumPy's legacy ``RandomState``, scikit-learn's and crowd-kit's
+#: ``random_state`` take ``0 .. 2**32 - 1`` (``numpy.random.RandomState`` documentation); a negative
+#: seed is refused by every one of them, ``numpy.random.default_rng`` included.
+SEED_MAX = 2**32 - 1
+#: Most bootstrap / label resamples one figure may ask for (each resample is a row of counts or
+#: labels held in memory: 100,000 x 10,000 traces is already 8 GB of counts).
+RESAMPLES_MAX = 100_000
+#: Most characters of context one option may ask for (stored in 32-bit integer columns).
+CHARS_MAX = 10_000_000
+
+#: A seed option: a whole number in ``0 .. SEED_MAX``.
+Seed = Annotated[int, Field(ge=0, le=SEED_MAX)]
+#: A resamples option: a whole number in ``0 .. RESAMPLES_MAX`` (0: no resampling).
+Resamples = Annotated[int, Field(ge=0, le=RESAMPLES_MAX)]
+
 
 class StageOptions(BaseModel):
     """Validated, frozen options of one stage; subclasses add fields (``extra="forbid"``)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # allow_inf_nan=False: a float option is a finite number (`--temperature 1e400` was inf, accepted by
+    # its bound >= 0, and ended the run in "Out of range float values are not JSON compliant";
+    # `--batch-poll 1e400` waited forever)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     #: Name used in error messages ("the aggregate stage"); subclasses set it, as a ``ClassVar``
     #: (a class attribute, not an option: it is neither accepted nor dumped).
@@ -113,4 +131,4 @@ def _expected(err: Any) -> str:
     return f"is invalid: {err['msg'][0].lower()}{err['msg'][1:]}"
 
 
-__all__ = ["StageOptions", "options_error"]
+__all__ = ["CHARS_MAX", "RESAMPLES_MAX", "SEED_MAX", "Resamples", "Seed", "StageOptions", "options_error"]

@@ -84,6 +84,21 @@ def _connect(path: str, *, read_only: bool) -> duckdb.DuckDBPyConnection:
         raise
 
 
+#: Code of a store whose database file (not its log) cannot be read (:func:`recover_store`).
+UNREADABLE_STORE = "E771"
+
+
+def _unreadable(db: Path, exc: BaseException) -> StoreError:
+    """The coded error of a database file that DuckDB cannot read even without its log."""
+    reason = " ".join(str(exc).split())[:300]
+    return StoreError(
+        f"the store {db} cannot be opened even without its log ({reason}): its database file is damaged, cut short "
+        "or not a DuckDB file. ror recover repairs a damaged write-ahead log, not the database file: restore the file "
+        "from a backup or build the store again (ror run / ror ingest); nothing was changed",
+        code=UNREADABLE_STORE,
+    )
+
+
 def _counts(path: str) -> dict[str, int]:
     con = _connect(path, read_only=True)
     try:
@@ -136,7 +151,10 @@ def recover_store(path: str | Path) -> RecoveryReport:
     wal = Path(str(db) + ".wal")
     if not wal.is_file() or wal.stat().st_size == 0 or (error := _replays(str(db))) is None:
         # the log replays (or there is none); it may still have been cut short: ask the journal
-        before = _counts(str(db))
+        try:
+            before = _counts(str(db))
+        except duckdb.Error as exc:  # the database file itself is damaged, cut short, or no DuckDB file
+            raise _unreadable(db, exc) from None
         report = RecoveryReport(path=str(db), recovered=False, checkpoint_counts=before)
         _restore_from_journal(report)
         if report.lost_commits:
@@ -151,7 +169,7 @@ def recover_store(path: str | Path) -> RecoveryReport:
         before = _counts(str(db))
     except duckdb.Error as exc:
         os.rename(aside, wal)  # the database file itself is unreadable: leave everything as it was
-        raise StoreError(f"the store {db} cannot be opened even without its log: {exc}; nothing was changed") from None
+        raise _unreadable(db, exc) from None
     found = re.search(r"byte position (\d+)", error)
     replayed = 0
     if found and int(found.group(1)) > 0:

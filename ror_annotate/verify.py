@@ -372,6 +372,16 @@ def verify(store: "Store", options: VerifyOptions, *, trace_ids: Sequence[str] |
     versions = {lab.codebook_version for lab in rated}
     if verifier.codebook_version not in versions:
         imported = sorted(v for v in versions if v.startswith("crosswalk:"))
+        if any(v.startswith("mixed-") for v in versions):  # an aggregate of raters of several codebooks
+            same = sorted(a for _, a, _ in store.annotators()
+                          if not a.startswith("aggregate:") and store.rater_codebook_versions([a]) == [verifier.codebook_version])
+            raise VerifyError(
+                f"rater {of!r} combines raters of different codebooks (e.g. the baseline's cue rules and an LLM judge's "
+                f"{verifier.book.versioned_name}), so its labels are under no one codebook a verifier can be given: verify one "
+                f"judge with --of ({', '.join(same) or 'no rater has labels under ' + verifier.book.versioned_name}), or aggregate "
+                "judges of one codebook (ror aggregate --raters A,B) and verify that aggregate",
+                code="E521",
+            )
         if imported:  # an imported rater's labels carry their crosswalk, not a codebook hash (was shown cut: "crosswalk:si")
             raise VerifyError(f"rater {of!r} holds imported labels ({', '.join(imported)}), not labels under a codebook: ror verify "
                               "audits a judge's labels; compare the imported rater with ror agree instead", code="E521")
@@ -386,7 +396,7 @@ def verify(store: "Store", options: VerifyOptions, *, trace_ids: Sequence[str] |
     cfg = options.judge_options
     store.upsert_annotators([Annotator(
         annotator=verifier.annotator, kind="machine", source="verify", model=model,
-        provider=scrub_url(cfg.base_url) if cfg.base_url else None, temperature=verifier.temperature, samples=1,
+        provider=scrub_url(verifier.base_url) if verifier.base_url else None, temperature=verifier.temperature, samples=1,
         codebook_version=verifier.codebook_version,
         details={"of": of, "codebook": verifier.book.versioned_name, "prompt_template_hash": verifier.prompt_template_hash},
     )])

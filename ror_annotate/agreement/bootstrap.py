@@ -12,7 +12,8 @@ import warnings
 
 import numpy as np
 
-from ..errors import AgreementError
+from ..errors import AgreementError, ConfigError
+from ..options import RESAMPLES_MAX, SEED_MAX
 from .estimators import Estimate, _estimate, _with_ci
 
 
@@ -21,9 +22,21 @@ def trace_bootstrap_counts(n_groups: int, *, n_resamples: int, seed: int | None 
 
     Each row is one multinomial draw of ``n_groups`` traces with replacement (equal probabilities),
     from ``numpy.random.default_rng(seed)``.
+
+    Raises
+    ------
+    AgreementError
+        ``n_resamples < 0`` or no trace.
+    ConfigError
+        ``n_resamples`` above :data:`~ror_annotate.options.RESAMPLES_MAX` or ``seed`` outside
+        ``0 .. SEED_MAX`` (a negative seed is refused by NumPy with a bare ``ValueError``).
     """
     if n_resamples < 0 or n_groups < 1:
         raise AgreementError(f"need n_resamples >= 0 and at least one trace, got {n_resamples} and {n_groups}")
+    if n_resamples > RESAMPLES_MAX:
+        raise ConfigError(f"--resamples must be <= {RESAMPLES_MAX:,}, got {n_resamples:,}")
+    if seed is not None and not 0 <= seed <= SEED_MAX:
+        raise ConfigError(f"--seed must be a whole number in 0..{SEED_MAX}, got {seed}")
     rng = np.random.default_rng(seed)
     return rng.multinomial(n_groups, np.full(n_groups, 1.0 / n_groups), size=n_resamples)
 

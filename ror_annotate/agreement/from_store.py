@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from ..errors import AgreementError
-from ..options import StageOptions
+from ..options import Resamples, Seed, StageOptions
 from ..records import BEHAVIORS
 from ..reference import ReferenceLabel, reference_labels_from
 from .analysis import agreement
@@ -130,9 +130,9 @@ class AgreementOptions(StageOptions):
     with_judge: bool = False
     codebook_version: str | None = None
     reference: str | None = "majority"
-    n_resamples: int = 1000
+    n_resamples: Resamples = 1000
     confidence_level: float = 0.95
-    seed: int | None = 0
+    seed: Seed | None = 0
     calibration: bool = True
     n_bins: int = 10
     by: str | None = None

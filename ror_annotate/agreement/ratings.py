@@ -448,14 +448,29 @@ def ratings_from_csv(path: str | Path, *, categories: Sequence[str] | str = AUTO
     # characters; the limit is process-wide, so it is raised only while this file is read.
     with _csv_field_limit(len(text) + 1), io.StringIO(text, newline="") as handle:
         # strict: an unterminated quote is an error, not a field that swallows the rest of the file
-        reader = csv.DictReader(handle, strict=True)
+        reader = _LineTrackingReader(handle, strict=True)
         try:
             return _ratings_from_reader(reader, path, categories)
         except csv.Error as exc:
+            # csv's own line_num is not advanced by a record it could not finish: name the line where
+            # that record starts (the header's line 1 when the header itself is malformed)
+            start = 1 if getattr(reader, "_fieldnames", None) is None else reader.last_line + 1
             raise InputError(
-                f"{path}: line {reader.line_num}: malformed CSV ({exc}); a field that opens a quote must close it",
+                f"{path}: line {start}: malformed CSV ({exc}) in the record that starts on this line; a field that opens "
+                "a quote must close it",
                 code=MALFORMED_CSV,
             ) from None
+
+
+class _LineTrackingReader(csv.DictReader):  # type: ignore[type-arg]
+    """A ``csv.DictReader`` that remembers the last line of the last record it returned."""
+
+    last_line = 1  # the header's
+
+    def __next__(self) -> dict[str, Any]:
+        row = super().__next__()
+        self.last_line = self.line_num
+        return row
 
 
 #: Code of a CSV that the ``csv`` module cannot parse strictly (an unterminated quote ...).

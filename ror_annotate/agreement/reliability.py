@@ -44,7 +44,7 @@ import numpy as np
 from pydantic import Field
 
 from ..errors import AgreementError
-from ..options import StageOptions
+from ..options import Resamples, Seed, StageOptions
 from ..records import BEHAVIORS, Label
 from ..reference import latest, reference_labels_from
 from .bootstrap import _percentile_ci, trace_bootstrap_counts
@@ -61,9 +61,9 @@ class CalibrationOptions(StageOptions):
 
     stage: ClassVar[str] = "calibration"
     n_bins: int = Field(10, ge=1, description="Equal-width confidence bins of the ECE.")
-    n_resamples: int = Field(1000, ge=0, description="Trace bootstrap resamples (0: no intervals).")
+    n_resamples: Resamples = Field(1000, description="Trace bootstrap resamples (0: no intervals).")
     confidence_level: float = Field(0.95, gt=0.0, lt=1.0)
-    seed: int | None = 0
+    seed: Seed | None = 0
 
 
 @dataclass(frozen=True)

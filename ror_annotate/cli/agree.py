@@ -10,6 +10,7 @@ import typer
 from rich.table import Table
 
 from ..errors import InputError
+from ..options import RESAMPLES_MAX, SEED_MAX
 from .app import DEFAULT_DB_PATH, DbOption, LockTimeoutOption, app, console, open_store
 
 _SEL = "Selection (store)"
@@ -155,9 +156,9 @@ def agree(
     reference: Annotated[str | None, typer.Option("--reference", help="Reference for per-class figures and confusion matrices: human, adjudicated, majority, none, or an annotator name.")] = "majority",
     from_csv: Annotated[Path | None, typer.Option("--from-csv", help="Long-format CSV (item_id, annotator, label; optional trace_id/group, weight) instead of the store.")] = None,
     categories: Annotated[str | None, typer.Option("--categories", help="With --from-csv: comma-separated category set, or 'auto' (the labels found). Default: the six behaviors.")] = None,
-    resamples: Annotated[int, typer.Option("--resamples", min=0, help="Trace-level bootstrap resamples (0: no intervals).")] = 1000,
+    resamples: Annotated[int, typer.Option("--resamples", min=0, max=RESAMPLES_MAX, help="Trace-level bootstrap resamples (0: no intervals).")] = 1000,
     confidence: Annotated[float, typer.Option("--confidence", min=0.5, max=0.999, help="Confidence level of the intervals.")] = 0.95,
-    seed: Annotated[int, typer.Option("--seed", help="Bootstrap seed.")] = 0,
+    seed: Annotated[int, typer.Option("--seed", min=0, max=SEED_MAX, help="Bootstrap seed.")] = 0,
     n_bins: Annotated[int, typer.Option("--n-bins", min=1, help="Equal-width confidence bins of the calibration error (ECE).")] = 10,
     by: Annotated[str | None, typer.Option("--by", help="Drift: agreement by rater kind per codebook version (codebook) or per week / month of the human labels.")] = None,
     weighted: Annotated[bool, typer.Option("--weighted", help="With --study: inverse-probability-weighted (Horvitz-Thompson / Hajek) estimates of each machine rater vs the humans; needs a study with inclusion probabilities and a control stratum.")] = False,

@@ -24,7 +24,38 @@ from typer.core import TyperGroup
 
 from ..errors import ConfigError, RorError, UsageError
 
-class _StdoutConsole(Console):
+class _ScrubbedFile:
+    """A text stream whose writes pass :func:`~ror_annotate.provenance.scrub_text` first (API keys,
+    URL passwords, ``Bearer``/``Basic`` values, tokens of the environment); every other attribute is
+    the wrapped stream's (``isatty``, ``encoding``, ``fileno``, ``flush``)."""
+
+    def __init__(self, target: Any) -> None:
+        self._target = target
+
+    def write(self, text: str) -> int:
+        from ..provenance import scrub_text
+
+        return int(self._target.write(scrub_text(text)) or 0)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._target, name)
+
+
+class _ScrubbingConsole(Console):
+    """Rich's console, with everything it writes scrubbed of secrets: whatever a command prints
+    (a server URL with ``user:password@``, a provider's message that repeats the request's
+    ``Authorization`` header) reaches the terminal without them."""
+
+    @property  # type: ignore[override]
+    def file(self) -> Any:
+        return _ScrubbedFile(Console.file.fget(self))  # type: ignore[attr-defined]
+
+    @file.setter
+    def file(self, new_file: Any) -> None:
+        Console.file.fset(self, new_file)  # type: ignore[attr-defined]
+
+
+class _StdoutConsole(_ScrubbingConsole):
     """Rich's console for stdout, ending quietly with status 0 when the reader closes the pipe
     (``ror agree | head -1``); rich's own handler exits with status 1."""
 
@@ -39,7 +70,7 @@ class _StdoutConsole(Console):
 # that printed it) or "[bold red]alice" restyled the table. Styles on stdout come from Table / Text
 # objects, never from markup in strings; err_console keeps markup for its coded lines (data escaped).
 console = _StdoutConsole(markup=False)
-err_console = Console(stderr=True)
+err_console = _ScrubbingConsole(stderr=True)
 
 # typer 0.2x vendors click (typer._click); older typer uses click itself. Catch whichever parses.
 # NoArgsIsHelpError (click >= 8.2) is how `ror` alone asks for the help: it is let through.
@@ -111,6 +142,19 @@ def _silence_stdout() -> None:
         os.dup2(devnull, sys.stdout.fileno())
     except (OSError, ValueError):  # stdout without a file descriptor (captured in tests)
         pass
+
+
+def _quiet_on_broken_pipe(self: Console) -> None:
+    """Every console of the CLI process ends quietly with status 0 when its reader closes the pipe."""
+    self.quiet = True
+    _silence_stdout()
+    raise SystemExit(0)
+
+
+# The help pages (`ror --help | head -1`, `ror agree --help | less` quit early) are printed by typer's
+# own rich console, whose broken-pipe handler exits with status 1 like ours did before
+# (`_StdoutConsole`): the CLI's process gives every console the same quiet exit 0.
+Console.on_broken_pipe = _quiet_on_broken_pipe  # type: ignore[method-assign]
 
 
 class RorGroup(TyperGroup):

@@ -13,6 +13,8 @@ from typing import Annotated
 
 import typer
 
+from ..options import RESAMPLES_MAX, SEED_MAX
+from ..provenance import scrub_url
 from .app import DEFAULT_DB_PATH, DbOption, LockTimeoutOption, console, err_console, open_store
 from .review import (
     AdjudicatorOption,
@@ -87,7 +89,7 @@ def start(
         s = review_start(store, name, options, say=_say)
     p = s.push
     server = "started" if s.server.started else "running"
-    console.print(f"Label Studio {server} at {s.server.url}" + (" (installed now)" if s.server.installed else ""), highlight=False, soft_wrap=True)
+    console.print(f"Label Studio {server} at {scrub_url(s.server.url)}" + (" (installed now)" if s.server.installed else ""), highlight=False, soft_wrap=True)
     if s.server.started:
         console.print("It keeps running after this command (`bash scripts/labelstudio.sh stop` stops it); for the separate "
                       "`ror review` commands: eval \"$(bash scripts/labelstudio.sh env)\"", highlight=False, soft_wrap=True, markup=False)
@@ -121,8 +123,8 @@ def finish(
     with_judge: Annotated[bool, typer.Option("--with-judge/--humans-only", help="Also compare the machine raters on the study's segments (judge-vs-human figures).")] = True,
     weighted: Annotated[bool | None, typer.Option("--weighted/--unweighted", help="Inverse-probability weights (default: exactly when every item has an inclusion probability and there is a control stratum).", show_default=False)] = None,
     reference: Annotated[str | None, typer.Option("--reference", help="As `ror agree`: human, adjudicated, majority, none, or an annotator name.")] = "majority",
-    resamples: Annotated[int, typer.Option("--resamples", min=0, help="Trace-level bootstrap resamples (0: no intervals).")] = 1000,
-    seed: Annotated[int, typer.Option("--seed", help="Bootstrap seed.")] = 0,
+    resamples: Annotated[int, typer.Option("--resamples", min=0, max=RESAMPLES_MAX, help="Trace-level bootstrap resamples (0: no intervals).")] = 1000,
+    seed: Annotated[int, typer.Option("--seed", min=0, max=SEED_MAX, help="Bootstrap seed.")] = 0,
     report: Annotated[Path | None, typer.Option("--report", help="Folder of agreement.md, agreement.json and figures (default reports/NAME).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the agreement figures as JSON (as `ror agree --json`).")] = False,
     db: DbOption = DEFAULT_DB_PATH,

@@ -15,6 +15,7 @@ import typer
 from rich.table import Table
 
 from ..errors import InputError
+from ..options import RESAMPLES_MAX, SEED_MAX
 from .app import app, console, err_console
 
 _PANEL = "Probe and steer"
@@ -25,7 +26,7 @@ DtypeOption = Annotated[str, typer.Option("--dtype", help="Model dtype: auto, fl
 EngineOption = Annotated[str, typer.Option("--engine", help="hf (transformers) or vllm (its own venv: scripts/setup_vllm.sh).")]
 _NOISE = "Label noise"
 ResamplesOption = Annotated[int, typer.Option(
-    "--label-resamples", min=0, rich_help_panel=_NOISE,
+    "--label-resamples", min=0, max=RESAMPLES_MAX, rich_help_panel=_NOISE,
     help="Redraw every segment's label N times (from the export's label_distribution, else --label-confusion) and "
          "report each figure with its label-noise percentile interval; 0: off.")]
 ConfusionOption = Annotated[Optional[Path], typer.Option(
@@ -34,7 +35,58 @@ ConfusionOption = Annotated[Optional[Path], typer.Option(
          "{behaviors: [...], matrix: [[...]]} / CSV judge_label,<six behaviors> with rows summing to 1.")]
 ConfusionRaterOption = Annotated[Optional[str], typer.Option(
     "--label-confusion-rater", rich_help_panel=_NOISE, help="Whose confusion matrix, when the `ror agree` file has several.")]
-LabelSeedOption = Annotated[int, typer.Option("--label-seed", rich_help_panel=_NOISE, help="Seed of the label draws.")]
+LabelSeedOption = Annotated[int, typer.Option("--label-seed", min=0, max=SEED_MAX, rich_help_panel=_NOISE, help="Seed of the label draws.")]
+
+
+#: Code of an output folder of probe / experts / steer that cannot be created or written.
+OUTPUT_NOT_WRITABLE = "E773"
+
+
+def _writable_output(out: Optional[Path], *, file: bool = False, what: str = "--out") -> None:
+    """Create ``--out`` (its folder when ``file``) and check that a file can be written there, before any
+    work: a bad ``--out`` used to end a long capture, probe or expert run in a ``FileNotFoundError``
+    traceback (after everything was computed, for probe and experts).
+
+    Raises
+    ------
+    ConfigError
+        E773: the folder cannot be created or written (a path under a file, a read-only place).
+    """
+    import tempfile
+
+    from ..errors import ConfigError
+
+    if out is None:
+        return
+    folder = out.parent if file else out
+    created = [p for p in (folder, *folder.parents) if not p.exists()]  # deepest first
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".ror-write-check-"):
+            pass
+        for made in created:  # a check leaves nothing behind: the stage creates its folder when it writes
+            made.rmdir()
+    except OSError as exc:
+        raise ConfigError(f"{what} {out}: cannot write there ({exc.strerror or type(exc).__name__}: {exc.filename or folder}); "
+                          "give a folder you can write to", code=OUTPUT_NOT_WRITABLE) from None
+
+
+def _check_label_options(resamples: int, confusion: Optional[Path], rater: Optional[str]) -> None:
+    """The label-noise options' own checks, before any work: E938 (a confusion option without
+    ``--label-resamples``), E774 (a ``--label-confusion`` file that does not exist: it was ignored
+    silently when every segment had a ``label_distribution``)."""
+    from ..errors import InputError, LabelNoiseError
+
+    if not resamples and (confusion is not None or rater is not None):
+        raise LabelNoiseError("--label-confusion / --label-confusion-rater take effect with --label-resamples N "
+                              "(N > 0); add it, or leave them out", code="E938")
+    if confusion is not None and not confusion.is_file():
+        raise InputError(f"--label-confusion {confusion}: no such file; give the `ror agree --json` output or a "
+                         "confusion JSON/CSV file", code=CONFUSION_FILE_MISSING)
+
+
+#: Code of a ``--label-confusion`` file that does not exist.
+CONFUSION_FILE_MISSING = "E774"
 
 
 def _label_draws(table, tokens: Path, resamples: int, confusion: Optional[Path], rater: Optional[str], seed: int):
@@ -102,6 +154,7 @@ def capture_cmd(
     engine: EngineOption = "hf",
 ) -> None:
     """Capture router logits (tokens x layers x experts, before top-k) and the selected experts of every trace."""
+    _writable_output(out)
     from ..steer import require_torch
 
     require_torch()
@@ -142,7 +195,7 @@ def probe_cmd(
     controls: Annotated[str, typer.Option("--controls", help="Comma-separated: position, tfidf, embeddings (needs --model).")] = "position,tfidf",
     model: Annotated[Optional[str], typer.Option("--model", help="Checkpoint for the input-embeddings control.")] = None,
     max_train: Annotated[int, typer.Option("--max-train", min=1, help="Train rows kept (seeded subsample), token level.")] = 50_000,
-    seed: Annotated[int, typer.Option("--seed")] = 0,
+    seed: Annotated[int, typer.Option("--seed", min=0, max=SEED_MAX)] = 0,
     out: Annotated[Optional[Path], typer.Option("--out", help="Write the table as CSV and per-layer dev curves as JSON here.")] = None,
     label_resamples: ResamplesOption = 0,
     label_confusion: ConfusionOption = None,
@@ -155,6 +208,8 @@ def probe_cmd(
     from ..steer.table import labeled_tokens
     from ..steer.tokens import load_tokens
 
+    _check_label_options(label_resamples, label_confusion, label_confusion_rater)
+    _writable_output(out)
     try:
         window_sizes = [int(w) for w in windows.split(",") if w.strip()]
     except ValueError:
@@ -216,7 +271,7 @@ def experts_cmd(
     permutations: Annotated[int, typer.Option("--permutations", min=1, help="Label permutations for the Jaccard null.")] = 20,
     steer_size: Annotated[Optional[int], typer.Option("--steer-size", min=0, help="Experts per layer in the steer_suppress_<behavior>.json specs (default: --top-k, capped so the router's top-k stay selectable; 0: no spec).")] = None,
     splits: Annotated[Optional[str], typer.Option("--splits", help="Comma-separated splits (default all).")] = None,
-    seed: Annotated[int, typer.Option("--seed")] = 0,
+    seed: Annotated[int, typer.Option("--seed", min=0, max=SEED_MAX)] = 0,
     label_resamples: ResamplesOption = 0,
     label_confusion: ConfusionOption = None,
     label_confusion_rater: ConfusionRaterOption = None,
@@ -230,6 +285,8 @@ def experts_cmd(
     from ..steer.table import labeled_tokens
     from ..steer.tokens import load_tokens
 
+    _check_label_options(label_resamples, label_confusion, label_confusion_rater)
+    _writable_output(out)
     cap = Capture(capture)
     warning = set_size_warning(top_k, cap.meta.n_experts)
     if warning:
@@ -285,7 +342,7 @@ def steer_cmd(
     max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", min=1)] = 1024,
     device: DeviceOption = "cpu",
     dtype: DtypeOption = "auto",
-    seed: Annotated[int, typer.Option("--seed", help="Seed of the random-expert control.")] = 0,
+    seed: Annotated[int, typer.Option("--seed", min=0, max=SEED_MAX, help="Seed of the random-expert control.")] = 0,
     out: Annotated[Optional[Path], typer.Option("--out", help="Write per-generation rows as JSONL here.")] = None,
     engine: EngineOption = "hf",
 ) -> None:
@@ -299,6 +356,7 @@ def steer_cmd(
     from ..steer.steering import RoutingEdit
 
     spec_engine = get_engine(engine)
+    _writable_output(out, file=True)
 
     if schedule not in ("always", "after_first_answer"):
         raise InputError(f"unknown schedule {schedule!r}; choose 'always' or 'after_first_answer'")
@@ -348,9 +406,11 @@ def tiny_model_cmd(
     out: Annotated[Path, typer.Argument(help="Folder for the checkpoint and its tokenizer (created).")],
     traces: Annotated[Optional[Path], typer.Option("--traces", help="JSONL of traces to train the tokenizer on (default: the embedded sample).")] = None,
     problems: Annotated[Optional[Path], typer.Option("--problems", help="Also write 4 problems of those traces here, for `ror steer`.")] = None,
-    seed: Annotated[int, typer.Option("--seed")] = 0,
+    seed: Annotated[int, typer.Option("--seed", min=0, max=SEED_MAX)] = 0,
 ) -> None:
     """Build a tiny random-weight Qwen3-MoE checkpoint and a tokenizer trained on the traces, offline (to try probe/steer)."""
+    _writable_output(out, what="OUT")
+    _writable_output(problems, file=True, what="--problems")
     from ..steer import require_torch
 
     require_torch()

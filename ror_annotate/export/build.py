@@ -23,7 +23,7 @@ import numpy as np
 from pydantic import ConfigDict
 
 from ..errors import ConfigError, ExportError, ExportWriteError, RorError
-from ..options import StageOptions
+from ..options import Seed, StageOptions
 from ..records import BEHAVIORS, SOURCE_KINDS
 from ..store import Store
 from . import read
@@ -320,7 +320,7 @@ class ExportOptions(StageOptions):
     labels: str = "auto"
     tokenizer: Any = None
     chat_template: bool = False
-    split_seed: int = 0
+    split_seed: Seed = 0
     split_fractions: Sequence[float] = (0.8, 0.1, 0.1)
     stratify_by: str | None = None
     name: str | None = None

@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -267,9 +268,11 @@ class LLMJudge:
         cfg = config if config is not None else JudgeConfig.from_options(options)
         self.config = cfg
         self.model = model
-        self.base_url = cfg.base_url
-        check_base_url(cfg.base_url)
-        resolve_api_key(cfg.base_url)  # fail at construction, before any work, when no key is available
+        # OPENAI_BASE_URL is what the `openai` client itself falls back to: the key check, the provider
+        # recorded and the output-limit field follow the endpoint the requests really go to.
+        self.base_url = cfg.base_url or os.environ.get("OPENAI_BASE_URL") or None
+        check_base_url(self.base_url)
+        resolve_api_key(self.base_url)  # fail at construction, before any work, when no key is available
         self.book: Codebook = load_codebook(cfg.codebook)
         self.codebook_version = self.book.sha256
         self.mode = cfg.mode
@@ -295,7 +298,7 @@ class LLMJudge:
         self.system_prompt = system_message(self.book)
         # OpenAI's own API wants max_completion_tokens (reasoning models reject max_tokens); compatible
         # servers (vLLM, Ollama) all understand max_tokens.
-        self._max_tokens_field = "max_completion_tokens" if cfg.base_url is None else "max_tokens"
+        self._max_tokens_field = "max_completion_tokens" if self.base_url is None else "max_tokens"
 
     # ------------------------------------------------------------------ identity
     def annotator_for(self, sample: int) -> str:

@@ -26,7 +26,8 @@ parameters or a log.
 Error codes (:class:`~ror_annotate.errors.ReviewError`): E740 no server answers and Label Studio
 is not installed (the message gives the exact command); E741 no server answers at a URL ror cannot
 start a server for (not loopback); E742 the study exists with other annotators; E743 a new study
-without annotators; E744 ``scripts/labelstudio.sh`` failed or is missing.
+without annotators; E744 ``scripts/labelstudio.sh`` failed or is missing; E772 ``review finish`` of a
+study whose annotators have labelled nothing yet.
 """
 
 from __future__ import annotations
@@ -41,12 +42,15 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import urlsplit
 
 from ..errors import ReviewError
-from ..options import StageOptions
+from ..options import Resamples, Seed, StageOptions
 from ..provenance import scrub_url
 from .adjudicate import check_adjudicator, set_adjudicator
 from .labelstudio import KEY_ENV, LabelStudioClient, server_url, signup_annotator
 from .studies import StudyOptions, check_email, check_study_name, ensure_tables, load_study, person_email, pseudonym_for, study_design, study_people
 from .sync import ADJUDICATION_ROLE, PullReport, PushReport, _project_refs, pull_study, push_study, require_accounts
+
+#: Code of ``review finish`` on a study whose annotators have labelled nothing yet.
+NOTHING_LABELLED = "E772"
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..store import Store
@@ -96,9 +100,9 @@ class ReviewFinishOptions(StageOptions):
     with_judge: bool = True
     weighted: bool | None = None
     reference: str | None = "majority"
-    n_resamples: int = 1000
+    n_resamples: Resamples = 1000
     confidence_level: float = 0.95
-    seed: int = 0
+    seed: Seed = 0
     n_bins: int = 10
     report: Path | None = None
 
@@ -511,9 +515,10 @@ def review_finish(store: "Store", name: str, options: ReviewFinishOptions | None
     Raises
     ------
     ReviewError
-        As ``ror review pull`` (study not pushed, server errors, people without an account).
+        As ``ror review pull`` (study not pushed, server errors, people without an account); E772 no
+        annotator has labelled anything yet (nothing to compute the agreement of).
     AgreementError
-        As ``ror agree`` (no labels yet, one annotator only; with ``weighted=True`` E720-E722).
+        As ``ror agree`` (one annotator only; with ``weighted=True`` E720-E722).
     """
     from ..agreement import agreement_summary
 
@@ -526,6 +531,15 @@ def review_finish(store: "Store", name: str, options: ReviewFinishOptions | None
     with store.run("review pull", {"study": name, "url": client.url, "strict_offsets": o.strict_offsets, "via": "review finish"}) as run:
         pull = pull_study(store, name, client, run_id=run.run_id, strict_offsets=o.strict_offsets)
         run.counts.update(labels_written=pull.labels_written, labels_removed=pull.labels_removed, rejected=len(pull.rejected))
+    if pull.labels_written + pull.labels_unchanged == 0:
+        # was E722 "pull the study's labels first" (weighted) or E700 "no labels match the selection":
+        # finish has just pulled; the annotators have not labelled yet
+        raise ReviewError(
+            f"study {name!r} has no human labels yet (the pull found none in Label Studio): once the annotators have "
+            f"labelled their projects, run `ror review finish {name}` again; `ror review status {name}` shows each "
+            "annotator's progress",
+            code=NOTHING_LABELLED,
+        )
     possible, note = weighting_possible(store, name)
     weighted = possible if o.weighted is None else o.weighted
     if o.weighted is not None:

@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import ConfigError, InputError, ReviewError
-from ..options import StageOptions
+from ..options import CHARS_MAX, Seed, StageOptions
 from ..records import BEHAVIORS, Label, sha256_text, utc_now
 from ..registry import Registry
 from ..store import to_naive_utc
@@ -164,7 +164,7 @@ class Study(BaseModel):
     parameters: dict[str, Any] = Field(default_factory=dict)
     judge_annotator: str | None = None
     adjudicator: str | None = Field(None, description="Pseudonym of the adjudicator.")
-    context_chars: int = Field(1200, ge=0)
+    context_chars: int = Field(1200, ge=0, le=CHARS_MAX)
     state: StudyState = "created"
     server_url: str | None = None
     created_at: datetime = Field(default_factory=utc_now)
@@ -631,7 +631,7 @@ class StudyOptions(StageOptions):
     strategy: str = "random"
     n: int | None = None
     n_traces: int | None = None
-    seed: int = 0
+    seed: Seed = 0
     overlap: int = 2
     blind: bool = True
     mode: StudyMode = "segment"
@@ -639,7 +639,7 @@ class StudyOptions(StageOptions):
     judge_annotator: str | None = None
     compare_annotators: tuple[str, ...] | None = None
     adjudicator: str | None = None
-    context_chars: int = 1200
+    context_chars: int = Field(1200, ge=0, le=CHARS_MAX)
     low_confidence: float = 0.6
     control_fraction: float = 0.25
     rater: str | None = None

@@ -37,7 +37,7 @@ import numpy as np
 from pydantic import Field
 
 from ..errors import LabelNoiseError
-from ..options import StageOptions
+from ..options import Resamples, Seed, StageOptions
 from ..records import BEHAVIORS
 
 #: Tolerance on a probability row's sum (the export stores float32).
@@ -62,10 +62,10 @@ class LabelNoiseOptions(StageOptions):
     """
 
     stage: ClassVar[str] = "label noise"
-    resamples: int = Field(0, ge=0, le=100_000)
+    resamples: Resamples = 0
     confusion: str | None = None
     confusion_rater: str | None = None
-    seed: int = 0
+    seed: Seed = 0
     confidence_level: float = Field(0.95, gt=0, lt=1)
 
 

@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 
 from pydantic import Field
 
-from ..options import StageOptions
+from ..options import Seed, StageOptions
 
 #: Chat template: a user turn, then the assistant's turn opened with ``<think>`` (as DeepSeek-R1 and Qwen3 do).
 CHAT_TEMPLATE = (
@@ -37,7 +37,7 @@ class TinyModelOptions(StageOptions):
     top_k: int = Field(2, ge=1)
     hidden_size: int = Field(64, ge=32)
     router_std: float = Field(2.0, gt=0.0)
-    seed: int = 0
+    seed: Seed = 0
 
 
 def _texts(path: Path) -> list[str]:

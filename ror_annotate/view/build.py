@@ -42,7 +42,7 @@ from pydantic import Field
 
 from ..analytics import SegmentView, analyze_trace
 from ..errors import AgreementError, ViewError
-from ..options import StageOptions
+from ..options import Resamples, Seed, StageOptions
 from ..records import BEHAVIORS, Label, Segment, Trace
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -90,8 +90,8 @@ class ViewOptions(StageOptions):
     batch_size: int = Field(200, ge=1)
     low_confidence: float = Field(0.6, ge=0.0, le=1.0)
     reference: str = "majority"
-    resamples: int = Field(1000, ge=0)
-    seed: int = 0
+    resamples: Resamples = 1000
+    seed: Seed = 0
     cell_examples: int = Field(500, ge=0)
     agreement: bool = True
     title: str = "ror_annotate viewer"
@@ -359,6 +359,10 @@ def _html_escape(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
 
 
+#: Code of a site file that cannot be written (:func:`write_site`).
+SITE_WRITE_FAILED = "E770"
+
+
 def _prepare_out(out: Path) -> None:
     if out.exists() and not out.is_dir():
         raise ViewError(f"--out {out} is a file; give a folder for the site", code="E851")
@@ -389,8 +393,29 @@ def write_site(
     Raises
     ------
     ViewError
-        E851: ``out`` is a file or a non-empty folder that is not a viewer site; E852: no segmented trace.
+        E851: ``out`` is a file or a non-empty folder that is not a viewer site; E852: no segmented trace;
+        E770: a file of the site cannot be written (a folder that cannot be created or written, a full
+        disk: the ``OSError``'s reason and file are named).
     """
+    try:
+        return _write_site(out, bundles, raters, options, dashboard=dashboard, cells=cells, agreement_json=agreement_json, origin=origin)
+    except OSError as exc:
+        where = exc.filename or out
+        raise ViewError(f"cannot write the site to --out {out}: {exc.strerror or type(exc).__name__} ({where}); "
+                        "give a folder you can write to, on a disk with free space", code=SITE_WRITE_FAILED) from None
+
+
+def _write_site(
+    out: Path,
+    bundles: Iterator[TraceBundle],
+    raters: list[Rater],
+    options: ViewOptions,
+    *,
+    dashboard: Callable[[], dict[str, Any]] | None,
+    cells: Callable[[], dict[str, Any]] | None,
+    agreement_json: dict[str, Any] | None,
+    origin: str,
+) -> ViewSummary:
     _prepare_out(out)
     _copy_static(out, options.title)
     rater_index = {r.name: i for i, r in enumerate(raters)}
