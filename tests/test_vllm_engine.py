@@ -42,7 +42,8 @@ def _run(family: str, mode: str, workdir: Path) -> dict:
     return json.loads(lines[-1][len("RESULT "):])
 
 
-CASES = [("qwen3_moe", "eager"), ("qwen3_moe", "compiled"), ("qwen2_moe", "eager"), ("mixtral", "eager"), ("gpt_oss", "eager")]
+CASES = [("qwen3_moe", "eager"), ("qwen3_moe", "compiled"), ("qwen2_moe", "eager"), ("mixtral", "eager"), ("gpt_oss", "eager"),
+         ("glm4_moe", "eager"), ("glm4_moe", "compiled")]
 
 
 @pytest.fixture(scope="module")
@@ -68,12 +69,40 @@ def test_vllm_capture_and_steering(family: str, mode: str, workdir: Path) -> Non
     assert r["activated_always"] and r["suppressed_never"]
     assert r["edited_layer_raw_logits_equal"]
     # the library capture writes what the HF engine writes (same index and meta; logits within TOL)
+    assert r["capture_error"] is None
     assert r["capture_captured"] == 7 and r["capture_index_equal"] and r["capture_meta_diff"] == []
     assert r["capture_max_diff"] < TOL
+    if family == "glm4_moe":  # sigmoid, grouped top-k: vLLM's own selection and the steered one follow the DeepSeek-V3 rule
+        assert r["plain_reference_agree"] == r["plain_reference_total"] > 0
+        assert r["steered_reference_agree"] == r["steered_reference_total"] > 0
     # a schedule that never fires (no answer in random-weight text) leaves every row untouched
     assert r["after_first_answer_untouched"]
     # ... and once it fires for a request, that request's later rows are edited, its prompt rows never
     assert r["after_first_answer_prompt_untouched"] and r["after_first_answer_edits_later_rows"]
+
+
+def test_deepseek_v3_mla_steers_and_its_capture_is_never_silently_wrong(workdir: Path) -> None:
+    """DeepSeek-V3 (MLA attention, sigmoid grouped top-k) on vLLM's CPU build.
+
+    vLLM's CPU MLA kernel only runs a latent cache of kv_lora_rank 512 + rope 64 (the fixture uses
+    them). On this build its forward equals transformers at position 0 only, and differs between
+    batch 1 and batch 8 (measured: up to 1.5 and 0.8): the attention, not the router. So: the router
+    is hooked and the steering edit holds inside the grouped selection (against an independent
+    implementation of the rule, on the first MoE layer, whose logits depend on the tokens only), and
+    the library capture either equals transformers or is refused by its self-check (E913) with
+    nothing written: never silently wrong.
+    """
+    r = _run("deepseek_v3", "eager", workdir)
+    assert r["layers"] == r["expected_layers"] == [0, 1]
+    assert r["first_row_max_diff"] < TOL
+    assert r["plain_reference_agree"] == r["plain_reference_total"] > 0
+    assert r["steered_reference_agree"] == r["steered_reference_total"] > 0
+    assert r["empty_identical"] and r["empty_selections_identical"]
+    assert r["plain_selects_suppressed"] and r["activated_always"] and r["suppressed_never"]
+    if r["batch8_max_diff"] < TOL:
+        assert r["capture_error"] is None and r["capture_max_diff"] < TOL
+    else:
+        assert r["capture_error"] == "E913" and not r["capture_written"], r.get("capture_error_message")
 
 
 def test_edit_math_matches_hf_engine() -> None:

@@ -8,6 +8,13 @@ built, to call two opaque ``torch.library`` custom ops around vLLM's own routing
 - ``ror_annotate::route_edit(logits, layer)``: the SteerMoE edit (activate -> max + eps, suppress
   -> min - eps, computed in float32) on the rows of the requests the schedule marks active; every
   other row and every layer without an edit is returned bit for bit;
+- ``ror_annotate::route_grouped(logits, weights, topk_ids, layer)`` (sigmoid, grouped top-k routers
+  only: DeepSeek-V3/R1, GLM-4-MoE): on the steered rows, the grouped selection recomputed with the
+  edit acting inside it, as the HF engine does (:func:`~ror_annotate.steer.families.route`): an
+  activated expert's group is always kept and the expert always selected, a suppressed expert is
+  never selected nor counted in its group's score; the router's own score-correction bias,
+  ``num_expert_group``, ``topk_group``, renormalisation and ``routed_scaling_factor`` apply;
+  every other row gets vLLM's weights and ids back bit for bit;
 - ``ror_annotate::route_record(logits, topk_ids, layer)``: copies the raw logits and the experts
   vLLM selected into the current step's buffer when a capture is running.
 
@@ -150,19 +157,26 @@ class _HookState:
             self.capture.setdefault(rid, []).append((positions, logits[sl], selected[sl]))
 
     # -- the custom ops' bodies --
+    @staticmethod
+    def _rows(step: _Step, logits: Any) -> Any:
+        """The step's active-row mask ``[n_rows padded]`` on the logits' device (built once per step and device)."""
+        rows = step.rows.get((logits.shape[0], logits.device))
+        if rows is None:
+            torch = _torch()
+            n = min(step.n_rows, logits.shape[0])
+            rows = torch.zeros(logits.shape[0], dtype=torch.bool)
+            rows[:n] = step.active[:n]
+            rows = step.rows[(logits.shape[0], logits.device)] = rows.to(logits.device, non_blocking=True)
+        return rows
+
     def edit(self, logits: Any, layer: int) -> Any:
         step = self.step
         masks = self.edit_masks.get(layer)
         if step is None or masks is None or step.active is None:
             return logits.clone()
         torch = _torch()
-        rows = step.rows.get((logits.shape[0], logits.device))
-        if rows is None:  # once per step and device, not per layer
-            n = min(step.n_rows, logits.shape[0])
-            rows = torch.zeros(logits.shape[0], dtype=torch.bool)
-            rows[:n] = step.active[:n]
-            rows = step.rows[(logits.shape[0], logits.device)] = rows.to(logits.device, non_blocking=True)
-        act, sup = masks
+        rows = self._rows(step, logits)
+        act, sup = (None if m is None else m.to(logits.device) for m in masks)
         x = logits.float()
         n_routed = (act if act is not None else sup).shape[0]
         # a fused shared-expert gate column (beside the routed ones) is never edited nor counted in max/min
@@ -182,6 +196,24 @@ class _HookState:
             if sup is not None:
                 out = torch.where(sup, torch.minimum(out, torch.nextafter(lo.to(logits.dtype), out.new_tensor(float("-inf")))), out)
         return torch.where(rows[:, None], out, logits)
+
+    def regroup(self, logits: Any, weights: Any, ids: Any, layer: int) -> tuple[Any, Any]:
+        """Body of ``route_grouped``: the grouped selection under the edit on the steered rows.
+
+        ``logits`` are the edited logits (``route_edit``'s output), ``weights`` / ``ids`` vLLM's
+        routing of them; rows not steered, layers without an edit and routers that are not grouped
+        get ``weights`` and ``ids`` back bit for bit.
+        """
+        step, masks, rule = self.step, self.edit_masks.get(layer), GROUPED_RULES.get(layer)
+        if step is None or masks is None or step.active is None or rule is None:
+            return weights.clone(), ids.clone()
+        torch = _torch()
+        from .families import _route_grouped
+
+        rows = self._rows(step, logits)[:, None]
+        act, sup = (None if m is None else m.to(logits.device) for m in masks)
+        new_w, new_i = _route_grouped(rule, logits[..., : rule.n_experts].float(), act, sup)  # type: ignore[arg-type]
+        return (torch.where(rows, new_w.to(weights.dtype), weights), torch.where(rows, new_i.to(ids.dtype), ids))
 
     def record(self, logits: Any, selected: Any, layer: int) -> None:
         step = self.step
@@ -204,6 +236,91 @@ def _torch() -> Any:
 def _layer_index(name: str) -> int:
     match = re.search(r"layers\.(\d+)\.", name + ".")
     return int(match.group(1)) if match else -1
+
+
+@dataclass
+class GroupedRule:
+    """A vLLM router's sigmoid, grouped top-k rule (DeepSeek-V3 style), read from the router itself.
+
+    Duck-types the fields :func:`~ror_annotate.steer.families.route` reads of a
+    :class:`~ror_annotate.steer.families.RouterSite`, so the vLLM engine steers with the HF engine's
+    grouped selection. The bias is read from the router at each call (vLLM loads the weights into
+    the parameter after the router is built).
+
+    Attributes
+    ----------
+    router : vllm FusedMoERouter
+        Holds ``e_score_correction_bias`` ``[n_experts]`` float32.
+    n_experts, top_k, n_group, topk_group : int
+        Routed experts, experts per token, expert groups and groups kept (``1, 1`` when vLLM's router
+        falls back to ungrouped biased top-k: ``n_experts`` not a multiple of more than ``n_group``).
+    renormalize : bool
+        Whether the selected sigmoid scores are divided by their sum.
+    scaling : float
+        The router's ``routed_scaling_factor`` (``1.0`` where vLLM applies the family's factor to the
+        MoE output instead, as it does for GLM-4-MoE on CPU: the weights are then vLLM's).
+    """
+
+    router: Any
+    n_experts: int
+    top_k: int
+    n_group: int
+    topk_group: int
+    renormalize: bool
+    scaling: float
+
+    @property
+    def bias(self) -> Any:
+        return self.router.e_score_correction_bias
+
+    @property
+    def group_size(self) -> int:
+        return self.n_experts // self.n_group
+
+
+#: Decoder layer -> the grouped rule of its router (filled by :func:`build_llm`; read by ``route_grouped``).
+GROUPED_RULES: dict[int, GroupedRule] = {}
+
+
+def _is_grouped(router: Any) -> bool:
+    """True for a router that selects by sigmoid scores plus a score-correction bias (the grouped rule)."""
+    return getattr(router, "scoring_func", "softmax") == "sigmoid" and getattr(router, "e_score_correction_bias", None) is not None
+
+
+def router_rule(router: Any) -> GroupedRule | None:
+    """The routing rule of a vLLM MoE router: ``None`` for softmax top-k, a :class:`GroupedRule` for
+    sigmoid scores with a score-correction bias (grouped or not).
+
+    Mirrors vLLM 0.32's ``CPURouter`` / ``GroupedTopKRouter``: groups are used when
+    ``use_grouped_topk`` (CPU) and ``num_expert_group`` divides ``n_experts`` into more than one
+    expert per group; ``GroupedTopKRouter`` otherwise falls back to ungrouped biased top-k, which is
+    the grouped rule with one group.
+
+    Raises
+    ------
+    SteerError
+        ``E955`` for a rule this engine does not define the edit or the capture check for: softmax
+        scores with groups or a bias (DeepSeek-V2 style), sigmoid scores without a bias, or another
+        scoring function (``sqrtsoftplus``...).
+    """
+    scoring = getattr(router, "scoring_func", "softmax")
+    bias = getattr(router, "e_score_correction_bias", None)
+    uses_groups = bool(getattr(router, "use_grouped_topk", True))
+    n_group = int(getattr(router, "num_expert_group", None) or 1) if uses_groups else 1
+    topk_group = int(getattr(router, "topk_group", None) or 1) if uses_groups else 1
+    n_experts, top_k = int(router.global_num_experts), int(router.top_k)
+    name = type(router).__name__
+    if scoring == "softmax" and bias is None and n_group <= 1:
+        return None
+    if scoring != "sigmoid" or bias is None:
+        raise SteerError(f"vLLM router {name} scores experts with {scoring!r}"
+                         f"{' and a score-correction bias' if bias is not None else ''}"
+                         f"{f' in {n_group} groups' if n_group > 1 else ''}: the vLLM engine defines its edit and capture check "
+                         "for softmax top-k and for sigmoid scores with a score-correction bias only", code="E955")
+    if n_experts <= n_group or n_experts % n_group:
+        n_group = topk_group = 1
+    return GroupedRule(router, n_experts, top_k, n_group, topk_group, bool(getattr(router, "renormalize", True)),
+                       float(getattr(router, "routed_scaling_factor", 1.0) or 1.0))
 
 
 def install() -> None:
@@ -243,6 +360,15 @@ def install() -> None:
     def _record_fake(logits: Any, selected: Any, layer: int) -> Any:
         return torch.empty_like(selected)
 
+    @torch.library.custom_op("ror_annotate::route_grouped", mutates_args=(),
+                             schema="(Tensor logits, Tensor weights, Tensor ids, int layer) -> (Tensor, Tensor)")
+    def route_grouped(logits: Any, weights: Any, ids: Any, layer: int) -> tuple[Any, Any]:
+        return STATE.regroup(logits, weights, ids, layer)
+
+    @route_grouped.register_fake
+    def _grouped_fake(logits: Any, weights: Any, ids: Any, layer: int) -> tuple[Any, Any]:
+        return torch.empty_like(weights), torch.empty_like(ids)
+
     original_select = FusedMoERouter.select_experts
 
     def select_experts(self: Any, hidden_states: Any, router_logits: Any, topk_indices_dtype: Any = None, *,
@@ -251,6 +377,8 @@ def install() -> None:
         n_experts = int(self.global_num_experts)
         logits = torch.ops.ror_annotate.route_edit(router_logits, layer)
         weights, ids = original_select(self, hidden_states, logits, topk_indices_dtype, input_ids=input_ids)
+        if getattr(self, "_ror_grouped", False):  # fixed when the router is built, before compilation
+            weights, ids = torch.ops.ror_annotate.route_grouped(logits, weights, ids, layer)
         ids = torch.ops.ror_annotate.route_record(router_logits[..., :n_experts], ids, layer)
         return weights, ids
 
@@ -259,6 +387,7 @@ def install() -> None:
     def runner_init(self: Any, layer_name: str, *args: Any, **kwargs: Any) -> None:
         original_init(self, layer_name, *args, **kwargs)
         self.router._ror_layer = _layer_index(layer_name)
+        self.router._ror_grouped = _is_grouped(self.router)
 
     original_prepare = GPUModelRunner._prepare_inputs
 
@@ -283,12 +412,30 @@ def install() -> None:
 
 @dataclass(frozen=True)
 class VllmSite:
-    """A MoE layer of a vLLM model: decoder layer index, routed experts and k (what steering validates)."""
+    """A MoE layer of a vLLM model: what steering validates (:meth:`RoutingEdit.validate`).
+
+    Attributes
+    ----------
+    layer, n_experts, top_k, position : int
+        Decoder layer index, routed experts, experts per token, index among the MoE layers.
+    family : FamilySpec or None
+        The registered family (``None`` for a softmax model type not in the registry).
+    n_group, topk_group : int
+        Expert groups and groups kept (sigmoid, grouped routers; ``1, 1`` otherwise).
+    """
 
     layer: int
     n_experts: int
     top_k: int
     position: int = 0
+    family: Any = None
+    n_group: int = 1
+    topk_group: int = 1
+
+    @property
+    def group_size(self) -> int:
+        """Experts per group."""
+        return self.n_experts // self.n_group
 
 
 @dataclass
@@ -308,6 +455,9 @@ class VllmEngine:
         The forward dtype (``"torch.float32"``...).
     family : str
         The family name (as the HF engine records it) or the model_type.
+    grouped_bias : dict of int to numpy.ndarray
+        Sigmoid, grouped routers only: each MoE layer's score-correction bias ``[n_experts]``
+        float32, for the E912 check of the family's grouped rule (empty otherwise).
     """
 
     llm: Any
@@ -316,31 +466,66 @@ class VllmEngine:
     expected_layers: list[int]
     dtype: str
     family: str
+    grouped_bias: dict[int, np.ndarray] = field(default_factory=dict)
+
+    def grouped_selection(self, layers: Sequence[int]) -> Any:
+        """The E912 rule (:class:`~ror_annotate.steer.checks.GroupedSelection`) of ``layers``, or ``None``."""
+        from .checks import GroupedSelection
+
+        if not self.grouped_bias:
+            return None
+        site = next(s for s in self.sites if s.layer == layers[0])
+        return GroupedSelection(np.stack([self.grouped_bias[layer] for layer in layers]).astype(np.float32),
+                                site.n_group, site.topk_group)
 
     @property
     def tokenizer(self) -> Any:
         return self.llm.get_tokenizer()
 
 
-def _family_name(model_type: str) -> str:
-    """The registered family of ``model_type`` (or ``model_type`` itself).
-
-    Raises
-    ------
-    SteerError
-        ``E955`` for a sigmoid, grouped top-k family (DeepSeek-V3, GLM-4-MoE): this engine's edit
-        and capture check are the softmax ones, so it refuses them rather than steer them wrongly;
-        the HF engine supports them.
-    """
+def _family_spec(model_type: str) -> Any:
+    """The registered :class:`~ror_annotate.steer.families.FamilySpec` of ``model_type``, or ``None``."""
     from .families import FAMILIES
 
     for name, spec in FAMILIES.items():
         if name == model_type or model_type in spec.model_types:
-            if spec.grouped:
-                raise SteerError(f"family {name} routes with sigmoid, grouped top-k; the vLLM engine does not define "
-                                 "its steering edit or capture check yet: use the HF engine (--engine hf)", code="E955")
-            return name
-    return model_type
+            return spec
+    return None
+
+
+def _family_name(model_type: str) -> str:
+    """The registered family of ``model_type`` (or ``model_type`` itself)."""
+    spec = _family_spec(model_type)
+    return model_type if spec is None else spec.name
+
+
+def check_family_rule(family: Any, model_type: str, rules: dict[int, "GroupedRule | None"]) -> None:
+    """Refuse a model whose vLLM routers and registered family disagree on the routing rule.
+
+    Parameters
+    ----------
+    family : FamilySpec or None
+        The registered family of ``model_type``.
+    model_type : str
+    rules : dict of int to GroupedRule or None
+        Per MoE layer, :func:`router_rule` of its vLLM router.
+
+    Raises
+    ------
+    SteerError
+        ``E955`` when vLLM routes by the grouped rule but the family is not a registered
+        ``sigmoid_grouped`` one (the edits could not be validated against the groups), or the
+        family is grouped but vLLM's router is not.
+    """
+    grouped = {layer for layer, rule in rules.items() if rule is not None}
+    if grouped and (family is None or not family.grouped):
+        raise SteerError(f"{model_type}: vLLM routes MoE layer(s) {sorted(grouped)} by sigmoid scores with a score-correction "
+                         f"bias but the family {getattr(family, 'name', model_type)!r} is not registered as "
+                         "scoring='sigmoid_grouped'; register it (ror_annotate.steer.families.register_family)", code="E955")
+    if family is not None and family.grouped and len(grouped) != len(rules):
+        plain = sorted(set(rules) - grouped)
+        raise SteerError(f"family {family.name} routes with sigmoid, grouped top-k but vLLM built softmax routers at "
+                         f"layer(s) {plain}: not the family's rule", code="E955")
 
 
 def build_llm(model: str | Path, *, dtype: str = "auto", enforce_eager: bool = False, max_num_seqs: int = 64,
@@ -395,24 +580,33 @@ def build_llm(model: str | Path, *, dtype: str = "auto", enforce_eager: bool = F
     def describe(m: Any) -> dict:
         from vllm.model_executor.layers.fused_moe.runner.moe_runner import MoERunner
 
-        found = {}
+        found, rules = {}, {}
         for _name, module in m.named_modules():
             if isinstance(module, MoERunner):
                 router = module.router
-                found[int(router._ror_layer)] = (int(router.global_num_experts), int(router.top_k))
+                layer = int(router._ror_layer)
+                found[layer] = (int(router.global_num_experts), int(router.top_k))
+                rules[layer] = router_rule(router)  # E955 for a rule the engine does not define
         dtype_name = str(next(m.parameters()).dtype)
         names = [name for name, _ in m.named_parameters()]
-        return {"sites": found, "dtype": dtype_name, "params": names}
+        return {"sites": found, "rules": rules, "dtype": dtype_name, "params": names}
 
     (info,) = llm.apply_model(describe)
     if not info["sites"]:
         raise SteerError(f"{model}: vLLM built no MoE layer routed through select_experts; not an MoE model "
                          "(or a monolithic MoE kernel that bypasses the router)", code="E923")
-    sites = [VllmSite(layer, e, k, i) for i, (layer, (e, k)) in enumerate(sorted(info["sites"].items()))]
+    model_type = getattr(llm.llm_engine.model_config.hf_config, "model_type", "")
+    family = _family_spec(model_type)
+    rules: dict[int, GroupedRule | None] = info["rules"]
+    check_family_rule(family, model_type, rules)
+    GROUPED_RULES.clear()
+    GROUPED_RULES.update({layer: rule for layer, rule in rules.items() if rule is not None})
+    sites = [VllmSite(layer, e, k, i, family, *((rules[layer].n_group, rules[layer].topk_group) if rules[layer] else (1, 1)))
+             for i, (layer, (e, k)) in enumerate(sorted(info["sites"].items()))]
     expected = sorted({int(m.group(1)) for name in info["params"]
                        if (m := re.search(r"(?:^|\.)layers\.(\d+)\.(?:.*\.)?experts(?:\.|$)", name))})
-    model_type = getattr(llm.llm_engine.model_config.hf_config, "model_type", "")
-    return VllmEngine(llm, source, sites, expected, info["dtype"], _family_name(model_type))
+    bias = {layer: rule.bias.detach().float().cpu().numpy() for layer, rule in GROUPED_RULES.items()}
+    return VllmEngine(llm, source, sites, expected, info["dtype"], model_type if family is None else family.name, bias)
 
 
 # ---------------------------------------------------------------------------------------------- capture
@@ -508,6 +702,7 @@ def capture_router_logits_vllm(engine: VllmEngine, tokens: Any, out_dir: str | P
     created = not Path(out_dir).exists()
     writer = _Writer(Path(out_dir), meta, overwrite=overwrite)
     kw = {"family": meta.family, "layers": meta.layers, "model_dtype": meta.model_dtype, "storage_dtype": logits_dtype}
+    grouped = engine.grouped_selection(meta.layers)  # sigmoid, grouped families: E912 checks their own rule
     ref: dict[str, np.ndarray] = {}
     report = CaptureReport(out_dir=str(out_dir))
     params = SamplingParams(max_tokens=1, temperature=0.0)
@@ -532,7 +727,7 @@ def capture_router_logits_vllm(engine: VllmEngine, tokens: Any, out_dir: str | P
                     ref[rows[0]["trace_id"]] = _reference_rows(engine, rows[0]["input_ids"][:FORWARD_CHECK_ROWS])
                 arrays = _capture_batch(engine, [r["input_ids"] for r in rows], params)
                 if checks:
-                    _check(rows, arrays, ref, meta.top_k, kw)
+                    _check(rows, arrays, ref, meta.top_k, kw, grouped)
                 writer.append([({"trace_id": r["trace_id"], "split": split, "dataset": r["dataset"]}, lg, sel, None)
                                for r, (lg, sel) in zip(rows, arrays)])
                 report.captured += len(rows)
@@ -551,11 +746,13 @@ def capture_router_logits_vllm(engine: VllmEngine, tokens: Any, out_dir: str | P
 
 
 def _check(rows: list[dict], arrays: list[tuple[np.ndarray, np.ndarray]], ref: dict[str, np.ndarray], top_k: int,
-           kw: dict[str, Any]) -> None:
-    """E910-E912 on the batch, E913 on the trace that has a transformers reference."""
+           kw: dict[str, Any], grouped: Any = None) -> None:
+    """E910-E912 on the batch (``grouped``: the family's grouped rule), E913 on the trace that has a
+    transformers reference."""
     from .checks import FORWARD_CHECK_ROWS, check_batch, check_forward
 
-    check_batch(np.concatenate([a[0] for a in arrays]), np.concatenate([a[1] for a in arrays]), top_k=top_k, **kw)
+    check_batch(np.concatenate([a[0] for a in arrays]), np.concatenate([a[1] for a in arrays]), top_k=top_k,
+                grouped=grouped, **kw)
     for r, (lg, _) in zip(rows, arrays):
         if r["trace_id"] in ref:
             check_forward(lg[:FORWARD_CHECK_ROWS], ref[r["trace_id"]], trace_id=r["trace_id"], rtol=CROSS_ENGINE_RTOL, **kw)
