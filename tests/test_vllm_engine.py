@@ -72,6 +72,13 @@ def test_vllm_capture_and_steering(family: str, mode: str, workdir: Path) -> Non
     assert r["capture_error"] is None
     assert r["capture_captured"] == 7 and r["capture_index_equal"] and r["capture_meta_diff"] == []
     assert r["capture_max_diff"] < TOL
+    assert r["capture_selected_bytes_equal"]
+    if family in ("qwen3_moe", "gpt_oss", "glm4_moe"):  # built with residual capture (and written by the background writer)
+        # same files and layout as the HF engine (float16 on disk), equal within 2 float16 ulps of the stream's scale,
+        # far below one layer's update (what a wrong hook point would be off by)
+        assert r["residual_files"][0] == r["residual_files"][1] > 0 and r["residual_meta"] == [[0, 1], 64, 2]
+        assert r["residual_max_diff"] <= 2.0 ** -10 * r["residual_scale"]
+        assert r["residual_max_diff"] < 0.01 * r["residual_layer_step"]
     if family == "glm4_moe":  # sigmoid, grouped top-k: vLLM's own selection and the steered one follow the DeepSeek-V3 rule
         assert r["plain_reference_agree"] == r["plain_reference_total"] > 0
         assert r["steered_reference_agree"] == r["steered_reference_total"] > 0

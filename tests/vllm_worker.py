@@ -25,6 +25,9 @@ MLA = dict(hidden_size=64, num_attention_heads=2, num_key_value_heads=2, kv_lora
            topk_method="noaux_tc", scoring_func="sigmoid")  # as in DeepSeek-V3's config.json (vLLM reads them)
 
 
+#: Families whose engine is built with every decoder layer instrumented for residual-stream capture (the others
+#: keep the uninstrumented path covered).
+RESIDUAL = ("qwen3_moe", "gpt_oss", "glm4_moe")
 #: Sigmoid, grouped top-k families (DeepSeek-V3 rule).
 GROUPED = ("glm4_moe", "deepseek_v3")
 
@@ -77,9 +80,9 @@ def main() -> None:
                     scaling=site0.scaling)
         bias0 = site0.bias.detach().float().numpy()
     del hf
+    extra = {"gpu_memory_utilization": 0.1} if torch.cuda.is_available() else {}
     engine = build_llm(ckpt, dtype="float32", enforce_eager=(mode == "eager"), max_num_seqs=8, max_model_len=512,
-                       gpu_memory_utilization=0.1) if torch.cuda.is_available() else \
-        build_llm(ckpt, dtype="float32", enforce_eager=(mode == "eager"), max_num_seqs=8, max_model_len=512)
+                       residual_layers="all" if family in RESIDUAL else None, **extra)
     out: dict = {"family": engine.family, "layers": [s.layer for s in engine.sites],
                  "expected_layers": engine.expected_layers, "n_experts": engine.sites[0].n_experts,
                  "top_k": engine.sites[0].top_k}
@@ -92,16 +95,16 @@ def main() -> None:
     batch1 = [_capture_batch(engine, [s], params)[0] for s in seqs[:2]]
     batch8 = _capture_batch(engine, seqs, params)
     STATE.reset()
-    out["batch1_max_diff"] = max(float(np.abs(lg - reference[i]).max()) for i, (lg, _) in enumerate(batch1))
-    out["batch8_max_diff"] = max(float(np.abs(lg - reference[i]).max()) for i, (lg, _) in enumerate(batch8))
-    out["first_row_max_diff"] = max(float(np.abs(lg[0] - reference[i][0]).max()) for i, (lg, _) in enumerate(batch8))
+    out["batch1_max_diff"] = max(float(np.abs(lg - reference[i]).max()) for i, (lg, *_) in enumerate(batch1))
+    out["batch8_max_diff"] = max(float(np.abs(lg - reference[i]).max()) for i, (lg, *_) in enumerate(batch8))
+    out["first_row_max_diff"] = max(float(np.abs(lg[0] - reference[i][0]).max()) for i, (lg, *_) in enumerate(batch8))
     # batching itself: each request's rows at batch 8 equal its rows alone (vLLM against vLLM)
-    out["batch8_vs_batch1_max_diff"] = max(float(np.abs(batch8[i][0] - lg).max()) for i, (lg, _) in enumerate(batch1))
-    out["batch8_rows"] = [int(lg.shape[0]) for lg, _ in batch8]
+    out["batch8_vs_batch1_max_diff"] = max(float(np.abs(batch8[i][0] - lg).max()) for i, (lg, *_) in enumerate(batch1))
+    out["batch8_rows"] = [int(lg.shape[0]) for lg, *_ in batch8]
     out["lengths"] = [len(s) for s in seqs]
     # selections: vLLM's chosen set equals the HF top-k set wherever the k-th and (k+1)-th logits are apart
     agree = total = 0
-    for i, (_lg, sel) in enumerate(batch8):
+    for i, (_lg, sel, _res) in enumerate(batch8):
         k = sel.shape[-1]
         srt = np.sort(reference[i], axis=-1)
         clear = (srt[..., -k] - srt[..., -k - 1]) > 1e-3
@@ -168,10 +171,11 @@ def main() -> None:
     from ror_annotate.errors import CaptureCheckError
 
     hf = load_model(str(ckpt), dtype="float32")
-    capture_router_logits(hf, dd, hdir, model_name="tiny", logits_dtype="float32", overwrite=True)
-    try:  # the self-checks on: E913 compares the first trace's first rows with transformers
+    residual = [0, 1] if family in RESIDUAL else None
+    capture_router_logits(hf, dd, hdir, model_name="tiny", logits_dtype="float32", overwrite=True, residual_layers=residual)
+    try:  # the self-checks on: E913 compares the first trace's first rows with transformers; writes in a thread
         report = capture_router_logits_vllm(engine, dd, vdir, model_name="tiny", logits_dtype="float32", overwrite=True,
-                                            batch_size=4)
+                                            batch_size=4, residual_layers=residual, background_writer=True)
         out["capture_error"] = None
     except CaptureCheckError as exc:
         out["capture_error"], out["capture_error_message"] = exc.code, str(exc)
@@ -184,6 +188,20 @@ def main() -> None:
             sorted((r["trace_id"], r["split"], r["n_tokens"]) for r in h.index)
         out["capture_meta_diff"] = v.meta.compatible(h.meta)
         out["capture_max_diff"] = max(float(np.abs(v.trace(t)[0] - h.trace(t)[0]).max()) for t in (r["trace_id"] for r in h.index))
+        out["capture_selected_bytes_equal"] = (vdir / "selected.bin").stat().st_size == (hdir / "selected.bin").stat().st_size
+        if residual:
+            # the residual stream after each layer, same file and layout as the HF engine's (float16 on disk)
+            out["residual_files"] = [(vdir / "residual.bin").stat().st_size, (hdir / "residual.bin").stat().st_size]
+            out["residual_meta"] = [v.meta.residual_layers, v.meta.hidden_size, v.meta.version]
+            diffs, scale = [], 0.0
+            for row in h.index:
+                vr = v.residual[v._by_id[row["trace_id"]]["start"]:][: row["n_tokens"]].astype(np.float32)
+                hr = h.residual[row["start"]: row["start"] + row["n_tokens"]].astype(np.float32)
+                diffs.append(float(np.abs(vr - hr).max()))
+                scale = max(scale, float(np.abs(hr).max()))
+            out["residual_max_diff"], out["residual_scale"] = max(diffs), scale
+            # what a wrong hook point would be off by: layer 1's output against layer 0's (one layer's whole update)
+            out["residual_layer_step"] = float(np.abs(h.residual[:, 1].astype(np.float32) - h.residual[:, 0].astype(np.float32)).max())
     # after_first_answer with a pattern any text matches: prompt rows untouched, later rows edited
     fires = generate_vllm(engine, gen_prompts, max_new_tokens=12, edit=edit, schedule="after_first_answer",
                           record=True, pattern=r"\S")

@@ -93,6 +93,7 @@ class _Step:
     active: Any = None  # bool tensor [n_rows] of rows to edit, or None (no row)
     logits: dict[int, Any] = field(default_factory=dict)  # layer -> [n_rows, n_experts]
     selected: dict[int, Any] = field(default_factory=dict)  # layer -> [n_rows, top_k]
+    residual: dict[int, Any] = field(default_factory=dict)  # decoder layer -> [n_rows, hidden] float16
     rows: dict[tuple, Any] = field(default_factory=dict)  # (n_rows padded, device) -> bool mask on that device
 
     @property
@@ -106,8 +107,10 @@ class _HookState:
     def __init__(self) -> None:
         self.pending: _Step | None = None  # set by _prepare_inputs, taken by _model_forward
         self.step: _Step | None = None  # the step whose forward is running
-        self.capture: dict[str, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] | None = None
+        #: request id -> chunks (positions, logits, selected, residual or None), appended once per step
+        self.capture: dict[str, list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]]] | None = None
         self.capture_layers: list[int] = []
+        self.residual_layers: list[int] = []  # decoder layers whose output stream is captured too
         self.capture_dtype: Any = None
         self.edit_masks: dict[int, tuple[Any, Any]] = {}  # layer -> (activate mask, suppress mask) [n_experts]
         self.eps = 1e-2
@@ -146,15 +149,22 @@ class _HookState:
         if missing:
             raise CaptureCheckError(f"vLLM engine: the router hook did not fire for MoE layer(s) {missing} in a forward step "
                                     f"(fired: {sorted(step.logits)}); nothing was written", code="E921")
+        missing = [layer for layer in self.residual_layers if layer not in step.residual]
+        if missing:
+            raise CaptureCheckError(f"vLLM engine: the residual-stream hook did not fire for decoder layer(s) {missing} in a "
+                                    f"forward step (fired: {sorted(step.residual)}); nothing was written", code="E921")
         torch = _torch()
         n = step.n_rows
         logits = torch.stack([step.logits[layer][:n] for layer in self.capture_layers], dim=1).cpu().numpy()
         selected = torch.stack([step.selected[layer][:n] for layer in self.capture_layers], dim=1).cpu().numpy()
+        residual = (torch.stack([step.residual[layer][:n] for layer in self.residual_layers], dim=1).cpu().numpy()
+                    if self.residual_layers else None)
         offsets = np.concatenate([[0], np.cumsum(step.counts)])
         for i, rid in enumerate(step.req_ids):
             sl = slice(int(offsets[i]), int(offsets[i + 1]))
             positions = step.starts[i] + np.arange(int(step.counts[i]))
-            self.capture.setdefault(rid, []).append((positions, logits[sl], selected[sl]))
+            self.capture.setdefault(rid, []).append((positions, logits[sl], selected[sl],
+                                                     None if residual is None else residual[sl]))
 
     # -- the custom ops' bodies --
     @staticmethod
@@ -214,6 +224,14 @@ class _HookState:
         act, sup = (None if m is None else m.to(logits.device) for m in masks)
         new_w, new_i = _route_grouped(rule, logits[..., : rule.n_experts].float(), act, sup)  # type: ignore[arg-type]
         return (torch.where(rows, new_w.to(weights.dtype), weights), torch.where(rows, new_i.to(ids.dtype), ids))
+
+    def record_residual(self, hidden: Any, residual: Any, layer: int) -> None:
+        """Body of ``residual_record``: the residual stream after decoder layer ``layer`` (``hidden +
+        residual``, vLLM's layers return the two apart and the next norm adds them) in float16."""
+        step = self.step
+        if step is None or self.capture is None or layer not in self.residual_layers:
+            return
+        step.residual[layer] = (hidden + residual).detach().to(_torch().float16)
 
     def record(self, logits: Any, selected: Any, layer: int) -> None:
         step = self.step
@@ -323,6 +341,51 @@ def router_rule(router: Any) -> GroupedRule | None:
                        float(getattr(router, "routed_scaling_factor", 1.0) or 1.0))
 
 
+#: Decoder layers whose output stream the next engine built instruments (``"all"``, or a set); read once by the
+#: model loader's patch, before compilation (the layers' flags are constants to ``torch.compile``).
+RESIDUAL_BUILD: dict[str, Any] = {"layers": None}
+_DECODER_RE = re.compile(r"(?:^|\.)layers\.(\d+)$")
+
+
+def _mark_residual_layers(model: Any, torch: Any) -> None:
+    """After vLLM built the model and before it is compiled: flag the decoder layers of
+    ``RESIDUAL_BUILD["layers"]`` and wrap their class's ``forward`` so that a flagged layer passes its
+    output through ``ror_annotate::residual_record``.
+
+    Decoder layers are the modules named ``...layers.<i>``; every vLLM MoE family's layer returns
+    ``(hidden_states, residual)``, whose sum is the residual stream after the layer (what a
+    transformers decoder layer returns). A layer that returns something else is never recorded, so
+    its capture fails with ``E921``.
+    """
+    wanted = RESIDUAL_BUILD["layers"]
+    found: dict[int, Any] = {}
+    for name, module in model.named_modules():
+        match = _DECODER_RE.search(name)
+        if match:
+            found[int(match.group(1))] = module
+    RESIDUAL_BUILD["decoder_layers"] = sorted(found)
+    if not wanted:
+        return
+    chosen = sorted(found) if wanted == "all" else sorted(set(wanted) & set(found))
+    for index in chosen:
+        module = found[index]
+        module._ror_residual = index
+        cls = type(module)
+        if getattr(cls, "_ror_wrapped", False):
+            continue
+        original = cls.forward
+
+        def forward(self: Any, *args: Any, _original: Any = original, **kwargs: Any) -> Any:
+            out = _original(self, *args, **kwargs)
+            index = getattr(self, "_ror_residual", -1)
+            if index >= 0 and isinstance(out, tuple) and len(out) == 2 and out[1] is not None:
+                out = (torch.ops.ror_annotate.residual_record(out[0], out[1], index), out[1])
+            return out
+
+        cls.forward = forward
+        cls._ror_wrapped = True
+
+
 def install() -> None:
     """Register the custom ops and patch vLLM's router and model runner (idempotent).
 
@@ -340,6 +403,7 @@ def install() -> None:
     torch = _torch()
     from vllm.model_executor.layers.fused_moe.router.fused_moe_router import FusedMoERouter
     from vllm.model_executor.layers.fused_moe.runner.moe_runner import MoERunner
+    from vllm.model_executor.model_loader.base_loader import BaseModelLoader
     from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
     @torch.library.custom_op("ror_annotate::route_edit", mutates_args=(), schema="(Tensor logits, int layer) -> Tensor")
@@ -368,6 +432,16 @@ def install() -> None:
     @route_grouped.register_fake
     def _grouped_fake(logits: Any, weights: Any, ids: Any, layer: int) -> tuple[Any, Any]:
         return torch.empty_like(weights), torch.empty_like(ids)
+
+    @torch.library.custom_op("ror_annotate::residual_record", mutates_args=(),
+                             schema="(Tensor hidden, Tensor residual, int layer) -> Tensor")
+    def residual_record(hidden: Any, residual: Any, layer: int) -> Any:
+        STATE.record_residual(hidden, residual, layer)
+        return hidden.clone()
+
+    @residual_record.register_fake
+    def _residual_fake(hidden: Any, residual: Any, layer: int) -> Any:
+        return torch.empty_like(hidden)
 
     original_select = FusedMoERouter.select_experts
 
@@ -403,6 +477,14 @@ def install() -> None:
         STATE.end_forward()
         return out
 
+    original_load = BaseModelLoader.load_model
+
+    def load_model(self: Any, *args: Any, **kwargs: Any) -> Any:
+        model = original_load(self, *args, **kwargs)
+        _mark_residual_layers(model, torch)
+        return model
+
+    BaseModelLoader.load_model = load_model  # type: ignore[method-assign]
     FusedMoERouter.select_experts = select_experts  # type: ignore[method-assign]
     MoERunner.__init__ = runner_init  # type: ignore[method-assign]
     GPUModelRunner._prepare_inputs = prepare_inputs  # type: ignore[method-assign]
@@ -458,6 +540,10 @@ class VllmEngine:
     grouped_bias : dict of int to numpy.ndarray
         Sigmoid, grouped routers only: each MoE layer's score-correction bias ``[n_experts]``
         float32, for the E912 check of the family's grouped rule (empty otherwise).
+    residual_layers : list of int
+        Decoder layers instrumented for residual-stream capture (``build_llm(residual_layers=...)``).
+    hidden_size : int
+        Width of the residual stream.
     """
 
     llm: Any
@@ -467,6 +553,8 @@ class VllmEngine:
     dtype: str
     family: str
     grouped_bias: dict[int, np.ndarray] = field(default_factory=dict)
+    residual_layers: list[int] = field(default_factory=list)
+    hidden_size: int = 0
 
     def grouped_selection(self, layers: Sequence[int]) -> Any:
         """The E912 rule (:class:`~ror_annotate.steer.checks.GroupedSelection`) of ``layers``, or ``None``."""
@@ -529,7 +617,8 @@ def check_family_rule(family: Any, model_type: str, rules: dict[int, "GroupedRul
 
 
 def build_llm(model: str | Path, *, dtype: str = "auto", enforce_eager: bool = False, max_num_seqs: int = 64,
-              max_model_len: int | None = None, seed: int = 0, tensor_parallel_size: int = 1, **kwargs: Any) -> VllmEngine:
+              max_model_len: int | None = None, seed: int = 0, tensor_parallel_size: int = 1,
+              residual_layers: Sequence[int] | str | None = None, **kwargs: Any) -> VllmEngine:
     """Build an in-process ``vllm.LLM`` with the capture/steer hooks installed.
 
     Parameters
@@ -546,6 +635,9 @@ def build_llm(model: str | Path, *, dtype: str = "auto", enforce_eager: bool = F
     seed : int
     tensor_parallel_size : int
         Must be 1 (see the module docstring).
+    residual_layers : sequence of int or "all", optional
+        Decoder layers whose output (the residual stream after the layer) capture may store too:
+        they are instrumented while the model is built, before compilation (others cost nothing).
     **kwargs
         Passed to ``vllm.LLM``.
 
@@ -557,7 +649,9 @@ def build_llm(model: str | Path, *, dtype: str = "auto", enforce_eager: bool = F
     ------
     SteerError
         ``E922`` vLLM missing or ``tensor_parallel_size > 1``; ``E901`` no such checkpoint; ``E923``
-        the model has no MoE layer vLLM routes through ``select_experts``.
+        the model has no MoE layer vLLM routes through ``select_experts``; ``E955`` a router rule the
+        engine does not define (:func:`router_rule`, :func:`check_family_rule`); residual layers that
+        are not decoder layers of the model.
     """
     from .capture import check_model_source
 
@@ -575,7 +669,19 @@ def build_llm(model: str | Path, *, dtype: str = "auto", enforce_eager: bool = F
     if torch.cuda.is_available() and not enforce_eager:
         options["compilation_config"] = {"cudagraph_mode": "NONE"}
     options.update(kwargs)
-    llm = vllm.LLM(model=source, **options)
+    if isinstance(residual_layers, str) and residual_layers != "all":
+        raise SteerError(f"residual_layers must be a list of decoder layers or 'all', got {residual_layers!r}")
+    RESIDUAL_BUILD["layers"] = residual_layers if isinstance(residual_layers, str) or residual_layers is None \
+        else sorted({int(x) for x in residual_layers})
+    try:
+        llm = vllm.LLM(model=source, **options)
+    finally:
+        wanted, RESIDUAL_BUILD["layers"] = RESIDUAL_BUILD["layers"], None
+    decoder = list(RESIDUAL_BUILD.get("decoder_layers", []))
+    if wanted and wanted != "all" and set(wanted) - set(decoder):
+        raise SteerError(f"residual layers {sorted(set(wanted) - set(decoder))} are not decoder layers of the model "
+                         f"(0..{max(decoder) if decoder else -1})")
+    res_layers = decoder if wanted == "all" else list(wanted or [])
 
     def describe(m: Any) -> dict:
         from vllm.model_executor.layers.fused_moe.runner.moe_runner import MoERunner
@@ -606,7 +712,10 @@ def build_llm(model: str | Path, *, dtype: str = "auto", enforce_eager: bool = F
     expected = sorted({int(m.group(1)) for name in info["params"]
                        if (m := re.search(r"(?:^|\.)layers\.(\d+)\.(?:.*\.)?experts(?:\.|$)", name))})
     bias = {layer: rule.bias.detach().float().cpu().numpy() for layer, rule in GROUPED_RULES.items()}
-    return VllmEngine(llm, source, sites, expected, info["dtype"], model_type if family is None else family.name, bias)
+    hf_config = llm.llm_engine.model_config.hf_config
+    text_config = hf_config.get_text_config() if hasattr(hf_config, "get_text_config") else hf_config
+    return VllmEngine(llm, source, sites, expected, info["dtype"], model_type if family is None else family.name, bias,
+                      res_layers, int(getattr(text_config, "hidden_size", 0) or 0))
 
 
 # ---------------------------------------------------------------------------------------------- capture
@@ -626,6 +735,8 @@ class VllmCaptureOptions(StageOptions):
     limit: int | None = None
     checks: bool = True
     reference: bool = True
+    residual_layers: Sequence[int] | str | None = None
+    background_writer: bool | None = None
 
 
 def capture_router_logits_vllm(engine: VllmEngine, tokens: Any, out_dir: str | Path,
@@ -657,6 +768,14 @@ def capture_router_logits_vllm(engine: VllmEngine, tokens: Any, out_dir: str | P
     reference : bool
         For E913, compare the first rows of the first trace with a plain transformers forward of
         the same checkpoint (loads the checkpoint once more, on CPU, in the engine's dtype).
+    residual_layers : sequence of int or "all", optional
+        Decoder layers whose output (the residual stream after the layer: vLLM's ``hidden_states +
+        residual``) is stored too, from the same steps, in ``residual.bin`` float16 as the HF engine
+        stores it; the engine must have been built with them (``build_llm(residual_layers=...)``);
+        ``"all"``: every layer the engine was built with.
+    background_writer : bool, optional
+        Write each batch to disk in a background thread while vLLM runs the next one (default: on
+        CUDA). The self-checks still run on every batch before it is handed to the writer.
 
     Returns
     -------
@@ -665,7 +784,8 @@ def capture_router_logits_vllm(engine: VllmEngine, tokens: Any, out_dir: str | P
     Raises
     ------
     SteerError
-        Unknown split or layer, incompatible existing capture.
+        Unknown split or layer, incompatible existing capture, residual layers the engine was not
+        built with.
     CaptureCheckError
         ``E920`` a request's rows are not exactly positions ``0..T-1``; ``E921`` a hook did not
         fire; ``E910``-``E913`` as on the HF engine. Nothing of the failing batch is written.
@@ -673,10 +793,11 @@ def capture_router_logits_vllm(engine: VllmEngine, tokens: Any, out_dir: str | P
     o = VllmCaptureOptions.resolve(options, kwargs)
     model_name, splits, layers, batch_size, logits_dtype = o.model_name, o.splits, o.layers, o.batch_size, o.logits_dtype
     overwrite, limit, checks, reference = o.overwrite, o.limit, o.checks, o.reference
+    res_layers = _residual_request(engine, o.residual_layers)
     torch = _torch()
     from vllm import SamplingParams
 
-    from .capture import STORE_DTYPES, CaptureMeta, CaptureReport, _check_vocab, _drop_if_empty, _SplitRows, _Writer
+    from .capture import STORE_DTYPES, CaptureMeta, CaptureReport, _BackgroundWriter, _check_vocab, _drop_if_empty, _SplitRows, _Writer
     from .checks import FORWARD_CHECK_ROWS, check_layers_found
 
     if logits_dtype not in STORE_DTYPES:
@@ -693,7 +814,8 @@ def capture_router_logits_vllm(engine: VllmEngine, tokens: Any, out_dir: str | P
         raise SteerError("MoE layers differ in n_experts/top_k; capture them separately with --layers")
     meta = CaptureMeta(model=model_name or engine.model, family=engine.family, layers=[s.layer for s in sites],
                        n_experts=sites[0].n_experts, top_k=sites[0].top_k, logits_dtype=logits_dtype,
-                       model_dtype=engine.dtype)
+                       model_dtype=engine.dtype, residual_layers=res_layers,
+                       hidden_size=engine.hidden_size if res_layers else 0, version=2 if res_layers else 1)
     splits = list(splits) if splits is not None else list(tokens.keys())
     unknown_splits = [s for s in splits if s not in tokens]
     if unknown_splits:
@@ -707,8 +829,11 @@ def capture_router_logits_vllm(engine: VllmEngine, tokens: Any, out_dir: str | P
     report = CaptureReport(out_dir=str(out_dir))
     params = SamplingParams(max_tokens=1, temperature=0.0)
     start = time.perf_counter()
+    threaded = torch.cuda.is_available() if o.background_writer is None else o.background_writer
+    background = _BackgroundWriter(writer, threaded=threaded)  # checks run before submit, in this thread
     STATE.reset()
     STATE.capture_layers = meta.layers
+    STATE.residual_layers = res_layers
     STATE.capture_dtype = getattr(torch, logits_dtype)
     try:
         for split in splits:
@@ -728,24 +853,66 @@ def capture_router_logits_vllm(engine: VllmEngine, tokens: Any, out_dir: str | P
                 arrays = _capture_batch(engine, [r["input_ids"] for r in rows], params)
                 if checks:
                     _check(rows, arrays, ref, meta.top_k, kw, grouped)
-                writer.append([({"trace_id": r["trace_id"], "split": split, "dataset": r["dataset"]}, lg, sel, None)
-                               for r, (lg, sel) in zip(rows, arrays)])
+                background.submit([{"trace_id": r["trace_id"], "split": split, "dataset": r["dataset"]} for r in rows],
+                                  _Ragged(arrays), [slice(None)] * len(rows))
                 report.captured += len(rows)
                 report.tokens += sum(len(r["input_ids"]) for r in rows)
                 report.splits[split] = report.splits.get(split, 0) + len(rows)
                 if progress is not None:
                     progress(len(rows))
+        background.close()
     except CaptureCheckError:
         _drop_if_empty(writer, created)
         raise
     finally:
         STATE.reset()
+        if background.thread is not None and background.thread.is_alive():
+            background.queue.put(None)
+            background.thread.join()
         writer.close()
     report.seconds = time.perf_counter() - start
     return report
 
 
-def _check(rows: list[dict], arrays: list[tuple[np.ndarray, np.ndarray]], ref: dict[str, np.ndarray], top_k: int,
+class _Ragged:
+    """A batch of per-request host arrays in the shape :class:`~ror_annotate.steer.capture._BackgroundWriter`
+    reads (``arrays()`` -> logits, selected, residual, each indexed ``[row, slice]``)."""
+
+    class _Rows:
+        def __init__(self, items: list[np.ndarray]) -> None:
+            self.items = items
+
+        def __getitem__(self, key: tuple[int, slice]) -> np.ndarray:
+            row, sl = key
+            return self.items[row][sl]
+
+    def __init__(self, arrays: list[tuple[np.ndarray, np.ndarray, "np.ndarray | None"]]) -> None:
+        self.batch = arrays
+
+    def arrays(self) -> tuple[Any, Any, Any]:
+        residual = [a[2] for a in self.batch]
+        return (self._Rows([a[0] for a in self.batch]), self._Rows([a[1] for a in self.batch]),
+                None if any(r is None for r in residual) else self._Rows(residual))  # type: ignore[misc]
+
+
+def _residual_request(engine: VllmEngine, spec: "Sequence[int] | str | None") -> list[int]:
+    """The residual layers a capture asks for, checked against those the engine was built with."""
+    if spec is None:
+        return []
+    if isinstance(spec, str):
+        if spec != "all":
+            raise SteerError(f"residual_layers must be a list of decoder layers or 'all', got {spec!r}")
+        wanted = list(engine.residual_layers)
+    else:
+        wanted = sorted({int(x) for x in spec})
+    missing = sorted(set(wanted) - set(engine.residual_layers))
+    if missing or not wanted:
+        raise SteerError(f"residual layers {missing or spec} were not instrumented when the vLLM engine was built "
+                         f"(built with {engine.residual_layers}); build it with build_llm(..., residual_layers=...)")
+    return wanted
+
+
+def _check(rows: list[dict], arrays: list[tuple[np.ndarray, np.ndarray, Any]], ref: dict[str, np.ndarray], top_k: int,
            kw: dict[str, Any], grouped: Any = None) -> None:
     """E910-E912 on the batch (``grouped``: the family's grouped rule), E913 on the trace that has a
     transformers reference."""
@@ -753,30 +920,32 @@ def _check(rows: list[dict], arrays: list[tuple[np.ndarray, np.ndarray]], ref: d
 
     check_batch(np.concatenate([a[0] for a in arrays]), np.concatenate([a[1] for a in arrays]), top_k=top_k,
                 grouped=grouped, **kw)
-    for r, (lg, _) in zip(rows, arrays):
+    for r, (lg, _, _) in zip(rows, arrays):
         if r["trace_id"] in ref:
             check_forward(lg[:FORWARD_CHECK_ROWS], ref[r["trace_id"]], trace_id=r["trace_id"], rtol=CROSS_ENGINE_RTOL, **kw)
 
 
-def _capture_batch(engine: VllmEngine, sequences: Sequence[Any], params: Any) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Run one batch of prompts and return each one's ``(logits [T, L, E], selected [T, L, k])`` in order."""
+def _capture_batch(engine: VllmEngine, sequences: Sequence[Any], params: Any) -> list[tuple[np.ndarray, np.ndarray, Any]]:
+    """Run one batch of prompts and return each one's ``(logits [T, L, E], selected [T, L, k], residual [T, R, H]
+    float16 or None)`` in order."""
     from vllm.inputs import TokensPrompt
 
     STATE.capture = {}
     prompts = [TokensPrompt(prompt_token_ids=[int(t) for t in seq], cache_salt=uuid.uuid4().hex) for seq in sequences]
     outputs = engine.llm.generate(prompts, params, use_tqdm=False)
     chunks, STATE.capture = STATE.capture, None
-    by_prompt: list[tuple[np.ndarray, np.ndarray]] = []
+    by_prompt: list[tuple[np.ndarray, np.ndarray, Any]] = []
     for seq, out in zip(sequences, outputs):
         parts = chunks.get(out.request_id) or _match_request(chunks, out.request_id)
         n = len(seq)
-        positions = np.concatenate([p for p, _, _ in parts]) if parts else np.zeros(0, dtype=np.int64)
+        positions = np.concatenate([part[0] for part in parts]) if parts else np.zeros(0, dtype=np.int64)
         if len(positions) != n or not np.array_equal(positions, np.arange(n)):
             got = f"{len(positions)} rows" + (f", positions {positions[:3].tolist()}..{positions[-3:].tolist()}" if len(positions) else "")
             raise CaptureCheckError(f"vLLM engine: request {out.request_id} has {n} prompt tokens but its captured rows are "
                                     f"not exactly positions 0..{n - 1} ({got}); prefix caching or batching lost rows; "
                                     "nothing was written", code="E920")
-        by_prompt.append((np.concatenate([lg for _, lg, _ in parts]), np.concatenate([s for _, _, s in parts])))
+        residual = None if parts[0][3] is None else np.concatenate([part[3] for part in parts])
+        by_prompt.append((np.concatenate([part[1] for part in parts]), np.concatenate([part[2] for part in parts]), residual))
     return by_prompt
 
 
@@ -892,9 +1061,9 @@ def generate_vllm(engine: VllmEngine, prompts: Sequence[Sequence[int]], *, max_n
         row: dict[str, Any] = {"token_ids": new, "text": tokenizer.decode(new, skip_special_tokens=True)}
         if record:
             parts = chunks.get(out.request_id) or _match_request(chunks, out.request_id)
-            row["positions"] = np.concatenate([p for p, _, _ in parts])
-            row["selected"] = np.concatenate([s for _, _, s in parts])
-            row["logits"] = np.concatenate([lg for _, lg, _ in parts])
+            row["positions"] = np.concatenate([part[0] for part in parts])
+            row["selected"] = np.concatenate([part[2] for part in parts])
+            row["logits"] = np.concatenate([part[1] for part in parts])
         rows.append(row)
     return rows
 
