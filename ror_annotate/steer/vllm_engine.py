@@ -16,7 +16,10 @@ built, to call two opaque ``torch.library`` custom ops around vLLM's own routing
   ``num_expert_group``, ``topk_group``, renormalisation and ``routed_scaling_factor`` apply;
   every other row gets vLLM's weights and ids back bit for bit;
 - ``ror_annotate::route_record(logits, topk_ids, layer)``: copies the raw logits and the experts
-  vLLM selected into the current step's buffer when a capture is running.
+  vLLM selected into the current step's buffer when a capture is running;
+- ``ror_annotate::residual_record(hidden, residual, layer)`` (only on the decoder layers a capture of
+  the residual stream asked for when the engine was built): stores ``hidden + residual``, the
+  residual stream after the layer (vLLM's layers return the two apart).
 
 Opaque custom ops survive ``torch.compile`` (a Python patch installed after the engine is built is
 inlined away: capture comes back empty and edits are silently ignored). The compile cache is
@@ -39,7 +42,8 @@ run on every batch before it is written, as on the HF engine.
 On CUDA, graphs captured by vLLM replay kernels without running Python, so the ops' bodies would
 not run: the engine is built with CUDA graphs off (``cudagraph_mode="NONE"``), compilation kept.
 Tensor and expert parallelism need the hooks in every worker process; this engine supports one
-process (``tensor_parallel_size=1``): larger values are refused with ``E922``.
+process (``tensor_parallel_size=1``): larger values are refused with ``E922`` (README: what it would take).
+A router rule the engine does not define (:func:`router_rule`) is ``E955``.
 """
 
 from __future__ import annotations
@@ -50,7 +54,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Sequence
+from typing import Any, Callable, ClassVar, Sequence, cast
 
 import numpy as np
 
@@ -186,7 +190,7 @@ class _HookState:
             return logits.clone()
         torch = _torch()
         rows = self._rows(step, logits)
-        act, sup = (None if m is None else m.to(logits.device) for m in masks)
+        act, sup = _on_device(masks, logits.device)
         x = logits.float()
         n_routed = (act if act is not None else sup).shape[0]
         # a fused shared-expert gate column (beside the routed ones) is never edited nor counted in max/min
@@ -221,7 +225,7 @@ class _HookState:
         from .families import _route_grouped
 
         rows = self._rows(step, logits)[:, None]
-        act, sup = (None if m is None else m.to(logits.device) for m in masks)
+        act, sup = _on_device(masks, logits.device)
         new_w, new_i = _route_grouped(rule, logits[..., : rule.n_experts].float(), act, sup)  # type: ignore[arg-type]
         return (torch.where(rows, new_w.to(weights.dtype), weights), torch.where(rows, new_i.to(ids.dtype), ids))
 
@@ -239,6 +243,11 @@ class _HookState:
             return
         step.logits[layer] = logits.detach().to(self.capture_dtype)
         step.selected[layer] = selected.detach().to(_torch().int16)
+
+
+def _on_device(masks: tuple[Any, Any], device: Any) -> tuple[Any, Any]:
+    """The (activate, suppress) masks on ``device`` (``None`` stays ``None``)."""
+    return tuple(None if m is None else m.to(device) for m in masks)  # type: ignore[return-value]
 
 
 STATE = _HookState()
@@ -386,6 +395,31 @@ def _mark_residual_layers(model: Any, torch: Any) -> None:
         cls._ror_wrapped = True
 
 
+def _patch_loader(torch: Any) -> None:
+    """Register ``ror_annotate::residual_record`` and wrap vLLM's model loader so that the decoder layers asked
+    for (:data:`RESIDUAL_BUILD`) are flagged after the model is built, before it is compiled."""
+    from vllm.model_executor.model_loader.base_loader import BaseModelLoader
+
+    @torch.library.custom_op("ror_annotate::residual_record", mutates_args=(),
+                             schema="(Tensor hidden, Tensor residual, int layer) -> Tensor")
+    def residual_record(hidden: Any, residual: Any, layer: int) -> Any:
+        STATE.record_residual(hidden, residual, layer)
+        return hidden.clone()
+
+    @residual_record.register_fake
+    def _residual_fake(hidden: Any, residual: Any, layer: int) -> Any:
+        return torch.empty_like(hidden)
+
+    original_load = BaseModelLoader.load_model
+
+    def load_model(self: Any, *args: Any, **kwargs: Any) -> Any:
+        model = original_load(self, *args, **kwargs)
+        _mark_residual_layers(model, torch)
+        return model
+
+    BaseModelLoader.load_model = load_model  # type: ignore[method-assign]
+
+
 def install() -> None:
     """Register the custom ops and patch vLLM's router and model runner (idempotent).
 
@@ -403,7 +437,6 @@ def install() -> None:
     torch = _torch()
     from vllm.model_executor.layers.fused_moe.router.fused_moe_router import FusedMoERouter
     from vllm.model_executor.layers.fused_moe.runner.moe_runner import MoERunner
-    from vllm.model_executor.model_loader.base_loader import BaseModelLoader
     from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
     @torch.library.custom_op("ror_annotate::route_edit", mutates_args=(), schema="(Tensor logits, int layer) -> Tensor")
@@ -432,16 +465,6 @@ def install() -> None:
     @route_grouped.register_fake
     def _grouped_fake(logits: Any, weights: Any, ids: Any, layer: int) -> tuple[Any, Any]:
         return torch.empty_like(weights), torch.empty_like(ids)
-
-    @torch.library.custom_op("ror_annotate::residual_record", mutates_args=(),
-                             schema="(Tensor hidden, Tensor residual, int layer) -> Tensor")
-    def residual_record(hidden: Any, residual: Any, layer: int) -> Any:
-        STATE.record_residual(hidden, residual, layer)
-        return hidden.clone()
-
-    @residual_record.register_fake
-    def _residual_fake(hidden: Any, residual: Any, layer: int) -> Any:
-        return torch.empty_like(hidden)
 
     original_select = FusedMoERouter.select_experts
 
@@ -477,14 +500,7 @@ def install() -> None:
         STATE.end_forward()
         return out
 
-    original_load = BaseModelLoader.load_model
-
-    def load_model(self: Any, *args: Any, **kwargs: Any) -> Any:
-        model = original_load(self, *args, **kwargs)
-        _mark_residual_layers(model, torch)
-        return model
-
-    BaseModelLoader.load_model = load_model  # type: ignore[method-assign]
+    _patch_loader(torch)
     FusedMoERouter.select_experts = select_experts  # type: ignore[method-assign]
     MoERunner.__init__ = runner_init  # type: ignore[method-assign]
     GPUModelRunner._prepare_inputs = prepare_inputs  # type: ignore[method-assign]
@@ -585,6 +601,11 @@ def _family_name(model_type: str) -> str:
     """The registered family of ``model_type`` (or ``model_type`` itself)."""
     spec = _family_spec(model_type)
     return model_type if spec is None else spec.name
+
+
+def _groups(rule: "GroupedRule | None") -> tuple[int, int]:
+    """``(n_group, topk_group)`` of a router rule (``1, 1`` for softmax top-k)."""
+    return (1, 1) if rule is None else (rule.n_group, rule.topk_group)
 
 
 def check_family_rule(family: Any, model_type: str, rules: dict[int, "GroupedRule | None"]) -> None:
@@ -707,8 +728,7 @@ def build_llm(model: str | Path, *, dtype: str = "auto", enforce_eager: bool = F
     check_family_rule(family, model_type, rules)
     GROUPED_RULES.clear()
     GROUPED_RULES.update({layer: rule for layer, rule in rules.items() if rule is not None})
-    sites = [VllmSite(layer, e, k, i, family, *((rules[layer].n_group, rules[layer].topk_group) if rules[layer] else (1, 1)))
-             for i, (layer, (e, k)) in enumerate(sorted(info["sites"].items()))]
+    sites = [VllmSite(layer, e, k, i, family, *_groups(rules[layer])) for i, (layer, (e, k)) in enumerate(sorted(info["sites"].items()))]
     expected = sorted({int(m.group(1)) for name in info["params"]
                        if (m := re.search(r"(?:^|\.)layers\.(\d+)\.(?:.*\.)?experts(?:\.|$)", name))})
     bias = {layer: rule.bias.detach().float().cpu().numpy() for layer, rule in GROUPED_RULES.items()}
@@ -798,20 +818,11 @@ def capture_router_logits_vllm(engine: VllmEngine, tokens: Any, out_dir: str | P
     from vllm import SamplingParams
 
     from .capture import STORE_DTYPES, CaptureMeta, CaptureReport, _BackgroundWriter, _check_vocab, _drop_if_empty, _SplitRows, _Writer
-    from .checks import FORWARD_CHECK_ROWS, check_layers_found
+    from .checks import FORWARD_CHECK_ROWS
 
     if logits_dtype not in STORE_DTYPES:
         raise SteerError(f"logits_dtype must be one of {sorted(STORE_DTYPES)}, got {logits_dtype!r}")
-    sites = engine.sites
-    if checks:
-        check_layers_found(engine.expected_layers, [s.layer for s in sites], family=engine.family)
-    if layers is not None:
-        unknown = set(int(x) for x in layers) - {s.layer for s in sites}
-        if unknown:
-            raise SteerError(f"layers {sorted(unknown)} have no MoE router; MoE layers: {[s.layer for s in sites]}")
-        sites = [s for s in sites if s.layer in set(int(x) for x in layers)]
-    if len({(s.n_experts, s.top_k) for s in sites}) != 1:
-        raise SteerError("MoE layers differ in n_experts/top_k; capture them separately with --layers")
+    sites = _capture_sites(engine, layers, checks)
     meta = CaptureMeta(model=model_name or engine.model, family=engine.family, layers=[s.layer for s in sites],
                        n_experts=sites[0].n_experts, top_k=sites[0].top_k, logits_dtype=logits_dtype,
                        model_dtype=engine.dtype, residual_layers=res_layers,
@@ -854,7 +865,7 @@ def capture_router_logits_vllm(engine: VllmEngine, tokens: Any, out_dir: str | P
                 if checks:
                     _check(rows, arrays, ref, meta.top_k, kw, grouped)
                 background.submit([{"trace_id": r["trace_id"], "split": split, "dataset": r["dataset"]} for r in rows],
-                                  _Ragged(arrays), [slice(None)] * len(rows))
+                                  cast(Any, _Ragged(arrays)), [slice(None)] * len(rows))
                 report.captured += len(rows)
                 report.tokens += sum(len(r["input_ids"]) for r in rows)
                 report.splits[split] = report.splits.get(split, 0) + len(rows)
@@ -874,6 +885,23 @@ def capture_router_logits_vllm(engine: VllmEngine, tokens: Any, out_dir: str | P
     return report
 
 
+def _capture_sites(engine: VllmEngine, layers: Sequence[int] | None, checks: bool) -> list[VllmSite]:
+    """The MoE layers to capture (every one, checked against the expert count: E911; or ``layers``)."""
+    from .checks import check_layers_found
+
+    sites = engine.sites
+    if checks:
+        check_layers_found(engine.expected_layers, [s.layer for s in sites], family=engine.family)
+    if layers is not None:
+        unknown = set(int(x) for x in layers) - {s.layer for s in sites}
+        if unknown:
+            raise SteerError(f"layers {sorted(unknown)} have no MoE router; MoE layers: {[s.layer for s in sites]}")
+        sites = [s for s in sites if s.layer in set(int(x) for x in layers)]
+    if len({(s.n_experts, s.top_k) for s in sites}) != 1:
+        raise SteerError("MoE layers differ in n_experts/top_k; capture them separately with --layers")
+    return sites
+
+
 class _Ragged:
     """A batch of per-request host arrays in the shape :class:`~ror_annotate.steer.capture._BackgroundWriter`
     reads (``arrays()`` -> logits, selected, residual, each indexed ``[row, slice]``)."""
@@ -890,9 +918,9 @@ class _Ragged:
         self.batch = arrays
 
     def arrays(self) -> tuple[Any, Any, Any]:
-        residual = [a[2] for a in self.batch]
+        residual = [a[2] for a in self.batch if a[2] is not None]
         return (self._Rows([a[0] for a in self.batch]), self._Rows([a[1] for a in self.batch]),
-                None if any(r is None for r in residual) else self._Rows(residual))  # type: ignore[misc]
+                self._Rows(residual) if len(residual) == len(self.batch) else None)
 
 
 def _residual_request(engine: VllmEngine, spec: "Sequence[int] | str | None") -> list[int]:
