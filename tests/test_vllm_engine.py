@@ -183,3 +183,45 @@ def test_a_layer_whose_hook_did_not_fire_is_E921() -> None:
         STATE.end_forward()
     assert info.value.code == "E921"
     STATE.reset()
+
+
+def test_residual_layers_must_have_been_instrumented_when_the_engine_was_built() -> None:
+    """Residual capture reads only the decoder layers flagged before compilation; asking for others is an error."""
+    from types import SimpleNamespace
+
+    from ror_annotate.errors import SteerError
+    from ror_annotate.steer.vllm_engine import _residual_request
+
+    engine = SimpleNamespace(residual_layers=[0, 1])
+    assert _residual_request(engine, None) == []  # type: ignore[arg-type]
+    assert _residual_request(engine, "all") == [0, 1]  # type: ignore[arg-type]
+    assert _residual_request(engine, [1, 1]) == [1]  # type: ignore[arg-type]
+    for bad in ([2], "some"):
+        with pytest.raises(SteerError, match="residual"):
+            _residual_request(engine, bad)  # type: ignore[arg-type]
+    with pytest.raises(SteerError, match="not instrumented"):
+        _residual_request(SimpleNamespace(residual_layers=[]), "all")  # type: ignore[arg-type]
+
+
+def test_the_background_writer_reads_a_vllm_batch_as_it_reads_an_hf_one(tmp_path: Path) -> None:
+    """vLLM's per-request host arrays go through the HF engine's writer thread into the same files."""
+    from ror_annotate.steer.capture import Capture, CaptureMeta, _BackgroundWriter, _Writer
+    from ror_annotate.steer.vllm_engine import _Ragged
+
+    meta = CaptureMeta(model="m", family="qwen3_moe", layers=[0], n_experts=4, top_k=2, logits_dtype="float32",
+                       model_dtype="torch.float32", residual_layers=[0], hidden_size=3, version=2)
+    gen = np.random.default_rng(0)
+    batch = [(gen.normal(size=(n, 1, 4)).astype(np.float32), np.tile(np.array([[[0, 1]]], dtype=np.int16), (n, 1, 1)),
+              gen.normal(size=(n, 1, 3)).astype(np.float16)) for n in (3, 5)]
+    writer = _Writer(tmp_path / "cap", meta, overwrite=False)
+    background = _BackgroundWriter(writer, threaded=True)
+    background.submit([{"trace_id": f"t{i}", "split": "train", "dataset": "d"} for i in range(2)], _Ragged(batch),  # type: ignore[arg-type]
+                      [slice(None)] * 2)
+    background.close()
+    writer.close()
+    cap = Capture(tmp_path / "cap")
+    for i, (lg, sel, res) in enumerate(batch):
+        got_lg, got_sel = cap.trace(f"t{i}")
+        start = cap._by_id[f"t{i}"]["start"]
+        assert np.array_equal(got_lg, lg) and np.array_equal(got_sel, sel)
+        assert np.array_equal(cap.residual[start:start + len(lg)], res)
