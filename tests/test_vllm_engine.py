@@ -82,6 +82,10 @@ def test_vllm_capture_and_steering(family: str, mode: str, workdir: Path) -> Non
     if family == "glm4_moe":  # sigmoid, grouped top-k: vLLM's own selection and the steered one follow the DeepSeek-V3 rule
         assert r["plain_reference_agree"] == r["plain_reference_total"] > 0
         assert r["steered_reference_agree"] == r["steered_reference_total"] > 0
+    # the protocol: every condition over every problem (the random control of equal size included)
+    from ror_annotate.steer.evaluate import CONDITIONS
+
+    assert [tuple(row) for row in r["evaluation_rows"]] == [(c, p, True) for c in CONDITIONS for p in ("p1", "p2")]
     # a schedule that never fires (no answer in random-weight text) leaves every row untouched
     assert r["after_first_answer_untouched"]
     # ... and once it fires for a request, that request's later rows are edited, its prompt rows never

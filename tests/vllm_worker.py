@@ -213,6 +213,13 @@ def main() -> None:
         later_edited &= bool((later == e - 1).any(axis=-1).all() and not np.isin(later, list(range(k))).any())
     out["after_first_answer_prompt_untouched"] = prompt_same
     out["after_first_answer_edits_later_rows"] = later_edited
+    # the method's protocol on vLLM: all four conditions (the random control drawn against the engine's sites,
+    # honouring a grouped router's groups)
+    from ror_annotate.steer.evaluate import Problem
+    from ror_annotate.steer.vllm_engine import run_evaluation_vllm
+
+    rows = run_evaluation_vllm(engine, [Problem("p1", "1+1?", "2"), Problem("p2", "2+3?", "5")], edit, max_new_tokens=6)
+    out["evaluation_rows"] = [(r["condition"], r["problem_id"], r["generated_tokens"] > 0) for r in rows]
     print("RESULT " + json.dumps(out), flush=True)
 
 
