@@ -14,6 +14,7 @@ Interleaving is not possible across engines here (one LLM per process), so each 
 median of ``--rounds`` runs; the machine may be shared: read ratios, not absolute numbers.
 
     python benchmarks/bench_vllm.py                               # tiny Qwen3-MoE on CPU (CI: seconds to a minute)
+    python benchmarks/bench_vllm.py --family glm4_moe             # tiny GLM-4-MoE: sigmoid, grouped top-k steering
     python benchmarks/bench_vllm.py --config qwen3-30b-a3b --dtype bfloat16 --batch-sizes 1,16,64 \\
         --prompt-len 256 --new-tokens 128                          # GPU: real-size architecture, random weights
 
@@ -46,7 +47,7 @@ def _checkpoint(args: argparse.Namespace, folder: Path) -> tuple[Path, dict]:
     if args.config is None:
         from tests.vllm_worker import make_checkpoint
 
-        return make_checkpoint("qwen3_moe", folder / "tiny"), {}
+        return make_checkpoint(args.family, folder / f"tiny-{args.family}"), {}
     import transformers
 
     from benchmarks.bench_steer import CONFIGS
@@ -176,6 +177,8 @@ def hf_engine(args: argparse.Namespace, ckpt: Path) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--config", default=None, help="real-size architecture (bench_steer.CONFIGS); default: tiny model")
+    parser.add_argument("--family", default="qwen3_moe",
+                        help="tiny model family (tests/vllm_worker.py), e.g. glm4_moe for a sigmoid, grouped top-k router")
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--batch-sizes", default="1,8", type=lambda s: [int(x) for x in s.split(",")])
     parser.add_argument("--requests", type=int, default=None, help="shorthand for --batch-sizes 1,N")
@@ -198,13 +201,14 @@ def main() -> None:
     child_out = work / "plain.json"
     cmd = [sys.executable, __file__, "--plain-child", str(child_out), "--workdir", str(work), "--dtype", args.dtype,
            "--batch-sizes", ",".join(map(str, args.batch_sizes)), "--prompt-len", str(args.prompt_len),
-           "--new-tokens", str(args.new_tokens), "--rounds", str(args.rounds)] + (["--config", args.config] if args.config else []) \
+           "--new-tokens", str(args.new_tokens), "--rounds", str(args.rounds), "--family", args.family] \
+        + (["--config", args.config] if args.config else []) \
         + (["--eager"] if args.eager else [])
     subprocess.run(cmd, check=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     base = json.loads(child_out.read_text())
     hf = hf_engine(args, ckpt) if args.config is None else {}
     ours = hooked(args, ckpt, extra)
-    print(f"model: {args.config or 'tiny qwen3_moe'}  ({ours['n_layers']} MoE layers x {ours['n_experts']} experts, top-{ours['top_k']}), "
+    print(f"model: {args.config or 'tiny ' + args.family}  ({ours['n_layers']} MoE layers x {ours['n_experts']} experts, top-{ours['top_k']}), "
           f"dtype {args.dtype}, {'eager' if args.eager else 'compiled'}, prompt {args.prompt_len}, new {args.new_tokens}")
     print(f"{'batch':>5} {'plain tok/s':>12} {'idle hooks':>11} {'steered':>9} {'steer/idle':>11} {'prefill tok/s':>14} "
           f"{'capture':>9} {'cap/idle':>9}" + (f" {'HF steered':>11} {'HF capture':>11}" if hf else ""))

@@ -275,9 +275,10 @@ class CaptureCheckError(SteerError):
     ids equal to the family's top-k of the captured logits; E913 the first rows differ from a plain
     unbatched forward of the same tokens. The message names the family, the layer and the check.
     Nothing of the failing batch is written. The vLLM engine adds E920 (a request's captured rows
-    are not exactly positions 0..T-1) and E921 (a MoE layer's hook did not fire in a forward step);
-    its other errors are :class:`SteerError` with E922 (vLLM missing, tensor parallel asked), E923 (no
-    MoE layer routed through vLLM's router) and E924 (an option only the HF engine has).
+    are not exactly positions 0..T-1) and E921 (a MoE layer's or a residual-stream layer's hook did not
+    fire in a forward step); its other errors are :class:`SteerError` with E922 (vLLM missing, tensor
+    parallel asked), E923 (no MoE layer routed through vLLM's router), E924 (an option only the HF
+    engine has) and E955 (a router rule the vLLM engine does not define).
     """
 
     code = "E910"

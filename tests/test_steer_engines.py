@@ -50,9 +50,13 @@ def test_unknown_engine_is_a_did_you_mean_error(workdir) -> None:
 
 
 def test_hf_only_options_are_refused_on_vllm_before_vllm_loads(workdir) -> None:
-    result = _invoke(["capture", "export", "--model", "m", "--out", "cap", "--engine", "vllm", "--residual-layers", "0"])
+    result = _invoke(["capture", "export", "--model", "m", "--out", "cap", "--engine", "vllm", "--padding-side", "left"])
     assert result.exit_code != 0
-    assert "E924" in result.output and "residual_layers" in result.output
+    assert "E924" in result.output and "padding_side" in result.output
+    # residual layers and the background writer are the vLLM engine's too now
+    from ror_annotate.steer.engines import HF_ONLY_CAPTURE
+
+    assert "residual_layers" not in HF_ONLY_CAPTURE and "background_writer" not in HF_ONLY_CAPTURE
 
 
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed here")
@@ -74,7 +78,8 @@ def test_hf_engine_is_still_the_default(workdir) -> None:
 
 
 def test_an_edit_validates_against_the_vllm_engines_sites() -> None:
-    # VllmSite carries no family (the vLLM engine refuses grouped routers itself): validation must not need one
+    # a VllmSite of an unregistered softmax model type carries no family: validation and the random control must not
+    # need one
     import pytest as _pytest
 
     from ror_annotate.errors import SteerError
@@ -85,3 +90,7 @@ def test_an_edit_validates_against_the_vllm_engines_sites() -> None:
     RoutingEdit(activate={0: (1,)}, suppress={1: (2, 3)}).validate(sites)  # type: ignore[arg-type]
     with _pytest.raises(SteerError, match="3 experts to activate but only top-2"):
         RoutingEdit(activate={0: (1, 2, 3)}).validate(sites)  # type: ignore[arg-type]
+    from ror_annotate.steer.steering import random_expert_sets
+
+    control = random_expert_sets(RoutingEdit(activate={0: (1,)}, suppress={1: (2, 3)}), sites, seed=1)  # type: ignore[arg-type]
+    assert (len(control.activate[0]), len(control.suppress[1])) == (1, 2)

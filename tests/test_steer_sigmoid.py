@@ -320,12 +320,85 @@ def test_random_control_sets_respect_the_groups():
     assert refused > 50
 
 
-def test_the_vllm_engine_refuses_grouped_families():
-    """The vLLM engine's edit and capture check are the softmax ones: it refuses these families (E955)."""
-    from ror_annotate.steer.vllm_engine import _family_name
+def _vllm_router(**attrs):
+    """A stand-in for a vLLM 0.32 router (``CPURouter`` / ``GroupedTopKRouter`` attributes)."""
+    from types import SimpleNamespace
 
-    for model_type in ("deepseek_v3", "glm4_moe"):
+    base = dict(scoring_func="softmax", e_score_correction_bias=None, use_grouped_topk=False, num_expert_group=None,
+                topk_group=None, global_num_experts=16, top_k=3, renormalize=True, routed_scaling_factor=1.0)
+    return SimpleNamespace(**{**base, **attrs})
+
+
+def test_the_vllm_engine_reads_each_routers_rule():
+    """Softmax top-k: no rule; sigmoid + bias: the grouped rule with the router's own groups, renormalisation and
+    scaling (one group where vLLM falls back to ungrouped biased top-k); anything else is refused (E955)."""
+    from ror_annotate.steer.vllm_engine import router_rule
+
+    bias = torch.zeros(16)
+    assert router_rule(_vllm_router()) is None
+    rule = router_rule(_vllm_router(scoring_func="sigmoid", e_score_correction_bias=bias, use_grouped_topk=True,
+                                     num_expert_group=4, topk_group=2, renormalize=False, routed_scaling_factor=2.5))
+    assert (rule.n_experts, rule.top_k, rule.n_group, rule.topk_group, rule.group_size) == (16, 3, 4, 2, 4)
+    assert (rule.renormalize, rule.scaling) == (False, 2.5) and rule.bias is bias
+    # GroupedTopKRouter (no use_grouped_topk attribute) with groups that do not divide the experts: ungrouped
+    fallback = _vllm_router(scoring_func="sigmoid", e_score_correction_bias=bias, num_expert_group=5, topk_group=2)
+    del fallback.use_grouped_topk
+    assert (router_rule(fallback).n_group, router_rule(fallback).topk_group) == (1, 1)
+    for refused in (_vllm_router(use_grouped_topk=True, num_expert_group=4, topk_group=2),  # DeepSeek-V2: softmax, groups
+                    _vllm_router(scoring_func="sigmoid"),  # sigmoid without a correction bias
+                    _vllm_router(scoring_func="sqrtsoftplus", e_score_correction_bias=bias)):  # DeepSeek-V4
         with pytest.raises(SteerError) as info:
-            _family_name(model_type)
-        assert info.value.code == "E955" and "--engine hf" in str(info.value)
-    assert _family_name("qwen3_moe") == "qwen3_moe"
+            router_rule(refused)
+        assert info.value.code == "E955"
+
+
+def test_the_vllm_engine_refuses_a_family_whose_rule_vllm_does_not_use():
+    from ror_annotate.steer.families import FAMILIES
+    from ror_annotate.steer.vllm_engine import _family_name, check_family_rule, router_rule
+
+    grouped = router_rule(_vllm_router(scoring_func="sigmoid", e_score_correction_bias=torch.zeros(16)))
+    check_family_rule(FAMILIES.get("glm4_moe"), "glm4_moe", {0: grouped, 1: grouped})
+    check_family_rule(FAMILIES.get("qwen3_moe"), "qwen3_moe", {0: None})
+    check_family_rule(None, "some_softmax_moe", {0: None})
+    for family, model_type, rules in ((FAMILIES.get("qwen3_moe"), "qwen3_moe", {0: grouped}),
+                                      (None, "unregistered_sigmoid_moe", {0: grouped}),
+                                      (FAMILIES.get("deepseek_v3"), "deepseek_v3", {0: grouped, 1: None})):
+        with pytest.raises(SteerError) as info:
+            check_family_rule(family, model_type, rules)
+        assert info.value.code == "E955"
+    assert _family_name("glm4_moe") == "glm4_moe" and _family_name("qwen3_moe") == "qwen3_moe"
+
+
+@pytest.mark.parametrize("renorm", [True, False])
+def test_the_vllm_grouped_op_is_the_reference_rule_with_the_edit(renorm):
+    """The body of the vLLM engine's ``route_grouped`` op: on steered rows, the DeepSeek-V3 rule with the edit
+    (independent float64 implementation above), with the router's bias, groups, renormalisation and scaling;
+    rows not steered and layers without an edit get vLLM's weights and ids back bit for bit."""
+    from ror_annotate.steer.vllm_engine import GROUPED_RULES, STATE, GroupedRule, _Step
+
+    gen = torch.Generator().manual_seed(3)
+    logits = torch.randn(40, 16, generator=gen) * 2
+    bias = torch.randn(16, generator=gen) * 0.3
+    rule = GroupedRule(_vllm_router(e_score_correction_bias=bias), 16, 3, 4, 2, renorm, 2.5)
+    act, sup = [6], [0, 7, 13]
+    masks = (torch.zeros(16, dtype=torch.bool), torch.zeros(16, dtype=torch.bool))
+    masks[0][act], masks[1][sup] = True, True
+    vllm_w, vllm_i = torch.rand(40, 3, generator=gen), torch.randint(0, 16, (40, 3), generator=gen, dtype=torch.int32)
+    STATE.reset()
+    GROUPED_RULES.clear()
+    GROUPED_RULES[5] = rule
+    STATE.edit_masks = {5: masks}
+    STATE.step = _Step(["a", "b"], np.array([0, 0]), np.array([24, 16]), active=torch.tensor([True] * 24 + [False] * 16))
+    try:
+        edited = STATE.edit(logits, 5)
+        w, i = STATE.regroup(edited, vllm_w, vllm_i, 5)
+        assert w.dtype == vllm_w.dtype and i.dtype == vllm_i.dtype
+        ref = reference_route(logits[:24].numpy(), bias.numpy(), n_group=4, topk_group=2, top_k=3, renorm=renorm,
+                              scaling=2.5, activate=act, suppress=sup, eps=STATE.eps)
+        _assert_same_routing(_as_dicts(w[:24], i[:24]), ref, atol=1e-5)
+        assert torch.equal(w[24:], vllm_w[24:]) and torch.equal(i[24:], vllm_i[24:])
+        w2, i2 = STATE.regroup(logits, vllm_w, vllm_i, 4)  # a layer without an edit
+        assert torch.equal(w2, vllm_w) and torch.equal(i2, vllm_i)
+    finally:
+        STATE.reset()
+        GROUPED_RULES.clear()

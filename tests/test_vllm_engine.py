@@ -42,7 +42,8 @@ def _run(family: str, mode: str, workdir: Path) -> dict:
     return json.loads(lines[-1][len("RESULT "):])
 
 
-CASES = [("qwen3_moe", "eager"), ("qwen3_moe", "compiled"), ("qwen2_moe", "eager"), ("mixtral", "eager"), ("gpt_oss", "eager")]
+CASES = [("qwen3_moe", "eager"), ("qwen3_moe", "compiled"), ("qwen2_moe", "eager"), ("mixtral", "eager"), ("gpt_oss", "eager"),
+         ("glm4_moe", "eager"), ("glm4_moe", "compiled")]
 
 
 @pytest.fixture(scope="module")
@@ -68,12 +69,51 @@ def test_vllm_capture_and_steering(family: str, mode: str, workdir: Path) -> Non
     assert r["activated_always"] and r["suppressed_never"]
     assert r["edited_layer_raw_logits_equal"]
     # the library capture writes what the HF engine writes (same index and meta; logits within TOL)
+    assert r["capture_error"] is None
     assert r["capture_captured"] == 7 and r["capture_index_equal"] and r["capture_meta_diff"] == []
     assert r["capture_max_diff"] < TOL
+    assert r["capture_selected_bytes_equal"]
+    if family in ("qwen3_moe", "gpt_oss", "glm4_moe"):  # built with residual capture (and written by the background writer)
+        # same files and layout as the HF engine (float16 on disk), equal within 2 float16 ulps of the stream's scale,
+        # far below one layer's update (what a wrong hook point would be off by)
+        assert r["residual_files"][0] == r["residual_files"][1] > 0 and r["residual_meta"] == [[0, 1], 64, 2]
+        assert r["residual_max_diff"] <= 2.0 ** -10 * r["residual_scale"]
+        assert r["residual_max_diff"] < 0.01 * r["residual_layer_step"]
+    if family == "glm4_moe":  # sigmoid, grouped top-k: vLLM's own selection and the steered one follow the DeepSeek-V3 rule
+        assert r["plain_reference_agree"] == r["plain_reference_total"] > 0
+        assert r["steered_reference_agree"] == r["steered_reference_total"] > 0
+    # the protocol: every condition over every problem (the random control of equal size included)
+    from ror_annotate.steer.evaluate import CONDITIONS
+
+    assert [tuple(row) for row in r["evaluation_rows"]] == [(c, p, True) for c in CONDITIONS for p in ("p1", "p2")]
     # a schedule that never fires (no answer in random-weight text) leaves every row untouched
     assert r["after_first_answer_untouched"]
     # ... and once it fires for a request, that request's later rows are edited, its prompt rows never
     assert r["after_first_answer_prompt_untouched"] and r["after_first_answer_edits_later_rows"]
+
+
+def test_deepseek_v3_mla_steers_and_its_capture_is_never_silently_wrong(workdir: Path) -> None:
+    """DeepSeek-V3 (MLA attention, sigmoid grouped top-k) on vLLM's CPU build.
+
+    vLLM's CPU MLA kernel only runs a latent cache of kv_lora_rank 512 + rope 64 (the fixture uses
+    them). On this build its forward equals transformers at position 0 only, and differs between
+    batch 1 and batch 8 (measured: up to 1.5 and 0.8): the attention, not the router. So: the router
+    is hooked and the steering edit holds inside the grouped selection (against an independent
+    implementation of the rule, on the first MoE layer, whose logits depend on the tokens only), and
+    the library capture either equals transformers or is refused by its self-check (E913) with
+    nothing written: never silently wrong.
+    """
+    r = _run("deepseek_v3", "eager", workdir)
+    assert r["layers"] == r["expected_layers"] == [0, 1]
+    assert r["first_row_max_diff"] < TOL
+    assert r["plain_reference_agree"] == r["plain_reference_total"] > 0
+    assert r["steered_reference_agree"] == r["steered_reference_total"] > 0
+    assert r["empty_identical"] and r["empty_selections_identical"]
+    assert r["plain_selects_suppressed"] and r["activated_always"] and r["suppressed_never"]
+    if r["batch8_max_diff"] < TOL:
+        assert r["capture_error"] is None and r["capture_max_diff"] < TOL
+    else:
+        assert r["capture_error"] == "E913" and not r["capture_written"], r.get("capture_error_message")
 
 
 def test_edit_math_matches_hf_engine() -> None:
@@ -147,3 +187,45 @@ def test_a_layer_whose_hook_did_not_fire_is_E921() -> None:
         STATE.end_forward()
     assert info.value.code == "E921"
     STATE.reset()
+
+
+def test_residual_layers_must_have_been_instrumented_when_the_engine_was_built() -> None:
+    """Residual capture reads only the decoder layers flagged before compilation; asking for others is an error."""
+    from types import SimpleNamespace
+
+    from ror_annotate.errors import SteerError
+    from ror_annotate.steer.vllm_engine import _residual_request
+
+    engine = SimpleNamespace(residual_layers=[0, 1])
+    assert _residual_request(engine, None) == []  # type: ignore[arg-type]
+    assert _residual_request(engine, "all") == [0, 1]  # type: ignore[arg-type]
+    assert _residual_request(engine, [1, 1]) == [1]  # type: ignore[arg-type]
+    for bad in ([2], "some"):
+        with pytest.raises(SteerError, match="residual"):
+            _residual_request(engine, bad)  # type: ignore[arg-type]
+    with pytest.raises(SteerError, match="not instrumented"):
+        _residual_request(SimpleNamespace(residual_layers=[]), "all")  # type: ignore[arg-type]
+
+
+def test_the_background_writer_reads_a_vllm_batch_as_it_reads_an_hf_one(tmp_path: Path) -> None:
+    """vLLM's per-request host arrays go through the HF engine's writer thread into the same files."""
+    from ror_annotate.steer.capture import Capture, CaptureMeta, _BackgroundWriter, _Writer
+    from ror_annotate.steer.vllm_engine import _Ragged
+
+    meta = CaptureMeta(model="m", family="qwen3_moe", layers=[0], n_experts=4, top_k=2, logits_dtype="float32",
+                       model_dtype="torch.float32", residual_layers=[0], hidden_size=3, version=2)
+    gen = np.random.default_rng(0)
+    batch = [(gen.normal(size=(n, 1, 4)).astype(np.float32), np.tile(np.array([[[0, 1]]], dtype=np.int16), (n, 1, 1)),
+              gen.normal(size=(n, 1, 3)).astype(np.float16)) for n in (3, 5)]
+    writer = _Writer(tmp_path / "cap", meta, overwrite=False)
+    background = _BackgroundWriter(writer, threaded=True)
+    background.submit([{"trace_id": f"t{i}", "split": "train", "dataset": "d"} for i in range(2)], _Ragged(batch),  # type: ignore[arg-type]
+                      [slice(None)] * 2)
+    background.close()
+    writer.close()
+    cap = Capture(tmp_path / "cap")
+    for i, (lg, sel, res) in enumerate(batch):
+        got_lg, got_sel = cap.trace(f"t{i}")
+        start = cap._by_id[f"t{i}"]["start"]
+        assert np.array_equal(got_lg, lg) and np.array_equal(got_sel, sel)
+        assert np.array_equal(cap.residual[start:start + len(lg)], res)

@@ -19,6 +19,17 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 TINY = dict(hidden_size=64, head_dim=32, num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=512)
+#: DeepSeek-V3's MLA: vLLM's CPU MLA kernel only compiles for a latent cache of kv_lora_rank 512 + rope 64
+MLA = dict(hidden_size=64, num_attention_heads=2, num_key_value_heads=2, kv_lora_rank=512, q_lora_rank=None,
+           qk_rope_head_dim=64, qk_nope_head_dim=32, v_head_dim=32, head_dim=64, qk_head_dim=96, max_position_embeddings=512,
+           topk_method="noaux_tc", scoring_func="sigmoid")  # as in DeepSeek-V3's config.json (vLLM reads them)
+
+
+#: Families whose engine is built with every decoder layer instrumented for residual-stream capture (the others
+#: keep the uninstrumented path covered).
+RESIDUAL = ("qwen3_moe", "gpt_oss", "glm4_moe")
+#: Sigmoid, grouped top-k families (DeepSeek-V3 rule).
+GROUPED = ("glm4_moe", "deepseek_v3")
 
 
 def make_checkpoint(family: str, folder: Path, seed: int = 0) -> Path:
@@ -31,7 +42,7 @@ def make_checkpoint(family: str, folder: Path, seed: int = 0) -> Path:
     tok = byte_level_bpe()
     extra = {"intermediate_size": 64} if family == "gpt_oss" else {}  # vLLM's CPU experts need aligned widths
     model = build(family, seed=seed, **extra, vocab_size=len(tok), pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id,
-                  bos_token_id=tok.pad_token_id, **TINY)
+                  bos_token_id=tok.pad_token_id, **(MLA if family == "deepseek_v3" else TINY))
     model.save_pretrained(folder)
     tok.save_pretrained(folder)
     return folder
@@ -60,10 +71,18 @@ def main() -> None:
     refs = [forward_router_logits(hf, [s])[0] for s in seqs]
     reference = [r[0].numpy() for r in refs]
     ref_selected = [r[1].numpy() for r in refs]
+    grouped = family in GROUPED
+    if grouped:  # the transformers router's own rule: groups, bias (the independent reference of the steered selection)
+        from ror_annotate.steer.families import find_router_sites
+
+        site0 = find_router_sites(hf)[0]
+        rule = dict(n_group=site0.n_group, topk_group=site0.topk_group, top_k=site0.top_k, renorm=site0.renormalize,
+                    scaling=site0.scaling)
+        bias0 = site0.bias.detach().float().numpy()
     del hf
+    extra = {"gpu_memory_utilization": 0.1} if torch.cuda.is_available() else {}
     engine = build_llm(ckpt, dtype="float32", enforce_eager=(mode == "eager"), max_num_seqs=8, max_model_len=512,
-                       gpu_memory_utilization=0.1) if torch.cuda.is_available() else \
-        build_llm(ckpt, dtype="float32", enforce_eager=(mode == "eager"), max_num_seqs=8, max_model_len=512)
+                       residual_layers="all" if family in RESIDUAL else None, **extra)
     out: dict = {"family": engine.family, "layers": [s.layer for s in engine.sites],
                  "expected_layers": engine.expected_layers, "n_experts": engine.sites[0].n_experts,
                  "top_k": engine.sites[0].top_k}
@@ -76,13 +95,16 @@ def main() -> None:
     batch1 = [_capture_batch(engine, [s], params)[0] for s in seqs[:2]]
     batch8 = _capture_batch(engine, seqs, params)
     STATE.reset()
-    out["batch1_max_diff"] = max(float(np.abs(lg - reference[i]).max()) for i, (lg, _) in enumerate(batch1))
-    out["batch8_max_diff"] = max(float(np.abs(lg - reference[i]).max()) for i, (lg, _) in enumerate(batch8))
-    out["batch8_rows"] = [int(lg.shape[0]) for lg, _ in batch8]
+    out["batch1_max_diff"] = max(float(np.abs(lg - reference[i]).max()) for i, (lg, *_) in enumerate(batch1))
+    out["batch8_max_diff"] = max(float(np.abs(lg - reference[i]).max()) for i, (lg, *_) in enumerate(batch8))
+    out["first_row_max_diff"] = max(float(np.abs(lg[0] - reference[i][0]).max()) for i, (lg, *_) in enumerate(batch8))
+    # batching itself: each request's rows at batch 8 equal its rows alone (vLLM against vLLM)
+    out["batch8_vs_batch1_max_diff"] = max(float(np.abs(batch8[i][0] - lg).max()) for i, (lg, *_) in enumerate(batch1))
+    out["batch8_rows"] = [int(lg.shape[0]) for lg, *_ in batch8]
     out["lengths"] = [len(s) for s in seqs]
     # selections: vLLM's chosen set equals the HF top-k set wherever the k-th and (k+1)-th logits are apart
     agree = total = 0
-    for i, (_lg, sel) in enumerate(batch8):
+    for i, (_lg, sel, _res) in enumerate(batch8):
         k = sel.shape[-1]
         srt = np.sort(reference[i], axis=-1)
         clear = (srt[..., -k] - srt[..., -k - 1]) > 1e-3
@@ -94,7 +116,10 @@ def main() -> None:
     # steering invariants: generation with records of every selection
     layer = out["layers"][0]
     k, e = out["top_k"], out["n_experts"]
-    edit = RoutingEdit.from_sets({layer: [e - 1]}, {layer: list(range(k))})
+    # grouped routers: a suppressed expert in the activated expert's group and one in another group
+    suppressed = [0, e - 2] if grouped else list(range(k))
+    edit = RoutingEdit.from_sets({layer: [e - 1]}, {layer: suppressed})
+    edit.validate(engine.sites)
     gen_prompts = seqs[:4]
     plain = generate_vllm(engine, gen_prompts, max_new_tokens=12, record=True)
     empty = generate_vllm(engine, gen_prompts, max_new_tokens=12, edit=RoutingEdit(), record=True)
@@ -104,8 +129,26 @@ def main() -> None:
     j = out["layers"].index(layer)
     sel = np.concatenate([r["selected"][:, j] for r in steered])
     out["activated_always"] = bool((sel == e - 1).any(axis=-1).all())
-    out["suppressed_never"] = bool(~np.isin(sel, list(range(k))).any())
-    out["plain_selects_suppressed"] = bool(np.isin(np.concatenate([r["selected"][:, j] for r in plain]), list(range(k))).any())
+    out["suppressed_never"] = bool(~np.isin(sel, suppressed).any())
+    out["plain_selects_suppressed"] = bool(np.isin(np.concatenate([r["selected"][:, j] for r in plain]), suppressed).any())
+    if grouped:
+        # the steered selection at the first MoE layer (its logits depend on the tokens only) is the DeepSeek-V3 rule
+        # with the edit, from an independent float64 implementation (tests/test_steer_sigmoid.py), on every row
+        from tests.test_steer_sigmoid import reference_route
+
+        agree = total = 0
+        for r in steered:
+            want = reference_route(r["logits"][:, j], bias0, activate=[e - 1], suppress=suppressed, eps=edit.eps, **rule)
+            agree += sum(set(w) == set(g.tolist()) for w, g in zip(want, r["selected"][:, j]))
+            total += len(want)
+        out["steered_reference_agree"], out["steered_reference_total"] = agree, total
+        # the plain selection is the family's rule too (bias and groups), on every row
+        agree = total = 0
+        for r in plain:
+            want = reference_route(r["logits"][:, j], bias0, **rule)
+            agree += sum(set(w) == set(g.tolist()) for w, g in zip(want, r["selected"][:, j]))
+            total += len(want)
+        out["plain_reference_agree"], out["plain_reference_total"] = agree, total
     others = [i for i in range(len(out["layers"])) if i != j]
     # the edited layer's raw logits over the prompt are those of the unedited run, bit for bit (the edit
     # changes only the routing computed from them; later layers see other hidden states)
@@ -125,15 +168,40 @@ def main() -> None:
 
     dd = make_tokens({"train": [9, 30, 17, 5, 22], "test": [12, 8]}, vocab=300)
     vdir, hdir = workdir / f"{family}-{mode}-cap-vllm", workdir / f"{family}-{mode}-cap-hf"
-    report = capture_router_logits_vllm(engine, dd, vdir, model_name="tiny", logits_dtype="float32", overwrite=True, batch_size=4)
+    from ror_annotate.errors import CaptureCheckError
+
     hf = load_model(str(ckpt), dtype="float32")
-    capture_router_logits(hf, dd, hdir, model_name="tiny", logits_dtype="float32", overwrite=True)
-    v, h = Capture(vdir), Capture(hdir)
-    out["capture_captured"] = report.captured
-    out["capture_index_equal"] = sorted((r["trace_id"], r["split"], r["n_tokens"]) for r in v.index) == \
-        sorted((r["trace_id"], r["split"], r["n_tokens"]) for r in h.index)
-    out["capture_meta_diff"] = v.meta.compatible(h.meta)
-    out["capture_max_diff"] = max(float(np.abs(v.trace(t)[0] - h.trace(t)[0]).max()) for t in (r["trace_id"] for r in h.index))
+    residual = [0, 1] if family in RESIDUAL else None
+    capture_router_logits(hf, dd, hdir, model_name="tiny", logits_dtype="float32", overwrite=True, residual_layers=residual)
+    try:  # the self-checks on: E913 compares the first trace's first rows with transformers; writes in a thread
+        report = capture_router_logits_vllm(engine, dd, vdir, model_name="tiny", logits_dtype="float32", overwrite=True,
+                                            batch_size=4, residual_layers=residual, background_writer=True)
+        out["capture_error"] = None
+    except CaptureCheckError as exc:
+        out["capture_error"], out["capture_error_message"] = exc.code, str(exc)
+        out["capture_written"] = vdir.exists() and any(vdir.iterdir())
+        report = None
+    if report is not None:
+        v, h = Capture(vdir), Capture(hdir)
+        out["capture_captured"] = report.captured
+        out["capture_index_equal"] = sorted((r["trace_id"], r["split"], r["n_tokens"]) for r in v.index) == \
+            sorted((r["trace_id"], r["split"], r["n_tokens"]) for r in h.index)
+        out["capture_meta_diff"] = v.meta.compatible(h.meta)
+        out["capture_max_diff"] = max(float(np.abs(v.trace(t)[0] - h.trace(t)[0]).max()) for t in (r["trace_id"] for r in h.index))
+        out["capture_selected_bytes_equal"] = (vdir / "selected.bin").stat().st_size == (hdir / "selected.bin").stat().st_size
+        if residual:
+            # the residual stream after each layer, same file and layout as the HF engine's (float16 on disk)
+            out["residual_files"] = [(vdir / "residual.bin").stat().st_size, (hdir / "residual.bin").stat().st_size]
+            out["residual_meta"] = [v.meta.residual_layers, v.meta.hidden_size, v.meta.version]
+            diffs, scale = [], 0.0
+            for row in h.index:
+                vr = v.residual[v._by_id[row["trace_id"]]["start"]:][: row["n_tokens"]].astype(np.float32)
+                hr = h.residual[row["start"]: row["start"] + row["n_tokens"]].astype(np.float32)
+                diffs.append(float(np.abs(vr - hr).max()))
+                scale = max(scale, float(np.abs(hr).max()))
+            out["residual_max_diff"], out["residual_scale"] = max(diffs), scale
+            # what a wrong hook point would be off by: layer 1's output against layer 0's (one layer's whole update)
+            out["residual_layer_step"] = float(np.abs(h.residual[:, 1].astype(np.float32) - h.residual[:, 0].astype(np.float32)).max())
     # after_first_answer with a pattern any text matches: prompt rows untouched, later rows edited
     fires = generate_vllm(engine, gen_prompts, max_new_tokens=12, edit=edit, schedule="after_first_answer",
                           record=True, pattern=r"\S")
@@ -145,6 +213,13 @@ def main() -> None:
         later_edited &= bool((later == e - 1).any(axis=-1).all() and not np.isin(later, list(range(k))).any())
     out["after_first_answer_prompt_untouched"] = prompt_same
     out["after_first_answer_edits_later_rows"] = later_edited
+    # the method's protocol on vLLM: all four conditions (the random control drawn against the engine's sites,
+    # honouring a grouped router's groups)
+    from ror_annotate.steer.evaluate import Problem
+    from ror_annotate.steer.vllm_engine import run_evaluation_vllm
+
+    rows = run_evaluation_vllm(engine, [Problem("p1", "1+1?", "2"), Problem("p2", "2+3?", "5")], edit, max_new_tokens=6)
+    out["evaluation_rows"] = [(r["condition"], r["problem_id"], r["generated_tokens"] > 0) for r in rows]
     print("RESULT " + json.dumps(out), flush=True)
 
 

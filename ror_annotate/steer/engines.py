@@ -9,7 +9,8 @@ same outputs: :attr:`EngineSpec.capture` writes a capture directory in the one o
 ``hf``     transformers ``forward`` / ``generate`` with router hooks: every family in
            :mod:`.families`, residual-stream capture, ``device_map`` sharding; batch-1 generation.
 ``vllm``   vLLM with opaque custom ops in its router (:mod:`.vllm_engine`): continuous batching
-           for capture and steering; its own environment (``scripts/setup_vllm.sh``).
+           for capture (residual stream included) and steering; its own environment
+           (``scripts/setup_vllm.sh``).
 =========  =====================================================================================
 
 A third engine is one :func:`ENGINES.register <ror_annotate.registry.Registry.register>` call
@@ -72,8 +73,9 @@ def _hf_evaluate(model: str, problems: Sequence[Any], edit: Any, *, dtype: str =
     return run_evaluation(load_model(model, device=device, dtype=dtype), tokenizer, problems, edit, **kwargs)
 
 
-#: Capture options only the HF engine has (refused on vLLM with E924 rather than ignored).
-HF_ONLY_CAPTURE = ("padding_side", "residual_layers", "max_batch_tokens", "background_writer")
+#: Capture options only the HF engine has (refused on vLLM with E924 rather than ignored): vLLM batches by
+#: requests without padding, and sizes its steps itself.
+HF_ONLY_CAPTURE = ("padding_side", "max_batch_tokens")
 
 
 def _vllm_capture(model: str, tokens: Any, out_dir: str | Path, *, dtype: str = "auto", device: str = "cpu",
@@ -84,7 +86,8 @@ def _vllm_capture(model: str, tokens: Any, out_dir: str | Path, *, dtype: str = 
     if given:
         raise SteerError(f"the vLLM engine does not support {', '.join(given)}; use --engine hf for them", code="E924")
     options = {k: v for k, v in options.items() if k not in HF_ONLY_CAPTURE}
-    return capture_router_logits_vllm(build_llm(model, dtype=dtype), tokens, out_dir, **options)
+    engine = build_llm(model, dtype=dtype, residual_layers=options.get("residual_layers"))  # instrumented before compiling
+    return capture_router_logits_vllm(engine, tokens, out_dir, **options)
 
 
 def _vllm_evaluate(model: str, problems: Sequence[Any], edit: Any, *, dtype: str = "auto", device: str = "cpu",

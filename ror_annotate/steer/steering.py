@@ -114,7 +114,7 @@ class RoutingEdit:
             if site.n_experts - len(sup) < site.top_k:
                 raise SteerError(f"layer {layer}: suppressing {len(sup)} of {site.n_experts} experts leaves fewer than "
                                  f"top-{site.top_k} to select")
-            # an engine's site without a family (vLLM's VllmSite) has no grouped router: that engine refuses them (E955)
+            # an engine's site without a family (vLLM's VllmSite of an unregistered softmax model type) has no groups
             family = getattr(site, "family", None)
             if family is not None and family.grouped and (act or sup):
                 _validate_grouped(site, act, sup)
@@ -295,7 +295,8 @@ def random_expert_sets(edit: RoutingEdit, sites: Sequence[RouterSite], *, seed: 
         for attempt in range(_GROUPED_DRAWS):
             drawn = rng.sample(range(site.n_experts), n_act + n_sup)
             activate[layer], suppress[layer] = drawn[:n_act], drawn[n_act:]
-            if not site.family.grouped:
+            family = getattr(site, "family", None)  # an engine's site may carry no family (vLLM, unregistered type)
+            if family is None or not family.grouped:
                 break
             try:  # a sigmoid, grouped router: redraw sets its groups cannot honour
                 _validate_grouped(site, set(activate[layer]), set(suppress[layer]))

@@ -8,8 +8,18 @@ built, to call two opaque ``torch.library`` custom ops around vLLM's own routing
 - ``ror_annotate::route_edit(logits, layer)``: the SteerMoE edit (activate -> max + eps, suppress
   -> min - eps, computed in float32) on the rows of the requests the schedule marks active; every
   other row and every layer without an edit is returned bit for bit;
+- ``ror_annotate::route_grouped(logits, weights, topk_ids, layer)`` (sigmoid, grouped top-k routers
+  only: DeepSeek-V3/R1, GLM-4-MoE): on the steered rows, the grouped selection recomputed with the
+  edit acting inside it, as the HF engine does (:func:`~ror_annotate.steer.families.route`): an
+  activated expert's group is always kept and the expert always selected, a suppressed expert is
+  never selected nor counted in its group's score; the router's own score-correction bias,
+  ``num_expert_group``, ``topk_group``, renormalisation and ``routed_scaling_factor`` apply;
+  every other row gets vLLM's weights and ids back bit for bit;
 - ``ror_annotate::route_record(logits, topk_ids, layer)``: copies the raw logits and the experts
-  vLLM selected into the current step's buffer when a capture is running.
+  vLLM selected into the current step's buffer when a capture is running;
+- ``ror_annotate::residual_record(hidden, residual, layer)`` (only on the decoder layers a capture of
+  the residual stream asked for when the engine was built): stores ``hidden + residual``, the
+  residual stream after the layer (vLLM's layers return the two apart).
 
 Opaque custom ops survive ``torch.compile`` (a Python patch installed after the engine is built is
 inlined away: capture comes back empty and edits are silently ignored). The compile cache is
@@ -32,7 +42,8 @@ run on every batch before it is written, as on the HF engine.
 On CUDA, graphs captured by vLLM replay kernels without running Python, so the ops' bodies would
 not run: the engine is built with CUDA graphs off (``cudagraph_mode="NONE"``), compilation kept.
 Tensor and expert parallelism need the hooks in every worker process; this engine supports one
-process (``tensor_parallel_size=1``): larger values are refused with ``E922``.
+process (``tensor_parallel_size=1``): larger values are refused with ``E922`` (README: what it would take).
+A router rule the engine does not define (:func:`router_rule`) is ``E955``.
 """
 
 from __future__ import annotations
@@ -43,7 +54,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Sequence
+from typing import Any, Callable, ClassVar, Sequence, cast
 
 import numpy as np
 
@@ -86,6 +97,7 @@ class _Step:
     active: Any = None  # bool tensor [n_rows] of rows to edit, or None (no row)
     logits: dict[int, Any] = field(default_factory=dict)  # layer -> [n_rows, n_experts]
     selected: dict[int, Any] = field(default_factory=dict)  # layer -> [n_rows, top_k]
+    residual: dict[int, Any] = field(default_factory=dict)  # decoder layer -> [n_rows, hidden] float16
     rows: dict[tuple, Any] = field(default_factory=dict)  # (n_rows padded, device) -> bool mask on that device
 
     @property
@@ -99,8 +111,10 @@ class _HookState:
     def __init__(self) -> None:
         self.pending: _Step | None = None  # set by _prepare_inputs, taken by _model_forward
         self.step: _Step | None = None  # the step whose forward is running
-        self.capture: dict[str, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] | None = None
+        #: request id -> chunks (positions, logits, selected, residual or None), appended once per step
+        self.capture: dict[str, list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]]] | None = None
         self.capture_layers: list[int] = []
+        self.residual_layers: list[int] = []  # decoder layers whose output stream is captured too
         self.capture_dtype: Any = None
         self.edit_masks: dict[int, tuple[Any, Any]] = {}  # layer -> (activate mask, suppress mask) [n_experts]
         self.eps = 1e-2
@@ -139,30 +153,44 @@ class _HookState:
         if missing:
             raise CaptureCheckError(f"vLLM engine: the router hook did not fire for MoE layer(s) {missing} in a forward step "
                                     f"(fired: {sorted(step.logits)}); nothing was written", code="E921")
+        missing = [layer for layer in self.residual_layers if layer not in step.residual]
+        if missing:
+            raise CaptureCheckError(f"vLLM engine: the residual-stream hook did not fire for decoder layer(s) {missing} in a "
+                                    f"forward step (fired: {sorted(step.residual)}); nothing was written", code="E921")
         torch = _torch()
         n = step.n_rows
         logits = torch.stack([step.logits[layer][:n] for layer in self.capture_layers], dim=1).cpu().numpy()
         selected = torch.stack([step.selected[layer][:n] for layer in self.capture_layers], dim=1).cpu().numpy()
+        residual = (torch.stack([step.residual[layer][:n] for layer in self.residual_layers], dim=1).cpu().numpy()
+                    if self.residual_layers else None)
         offsets = np.concatenate([[0], np.cumsum(step.counts)])
         for i, rid in enumerate(step.req_ids):
             sl = slice(int(offsets[i]), int(offsets[i + 1]))
             positions = step.starts[i] + np.arange(int(step.counts[i]))
-            self.capture.setdefault(rid, []).append((positions, logits[sl], selected[sl]))
+            self.capture.setdefault(rid, []).append((positions, logits[sl], selected[sl],
+                                                     None if residual is None else residual[sl]))
 
     # -- the custom ops' bodies --
+    @staticmethod
+    def _rows(step: _Step, logits: Any) -> Any:
+        """The step's active-row mask ``[n_rows padded]`` on the logits' device (built once per step and device)."""
+        rows = step.rows.get((logits.shape[0], logits.device))
+        if rows is None:
+            torch = _torch()
+            n = min(step.n_rows, logits.shape[0])
+            rows = torch.zeros(logits.shape[0], dtype=torch.bool)
+            rows[:n] = step.active[:n]
+            rows = step.rows[(logits.shape[0], logits.device)] = rows.to(logits.device, non_blocking=True)
+        return rows
+
     def edit(self, logits: Any, layer: int) -> Any:
         step = self.step
         masks = self.edit_masks.get(layer)
         if step is None or masks is None or step.active is None:
             return logits.clone()
         torch = _torch()
-        rows = step.rows.get((logits.shape[0], logits.device))
-        if rows is None:  # once per step and device, not per layer
-            n = min(step.n_rows, logits.shape[0])
-            rows = torch.zeros(logits.shape[0], dtype=torch.bool)
-            rows[:n] = step.active[:n]
-            rows = step.rows[(logits.shape[0], logits.device)] = rows.to(logits.device, non_blocking=True)
-        act, sup = masks
+        rows = self._rows(step, logits)
+        act, sup = _on_device(masks, logits.device)
         x = logits.float()
         n_routed = (act if act is not None else sup).shape[0]
         # a fused shared-expert gate column (beside the routed ones) is never edited nor counted in max/min
@@ -183,12 +211,43 @@ class _HookState:
                 out = torch.where(sup, torch.minimum(out, torch.nextafter(lo.to(logits.dtype), out.new_tensor(float("-inf")))), out)
         return torch.where(rows[:, None], out, logits)
 
+    def regroup(self, logits: Any, weights: Any, ids: Any, layer: int) -> tuple[Any, Any]:
+        """Body of ``route_grouped``: the grouped selection under the edit on the steered rows.
+
+        ``logits`` are the edited logits (``route_edit``'s output), ``weights`` / ``ids`` vLLM's
+        routing of them; rows not steered, layers without an edit and routers that are not grouped
+        get ``weights`` and ``ids`` back bit for bit.
+        """
+        step, masks, rule = self.step, self.edit_masks.get(layer), GROUPED_RULES.get(layer)
+        if step is None or masks is None or step.active is None or rule is None:
+            return weights.clone(), ids.clone()
+        torch = _torch()
+        from .families import _route_grouped
+
+        rows = self._rows(step, logits)[:, None]
+        act, sup = _on_device(masks, logits.device)
+        new_w, new_i = _route_grouped(rule, logits[..., : rule.n_experts].float(), act, sup)  # type: ignore[arg-type]
+        return (torch.where(rows, new_w.to(weights.dtype), weights), torch.where(rows, new_i.to(ids.dtype), ids))
+
+    def record_residual(self, hidden: Any, residual: Any, layer: int) -> None:
+        """Body of ``residual_record``: the residual stream after decoder layer ``layer`` (``hidden +
+        residual``, vLLM's layers return the two apart and the next norm adds them) in float16."""
+        step = self.step
+        if step is None or self.capture is None or layer not in self.residual_layers:
+            return
+        step.residual[layer] = (hidden + residual).detach().to(_torch().float16)
+
     def record(self, logits: Any, selected: Any, layer: int) -> None:
         step = self.step
         if step is None or self.capture is None or layer not in self.capture_layers:
             return
         step.logits[layer] = logits.detach().to(self.capture_dtype)
         step.selected[layer] = selected.detach().to(_torch().int16)
+
+
+def _on_device(masks: tuple[Any, Any], device: Any) -> tuple[Any, Any]:
+    """The (activate, suppress) masks on ``device`` (``None`` stays ``None``)."""
+    return tuple(None if m is None else m.to(device) for m in masks)  # type: ignore[return-value]
 
 
 STATE = _HookState()
@@ -204,6 +263,161 @@ def _torch() -> Any:
 def _layer_index(name: str) -> int:
     match = re.search(r"layers\.(\d+)\.", name + ".")
     return int(match.group(1)) if match else -1
+
+
+@dataclass
+class GroupedRule:
+    """A vLLM router's sigmoid, grouped top-k rule (DeepSeek-V3 style), read from the router itself.
+
+    Duck-types the fields :func:`~ror_annotate.steer.families.route` reads of a
+    :class:`~ror_annotate.steer.families.RouterSite`, so the vLLM engine steers with the HF engine's
+    grouped selection. The bias is read from the router at each call (vLLM loads the weights into
+    the parameter after the router is built).
+
+    Attributes
+    ----------
+    router : vllm FusedMoERouter
+        Holds ``e_score_correction_bias`` ``[n_experts]`` float32.
+    n_experts, top_k, n_group, topk_group : int
+        Routed experts, experts per token, expert groups and groups kept (``1, 1`` when vLLM's router
+        falls back to ungrouped biased top-k: ``n_experts`` not a multiple of more than ``n_group``).
+    renormalize : bool
+        Whether the selected sigmoid scores are divided by their sum.
+    scaling : float
+        The router's ``routed_scaling_factor`` (``1.0`` where vLLM applies the family's factor to the
+        MoE output instead, as it does for GLM-4-MoE on CPU: the weights are then vLLM's).
+    """
+
+    router: Any
+    n_experts: int
+    top_k: int
+    n_group: int
+    topk_group: int
+    renormalize: bool
+    scaling: float
+
+    @property
+    def bias(self) -> Any:
+        return self.router.e_score_correction_bias
+
+    @property
+    def group_size(self) -> int:
+        return self.n_experts // self.n_group
+
+
+#: Decoder layer -> the grouped rule of its router (filled by :func:`build_llm`; read by ``route_grouped``).
+GROUPED_RULES: dict[int, GroupedRule] = {}
+
+
+def _is_grouped(router: Any) -> bool:
+    """True for a router that selects by sigmoid scores plus a score-correction bias (the grouped rule)."""
+    return getattr(router, "scoring_func", "softmax") == "sigmoid" and getattr(router, "e_score_correction_bias", None) is not None
+
+
+def router_rule(router: Any) -> GroupedRule | None:
+    """The routing rule of a vLLM MoE router: ``None`` for softmax top-k, a :class:`GroupedRule` for
+    sigmoid scores with a score-correction bias (grouped or not).
+
+    Mirrors vLLM 0.32's ``CPURouter`` / ``GroupedTopKRouter``: groups are used when
+    ``use_grouped_topk`` (CPU) and ``num_expert_group`` divides ``n_experts`` into more than one
+    expert per group; ``GroupedTopKRouter`` otherwise falls back to ungrouped biased top-k, which is
+    the grouped rule with one group.
+
+    Raises
+    ------
+    SteerError
+        ``E955`` for a rule this engine does not define the edit or the capture check for: softmax
+        scores with groups or a bias (DeepSeek-V2 style), sigmoid scores without a bias, or another
+        scoring function (``sqrtsoftplus``...).
+    """
+    scoring = getattr(router, "scoring_func", "softmax")
+    bias = getattr(router, "e_score_correction_bias", None)
+    uses_groups = bool(getattr(router, "use_grouped_topk", True))
+    n_group = int(getattr(router, "num_expert_group", None) or 1) if uses_groups else 1
+    topk_group = int(getattr(router, "topk_group", None) or 1) if uses_groups else 1
+    n_experts, top_k = int(router.global_num_experts), int(router.top_k)
+    name = type(router).__name__
+    if scoring == "softmax" and bias is None and n_group <= 1:
+        return None
+    if scoring != "sigmoid" or bias is None:
+        raise SteerError(f"vLLM router {name} scores experts with {scoring!r}"
+                         f"{' and a score-correction bias' if bias is not None else ''}"
+                         f"{f' in {n_group} groups' if n_group > 1 else ''}: the vLLM engine defines its edit and capture check "
+                         "for softmax top-k and for sigmoid scores with a score-correction bias only", code="E955")
+    if n_experts <= n_group or n_experts % n_group:
+        n_group = topk_group = 1
+    return GroupedRule(router, n_experts, top_k, n_group, topk_group, bool(getattr(router, "renormalize", True)),
+                       float(getattr(router, "routed_scaling_factor", 1.0) or 1.0))
+
+
+#: Decoder layers whose output stream the next engine built instruments (``"all"``, or a set); read once by the
+#: model loader's patch, before compilation (the layers' flags are constants to ``torch.compile``).
+RESIDUAL_BUILD: dict[str, Any] = {"layers": None}
+_DECODER_RE = re.compile(r"(?:^|\.)layers\.(\d+)$")
+
+
+def _mark_residual_layers(model: Any, torch: Any) -> None:
+    """After vLLM built the model and before it is compiled: flag the decoder layers of
+    ``RESIDUAL_BUILD["layers"]`` and wrap their class's ``forward`` so that a flagged layer passes its
+    output through ``ror_annotate::residual_record``.
+
+    Decoder layers are the modules named ``...layers.<i>``; every vLLM MoE family's layer returns
+    ``(hidden_states, residual)``, whose sum is the residual stream after the layer (what a
+    transformers decoder layer returns). A layer that returns something else is never recorded, so
+    its capture fails with ``E921``.
+    """
+    wanted = RESIDUAL_BUILD["layers"]
+    found: dict[int, Any] = {}
+    for name, module in model.named_modules():
+        match = _DECODER_RE.search(name)
+        if match:
+            found[int(match.group(1))] = module
+    RESIDUAL_BUILD["decoder_layers"] = sorted(found)
+    if not wanted:
+        return
+    chosen = sorted(found) if wanted == "all" else sorted(set(wanted) & set(found))
+    for index in chosen:
+        module = found[index]
+        module._ror_residual = index
+        cls = type(module)
+        if getattr(cls, "_ror_wrapped", False):
+            continue
+        original = cls.forward
+
+        def forward(self: Any, *args: Any, _original: Any = original, **kwargs: Any) -> Any:
+            out = _original(self, *args, **kwargs)
+            index = getattr(self, "_ror_residual", -1)
+            if index >= 0 and isinstance(out, tuple) and len(out) == 2 and out[1] is not None:
+                out = (torch.ops.ror_annotate.residual_record(out[0], out[1], index), out[1])
+            return out
+
+        cls.forward = forward
+        cls._ror_wrapped = True
+
+
+def _patch_loader(torch: Any) -> None:
+    """Register ``ror_annotate::residual_record`` and wrap vLLM's model loader so that the decoder layers asked
+    for (:data:`RESIDUAL_BUILD`) are flagged after the model is built, before it is compiled."""
+    from vllm.model_executor.model_loader.base_loader import BaseModelLoader
+
+    @torch.library.custom_op("ror_annotate::residual_record", mutates_args=(),
+                             schema="(Tensor hidden, Tensor residual, int layer) -> Tensor")
+    def residual_record(hidden: Any, residual: Any, layer: int) -> Any:
+        STATE.record_residual(hidden, residual, layer)
+        return hidden.clone()
+
+    @residual_record.register_fake
+    def _residual_fake(hidden: Any, residual: Any, layer: int) -> Any:
+        return torch.empty_like(hidden)
+
+    original_load = BaseModelLoader.load_model
+
+    def load_model(self: Any, *args: Any, **kwargs: Any) -> Any:
+        model = original_load(self, *args, **kwargs)
+        _mark_residual_layers(model, torch)
+        return model
+
+    BaseModelLoader.load_model = load_model  # type: ignore[method-assign]
 
 
 def install() -> None:
@@ -243,6 +457,15 @@ def install() -> None:
     def _record_fake(logits: Any, selected: Any, layer: int) -> Any:
         return torch.empty_like(selected)
 
+    @torch.library.custom_op("ror_annotate::route_grouped", mutates_args=(),
+                             schema="(Tensor logits, Tensor weights, Tensor ids, int layer) -> (Tensor, Tensor)")
+    def route_grouped(logits: Any, weights: Any, ids: Any, layer: int) -> tuple[Any, Any]:
+        return STATE.regroup(logits, weights, ids, layer)
+
+    @route_grouped.register_fake
+    def _grouped_fake(logits: Any, weights: Any, ids: Any, layer: int) -> tuple[Any, Any]:
+        return torch.empty_like(weights), torch.empty_like(ids)
+
     original_select = FusedMoERouter.select_experts
 
     def select_experts(self: Any, hidden_states: Any, router_logits: Any, topk_indices_dtype: Any = None, *,
@@ -251,6 +474,8 @@ def install() -> None:
         n_experts = int(self.global_num_experts)
         logits = torch.ops.ror_annotate.route_edit(router_logits, layer)
         weights, ids = original_select(self, hidden_states, logits, topk_indices_dtype, input_ids=input_ids)
+        if getattr(self, "_ror_grouped", False):  # fixed when the router is built, before compilation
+            weights, ids = torch.ops.ror_annotate.route_grouped(logits, weights, ids, layer)
         ids = torch.ops.ror_annotate.route_record(router_logits[..., :n_experts], ids, layer)
         return weights, ids
 
@@ -259,6 +484,7 @@ def install() -> None:
     def runner_init(self: Any, layer_name: str, *args: Any, **kwargs: Any) -> None:
         original_init(self, layer_name, *args, **kwargs)
         self.router._ror_layer = _layer_index(layer_name)
+        self.router._ror_grouped = _is_grouped(self.router)
 
     original_prepare = GPUModelRunner._prepare_inputs
 
@@ -274,6 +500,7 @@ def install() -> None:
         STATE.end_forward()
         return out
 
+    _patch_loader(torch)
     FusedMoERouter.select_experts = select_experts  # type: ignore[method-assign]
     MoERunner.__init__ = runner_init  # type: ignore[method-assign]
     GPUModelRunner._prepare_inputs = prepare_inputs  # type: ignore[method-assign]
@@ -283,12 +510,30 @@ def install() -> None:
 
 @dataclass(frozen=True)
 class VllmSite:
-    """A MoE layer of a vLLM model: decoder layer index, routed experts and k (what steering validates)."""
+    """A MoE layer of a vLLM model: what steering validates (:meth:`RoutingEdit.validate`).
+
+    Attributes
+    ----------
+    layer, n_experts, top_k, position : int
+        Decoder layer index, routed experts, experts per token, index among the MoE layers.
+    family : FamilySpec or None
+        The registered family (``None`` for a softmax model type not in the registry).
+    n_group, topk_group : int
+        Expert groups and groups kept (sigmoid, grouped routers; ``1, 1`` otherwise).
+    """
 
     layer: int
     n_experts: int
     top_k: int
     position: int = 0
+    family: Any = None
+    n_group: int = 1
+    topk_group: int = 1
+
+    @property
+    def group_size(self) -> int:
+        """Experts per group."""
+        return self.n_experts // self.n_group
 
 
 @dataclass
@@ -308,6 +553,13 @@ class VllmEngine:
         The forward dtype (``"torch.float32"``...).
     family : str
         The family name (as the HF engine records it) or the model_type.
+    grouped_bias : dict of int to numpy.ndarray
+        Sigmoid, grouped routers only: each MoE layer's score-correction bias ``[n_experts]``
+        float32, for the E912 check of the family's grouped rule (empty otherwise).
+    residual_layers : list of int
+        Decoder layers instrumented for residual-stream capture (``build_llm(residual_layers=...)``).
+    hidden_size : int
+        Width of the residual stream.
     """
 
     llm: Any
@@ -316,35 +568,78 @@ class VllmEngine:
     expected_layers: list[int]
     dtype: str
     family: str
+    grouped_bias: dict[int, np.ndarray] = field(default_factory=dict)
+    residual_layers: list[int] = field(default_factory=list)
+    hidden_size: int = 0
+
+    def grouped_selection(self, layers: Sequence[int]) -> Any:
+        """The E912 rule (:class:`~ror_annotate.steer.checks.GroupedSelection`) of ``layers``, or ``None``."""
+        from .checks import GroupedSelection
+
+        if not self.grouped_bias:
+            return None
+        site = next(s for s in self.sites if s.layer == layers[0])
+        return GroupedSelection(np.stack([self.grouped_bias[layer] for layer in layers]).astype(np.float32),
+                                site.n_group, site.topk_group)
 
     @property
     def tokenizer(self) -> Any:
         return self.llm.get_tokenizer()
 
 
-def _family_name(model_type: str) -> str:
-    """The registered family of ``model_type`` (or ``model_type`` itself).
-
-    Raises
-    ------
-    SteerError
-        ``E955`` for a sigmoid, grouped top-k family (DeepSeek-V3, GLM-4-MoE): this engine's edit
-        and capture check are the softmax ones, so it refuses them rather than steer them wrongly;
-        the HF engine supports them.
-    """
+def _family_spec(model_type: str) -> Any:
+    """The registered :class:`~ror_annotate.steer.families.FamilySpec` of ``model_type``, or ``None``."""
     from .families import FAMILIES
 
     for name, spec in FAMILIES.items():
         if name == model_type or model_type in spec.model_types:
-            if spec.grouped:
-                raise SteerError(f"family {name} routes with sigmoid, grouped top-k; the vLLM engine does not define "
-                                 "its steering edit or capture check yet: use the HF engine (--engine hf)", code="E955")
-            return name
-    return model_type
+            return spec
+    return None
+
+
+def _family_name(model_type: str) -> str:
+    """The registered family of ``model_type`` (or ``model_type`` itself)."""
+    spec = _family_spec(model_type)
+    return model_type if spec is None else spec.name
+
+
+def _groups(rule: "GroupedRule | None") -> tuple[int, int]:
+    """``(n_group, topk_group)`` of a router rule (``1, 1`` for softmax top-k)."""
+    return (1, 1) if rule is None else (rule.n_group, rule.topk_group)
+
+
+def check_family_rule(family: Any, model_type: str, rules: dict[int, "GroupedRule | None"]) -> None:
+    """Refuse a model whose vLLM routers and registered family disagree on the routing rule.
+
+    Parameters
+    ----------
+    family : FamilySpec or None
+        The registered family of ``model_type``.
+    model_type : str
+    rules : dict of int to GroupedRule or None
+        Per MoE layer, :func:`router_rule` of its vLLM router.
+
+    Raises
+    ------
+    SteerError
+        ``E955`` when vLLM routes by the grouped rule but the family is not a registered
+        ``sigmoid_grouped`` one (the edits could not be validated against the groups), or the
+        family is grouped but vLLM's router is not.
+    """
+    grouped = {layer for layer, rule in rules.items() if rule is not None}
+    if grouped and (family is None or not family.grouped):
+        raise SteerError(f"{model_type}: vLLM routes MoE layer(s) {sorted(grouped)} by sigmoid scores with a score-correction "
+                         f"bias but the family {getattr(family, 'name', model_type)!r} is not registered as "
+                         "scoring='sigmoid_grouped'; register it (ror_annotate.steer.families.register_family)", code="E955")
+    if family is not None and family.grouped and len(grouped) != len(rules):
+        plain = sorted(set(rules) - grouped)
+        raise SteerError(f"family {family.name} routes with sigmoid, grouped top-k but vLLM built softmax routers at "
+                         f"layer(s) {plain}: not the family's rule", code="E955")
 
 
 def build_llm(model: str | Path, *, dtype: str = "auto", enforce_eager: bool = False, max_num_seqs: int = 64,
-              max_model_len: int | None = None, seed: int = 0, tensor_parallel_size: int = 1, **kwargs: Any) -> VllmEngine:
+              max_model_len: int | None = None, seed: int = 0, tensor_parallel_size: int = 1,
+              residual_layers: Sequence[int] | str | None = None, **kwargs: Any) -> VllmEngine:
     """Build an in-process ``vllm.LLM`` with the capture/steer hooks installed.
 
     Parameters
@@ -361,6 +656,9 @@ def build_llm(model: str | Path, *, dtype: str = "auto", enforce_eager: bool = F
     seed : int
     tensor_parallel_size : int
         Must be 1 (see the module docstring).
+    residual_layers : sequence of int or "all", optional
+        Decoder layers whose output (the residual stream after the layer) capture may store too:
+        they are instrumented while the model is built, before compilation (others cost nothing).
     **kwargs
         Passed to ``vllm.LLM``.
 
@@ -372,7 +670,9 @@ def build_llm(model: str | Path, *, dtype: str = "auto", enforce_eager: bool = F
     ------
     SteerError
         ``E922`` vLLM missing or ``tensor_parallel_size > 1``; ``E901`` no such checkpoint; ``E923``
-        the model has no MoE layer vLLM routes through ``select_experts``.
+        the model has no MoE layer vLLM routes through ``select_experts``; ``E955`` a router rule the
+        engine does not define (:func:`router_rule`, :func:`check_family_rule`); residual layers that
+        are not decoder layers of the model.
     """
     from .capture import check_model_source
 
@@ -390,29 +690,52 @@ def build_llm(model: str | Path, *, dtype: str = "auto", enforce_eager: bool = F
     if torch.cuda.is_available() and not enforce_eager:
         options["compilation_config"] = {"cudagraph_mode": "NONE"}
     options.update(kwargs)
-    llm = vllm.LLM(model=source, **options)
+    if isinstance(residual_layers, str) and residual_layers != "all":
+        raise SteerError(f"residual_layers must be a list of decoder layers or 'all', got {residual_layers!r}")
+    RESIDUAL_BUILD["layers"] = residual_layers if isinstance(residual_layers, str) or residual_layers is None \
+        else sorted({int(x) for x in residual_layers})
+    try:
+        llm = vllm.LLM(model=source, **options)
+    finally:
+        wanted, RESIDUAL_BUILD["layers"] = RESIDUAL_BUILD["layers"], None
+    decoder = list(RESIDUAL_BUILD.get("decoder_layers", []))
+    if wanted and wanted != "all" and set(wanted) - set(decoder):
+        raise SteerError(f"residual layers {sorted(set(wanted) - set(decoder))} are not decoder layers of the model "
+                         f"(0..{max(decoder) if decoder else -1})")
+    res_layers = decoder if wanted == "all" else list(wanted or [])
 
     def describe(m: Any) -> dict:
         from vllm.model_executor.layers.fused_moe.runner.moe_runner import MoERunner
 
-        found = {}
+        found, rules = {}, {}
         for _name, module in m.named_modules():
             if isinstance(module, MoERunner):
                 router = module.router
-                found[int(router._ror_layer)] = (int(router.global_num_experts), int(router.top_k))
+                layer = int(router._ror_layer)
+                found[layer] = (int(router.global_num_experts), int(router.top_k))
+                rules[layer] = router_rule(router)  # E955 for a rule the engine does not define
         dtype_name = str(next(m.parameters()).dtype)
         names = [name for name, _ in m.named_parameters()]
-        return {"sites": found, "dtype": dtype_name, "params": names}
+        return {"sites": found, "rules": rules, "dtype": dtype_name, "params": names}
 
     (info,) = llm.apply_model(describe)
     if not info["sites"]:
         raise SteerError(f"{model}: vLLM built no MoE layer routed through select_experts; not an MoE model "
                          "(or a monolithic MoE kernel that bypasses the router)", code="E923")
-    sites = [VllmSite(layer, e, k, i) for i, (layer, (e, k)) in enumerate(sorted(info["sites"].items()))]
+    model_type = getattr(llm.llm_engine.model_config.hf_config, "model_type", "")
+    family = _family_spec(model_type)
+    rules: dict[int, GroupedRule | None] = info["rules"]
+    check_family_rule(family, model_type, rules)
+    GROUPED_RULES.clear()
+    GROUPED_RULES.update({layer: rule for layer, rule in rules.items() if rule is not None})
+    sites = [VllmSite(layer, e, k, i, family, *_groups(rules[layer])) for i, (layer, (e, k)) in enumerate(sorted(info["sites"].items()))]
     expected = sorted({int(m.group(1)) for name in info["params"]
                        if (m := re.search(r"(?:^|\.)layers\.(\d+)\.(?:.*\.)?experts(?:\.|$)", name))})
-    model_type = getattr(llm.llm_engine.model_config.hf_config, "model_type", "")
-    return VllmEngine(llm, source, sites, expected, info["dtype"], _family_name(model_type))
+    bias = {layer: rule.bias.detach().float().cpu().numpy() for layer, rule in GROUPED_RULES.items()}
+    hf_config = llm.llm_engine.model_config.hf_config
+    text_config = hf_config.get_text_config() if hasattr(hf_config, "get_text_config") else hf_config
+    return VllmEngine(llm, source, sites, expected, info["dtype"], model_type if family is None else family.name, bias,
+                      res_layers, int(getattr(text_config, "hidden_size", 0) or 0))
 
 
 # ---------------------------------------------------------------------------------------------- capture
@@ -432,6 +755,8 @@ class VllmCaptureOptions(StageOptions):
     limit: int | None = None
     checks: bool = True
     reference: bool = True
+    residual_layers: Sequence[int] | str | None = None
+    background_writer: bool | None = None
 
 
 def capture_router_logits_vllm(engine: VllmEngine, tokens: Any, out_dir: str | Path,
@@ -463,6 +788,14 @@ def capture_router_logits_vllm(engine: VllmEngine, tokens: Any, out_dir: str | P
     reference : bool
         For E913, compare the first rows of the first trace with a plain transformers forward of
         the same checkpoint (loads the checkpoint once more, on CPU, in the engine's dtype).
+    residual_layers : sequence of int or "all", optional
+        Decoder layers whose output (the residual stream after the layer: vLLM's ``hidden_states +
+        residual``) is stored too, from the same steps, in ``residual.bin`` float16 as the HF engine
+        stores it; the engine must have been built with them (``build_llm(residual_layers=...)``);
+        ``"all"``: every layer the engine was built with.
+    background_writer : bool, optional
+        Write each batch to disk in a background thread while vLLM runs the next one (default: on
+        CUDA). The self-checks still run on every batch before it is handed to the writer.
 
     Returns
     -------
@@ -471,7 +804,8 @@ def capture_router_logits_vllm(engine: VllmEngine, tokens: Any, out_dir: str | P
     Raises
     ------
     SteerError
-        Unknown split or layer, incompatible existing capture.
+        Unknown split or layer, incompatible existing capture, residual layers the engine was not
+        built with.
     CaptureCheckError
         ``E920`` a request's rows are not exactly positions ``0..T-1``; ``E921`` a hook did not
         fire; ``E910``-``E913`` as on the HF engine. Nothing of the failing batch is written.
@@ -479,27 +813,20 @@ def capture_router_logits_vllm(engine: VllmEngine, tokens: Any, out_dir: str | P
     o = VllmCaptureOptions.resolve(options, kwargs)
     model_name, splits, layers, batch_size, logits_dtype = o.model_name, o.splits, o.layers, o.batch_size, o.logits_dtype
     overwrite, limit, checks, reference = o.overwrite, o.limit, o.checks, o.reference
+    res_layers = _residual_request(engine, o.residual_layers)
     torch = _torch()
     from vllm import SamplingParams
 
-    from .capture import STORE_DTYPES, CaptureMeta, CaptureReport, _check_vocab, _drop_if_empty, _SplitRows, _Writer
-    from .checks import FORWARD_CHECK_ROWS, check_layers_found
+    from .capture import STORE_DTYPES, CaptureMeta, CaptureReport, _BackgroundWriter, _check_vocab, _drop_if_empty, _SplitRows, _Writer
+    from .checks import FORWARD_CHECK_ROWS
 
     if logits_dtype not in STORE_DTYPES:
         raise SteerError(f"logits_dtype must be one of {sorted(STORE_DTYPES)}, got {logits_dtype!r}")
-    sites = engine.sites
-    if checks:
-        check_layers_found(engine.expected_layers, [s.layer for s in sites], family=engine.family)
-    if layers is not None:
-        unknown = set(int(x) for x in layers) - {s.layer for s in sites}
-        if unknown:
-            raise SteerError(f"layers {sorted(unknown)} have no MoE router; MoE layers: {[s.layer for s in sites]}")
-        sites = [s for s in sites if s.layer in set(int(x) for x in layers)]
-    if len({(s.n_experts, s.top_k) for s in sites}) != 1:
-        raise SteerError("MoE layers differ in n_experts/top_k; capture them separately with --layers")
+    sites = _capture_sites(engine, layers, checks)
     meta = CaptureMeta(model=model_name or engine.model, family=engine.family, layers=[s.layer for s in sites],
                        n_experts=sites[0].n_experts, top_k=sites[0].top_k, logits_dtype=logits_dtype,
-                       model_dtype=engine.dtype)
+                       model_dtype=engine.dtype, residual_layers=res_layers,
+                       hidden_size=engine.hidden_size if res_layers else 0, version=2 if res_layers else 1)
     splits = list(splits) if splits is not None else list(tokens.keys())
     unknown_splits = [s for s in splits if s not in tokens]
     if unknown_splits:
@@ -508,12 +835,16 @@ def capture_router_logits_vllm(engine: VllmEngine, tokens: Any, out_dir: str | P
     created = not Path(out_dir).exists()
     writer = _Writer(Path(out_dir), meta, overwrite=overwrite)
     kw = {"family": meta.family, "layers": meta.layers, "model_dtype": meta.model_dtype, "storage_dtype": logits_dtype}
+    grouped = engine.grouped_selection(meta.layers)  # sigmoid, grouped families: E912 checks their own rule
     ref: dict[str, np.ndarray] = {}
     report = CaptureReport(out_dir=str(out_dir))
     params = SamplingParams(max_tokens=1, temperature=0.0)
     start = time.perf_counter()
+    threaded = torch.cuda.is_available() if o.background_writer is None else o.background_writer
+    background = _BackgroundWriter(writer, threaded=threaded)  # checks run before submit, in this thread
     STATE.reset()
     STATE.capture_layers = meta.layers
+    STATE.residual_layers = res_layers
     STATE.capture_dtype = getattr(torch, logits_dtype)
     try:
         for split in splits:
@@ -532,54 +863,117 @@ def capture_router_logits_vllm(engine: VllmEngine, tokens: Any, out_dir: str | P
                     ref[rows[0]["trace_id"]] = _reference_rows(engine, rows[0]["input_ids"][:FORWARD_CHECK_ROWS])
                 arrays = _capture_batch(engine, [r["input_ids"] for r in rows], params)
                 if checks:
-                    _check(rows, arrays, ref, meta.top_k, kw)
-                writer.append([({"trace_id": r["trace_id"], "split": split, "dataset": r["dataset"]}, lg, sel, None)
-                               for r, (lg, sel) in zip(rows, arrays)])
+                    _check(rows, arrays, ref, meta.top_k, kw, grouped)
+                background.submit([{"trace_id": r["trace_id"], "split": split, "dataset": r["dataset"]} for r in rows],
+                                  cast(Any, _Ragged(arrays)), [slice(None)] * len(rows))
                 report.captured += len(rows)
                 report.tokens += sum(len(r["input_ids"]) for r in rows)
                 report.splits[split] = report.splits.get(split, 0) + len(rows)
                 if progress is not None:
                     progress(len(rows))
+        background.close()
     except CaptureCheckError:
         _drop_if_empty(writer, created)
         raise
     finally:
         STATE.reset()
+        if background.thread is not None and background.thread.is_alive():
+            background.queue.put(None)
+            background.thread.join()
         writer.close()
     report.seconds = time.perf_counter() - start
     return report
 
 
-def _check(rows: list[dict], arrays: list[tuple[np.ndarray, np.ndarray]], ref: dict[str, np.ndarray], top_k: int,
-           kw: dict[str, Any]) -> None:
-    """E910-E912 on the batch, E913 on the trace that has a transformers reference."""
+def _capture_sites(engine: VllmEngine, layers: Sequence[int] | None, checks: bool) -> list[VllmSite]:
+    """The MoE layers to capture (every one, checked against the expert count: E911; or ``layers``)."""
+    from .checks import check_layers_found
+
+    sites = engine.sites
+    if checks:
+        check_layers_found(engine.expected_layers, [s.layer for s in sites], family=engine.family)
+    if layers is not None:
+        unknown = set(int(x) for x in layers) - {s.layer for s in sites}
+        if unknown:
+            raise SteerError(f"layers {sorted(unknown)} have no MoE router; MoE layers: {[s.layer for s in sites]}")
+        sites = [s for s in sites if s.layer in set(int(x) for x in layers)]
+    if len({(s.n_experts, s.top_k) for s in sites}) != 1:
+        raise SteerError("MoE layers differ in n_experts/top_k; capture them separately with --layers")
+    return sites
+
+
+class _Ragged:
+    """A batch of per-request host arrays in the shape :class:`~ror_annotate.steer.capture._BackgroundWriter`
+    reads (``arrays()`` -> logits, selected, residual, each indexed ``[row, slice]``)."""
+
+    class _Rows:
+        def __init__(self, items: list[np.ndarray]) -> None:
+            self.items = items
+
+        def __getitem__(self, key: tuple[int, slice]) -> np.ndarray:
+            row, sl = key
+            return self.items[row][sl]
+
+    def __init__(self, arrays: list[tuple[np.ndarray, np.ndarray, "np.ndarray | None"]]) -> None:
+        self.batch = arrays
+
+    def arrays(self) -> tuple[Any, Any, Any]:
+        residual = [a[2] for a in self.batch if a[2] is not None]
+        return (self._Rows([a[0] for a in self.batch]), self._Rows([a[1] for a in self.batch]),
+                self._Rows(residual) if len(residual) == len(self.batch) else None)
+
+
+def _residual_request(engine: VllmEngine, spec: "Sequence[int] | str | None") -> list[int]:
+    """The residual layers a capture asks for, checked against those the engine was built with."""
+    if spec is None:
+        return []
+    if isinstance(spec, str):
+        if spec != "all":
+            raise SteerError(f"residual_layers must be a list of decoder layers or 'all', got {spec!r}")
+        wanted = list(engine.residual_layers)
+    else:
+        wanted = sorted({int(x) for x in spec})
+    missing = sorted(set(wanted) - set(engine.residual_layers))
+    if missing or not wanted:
+        raise SteerError(f"residual layers {missing or spec} were not instrumented when the vLLM engine was built "
+                         f"(built with {engine.residual_layers}); build it with build_llm(..., residual_layers=...)")
+    return wanted
+
+
+def _check(rows: list[dict], arrays: list[tuple[np.ndarray, np.ndarray, Any]], ref: dict[str, np.ndarray], top_k: int,
+           kw: dict[str, Any], grouped: Any = None) -> None:
+    """E910-E912 on the batch (``grouped``: the family's grouped rule), E913 on the trace that has a
+    transformers reference."""
     from .checks import FORWARD_CHECK_ROWS, check_batch, check_forward
 
-    check_batch(np.concatenate([a[0] for a in arrays]), np.concatenate([a[1] for a in arrays]), top_k=top_k, **kw)
-    for r, (lg, _) in zip(rows, arrays):
+    check_batch(np.concatenate([a[0] for a in arrays]), np.concatenate([a[1] for a in arrays]), top_k=top_k,
+                grouped=grouped, **kw)
+    for r, (lg, _, _) in zip(rows, arrays):
         if r["trace_id"] in ref:
             check_forward(lg[:FORWARD_CHECK_ROWS], ref[r["trace_id"]], trace_id=r["trace_id"], rtol=CROSS_ENGINE_RTOL, **kw)
 
 
-def _capture_batch(engine: VllmEngine, sequences: Sequence[Any], params: Any) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Run one batch of prompts and return each one's ``(logits [T, L, E], selected [T, L, k])`` in order."""
+def _capture_batch(engine: VllmEngine, sequences: Sequence[Any], params: Any) -> list[tuple[np.ndarray, np.ndarray, Any]]:
+    """Run one batch of prompts and return each one's ``(logits [T, L, E], selected [T, L, k], residual [T, R, H]
+    float16 or None)`` in order."""
     from vllm.inputs import TokensPrompt
 
     STATE.capture = {}
     prompts = [TokensPrompt(prompt_token_ids=[int(t) for t in seq], cache_salt=uuid.uuid4().hex) for seq in sequences]
     outputs = engine.llm.generate(prompts, params, use_tqdm=False)
     chunks, STATE.capture = STATE.capture, None
-    by_prompt: list[tuple[np.ndarray, np.ndarray]] = []
+    by_prompt: list[tuple[np.ndarray, np.ndarray, Any]] = []
     for seq, out in zip(sequences, outputs):
         parts = chunks.get(out.request_id) or _match_request(chunks, out.request_id)
         n = len(seq)
-        positions = np.concatenate([p for p, _, _ in parts]) if parts else np.zeros(0, dtype=np.int64)
+        positions = np.concatenate([part[0] for part in parts]) if parts else np.zeros(0, dtype=np.int64)
         if len(positions) != n or not np.array_equal(positions, np.arange(n)):
             got = f"{len(positions)} rows" + (f", positions {positions[:3].tolist()}..{positions[-3:].tolist()}" if len(positions) else "")
             raise CaptureCheckError(f"vLLM engine: request {out.request_id} has {n} prompt tokens but its captured rows are "
                                     f"not exactly positions 0..{n - 1} ({got}); prefix caching or batching lost rows; "
                                     "nothing was written", code="E920")
-        by_prompt.append((np.concatenate([lg for _, lg, _ in parts]), np.concatenate([s for _, _, s in parts])))
+        residual = None if parts[0][3] is None else np.concatenate([part[3] for part in parts])
+        by_prompt.append((np.concatenate([part[1] for part in parts]), np.concatenate([part[2] for part in parts]), residual))
     return by_prompt
 
 
@@ -695,9 +1089,9 @@ def generate_vllm(engine: VllmEngine, prompts: Sequence[Sequence[int]], *, max_n
         row: dict[str, Any] = {"token_ids": new, "text": tokenizer.decode(new, skip_special_tokens=True)}
         if record:
             parts = chunks.get(out.request_id) or _match_request(chunks, out.request_id)
-            row["positions"] = np.concatenate([p for p, _, _ in parts])
-            row["selected"] = np.concatenate([s for _, _, s in parts])
-            row["logits"] = np.concatenate([lg for _, lg, _ in parts])
+            row["positions"] = np.concatenate([part[0] for part in parts])
+            row["selected"] = np.concatenate([part[2] for part in parts])
+            row["logits"] = np.concatenate([part[1] for part in parts])
         rows.append(row)
     return rows
 
