@@ -118,6 +118,16 @@ class SegmentationError(RorError, ValueError):
     code = "E300"
 
 
+class WorkerError(RorError, RuntimeError):
+    """A worker process of a CPU stage's pool (segmenter, baseline rules) ended abruptly.
+
+    Code E140: the process was killed (``kill -9``, the out-of-memory killer) while the pool ran.
+    Everything committed before it is kept; the same command resumes.
+    """
+
+    code = "E140"
+
+
 class CodebookError(RorError, ValueError):
     """A codebook file is malformed, unknown, or was edited in place (hash mismatch)."""
 

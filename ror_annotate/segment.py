@@ -907,13 +907,11 @@ _WORKER_SEGMENTER: Segmenter | None = None
 
 
 def _init_worker(segmenter: Segmenter) -> None:
-    import signal
+    from .pool import init_worker
 
     global _WORKER_SEGMENTER
     _WORKER_SEGMENTER = segmenter
-    # Ctrl-C reaches the whole process group: only the parent handles it (it stops the pool and
-    # records the interruption); a worker dying of it would turn it into a BrokenProcessPool.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    init_worker()  # Ctrl-C is the parent's to handle; the worker exits with its parent, even after kill -9
 
 
 def _segment_task(batch: list[tuple[str, str]]) -> list[list[tuple[int, int, int]]]:
@@ -1038,6 +1036,8 @@ def _segment_in_pool(items: Iterable[tuple[str, str]], segmenter: Segmenter, wor
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
+    from .pool import max_workers, submit
+
     batches = _batches(items, task_chars)
     first = next(batches, None)
     second = next(batches, None) if first is not None else None
@@ -1052,12 +1052,13 @@ def _segment_in_pool(items: Iterable[tuple[str, str]], segmenter: Segmenter, wor
     context = multiprocessing.get_context(method)
     if method == "forkserver":
         context.set_forkserver_preload([__name__])
+    workers = max_workers(workers)  # never more processes than cores
     workers = min(workers, 61) if os.name == "nt" else workers  # the Windows limit of ProcessPoolExecutor
     pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_init_worker, initargs=(segmenter,))
     pending: deque = deque()
     try:
         for batch in itertools.chain((first, second), batches):
-            pending.append((batch, pool.submit(_segment_task, batch)))
+            pending.append((batch, submit(pool, _segment_task, batch)))  # E140 if a worker died
             if len(pending) >= 4 * workers:  # bounded read-ahead: memory stays flat on any corpus
                 done, future = pending.popleft()
                 yield from _collect(done, future, spans=spans)
@@ -1069,9 +1070,11 @@ def _segment_in_pool(items: Iterable[tuple[str, str]], segmenter: Segmenter, wor
 
 
 def _collect(batch: list[tuple[str, str]], future: Any, spans: bool = False) -> Iterator[Any]:
+    from .pool import result
+
     # The worker already checked every invariant on these spans: build the records unvalidated.
     if spans:
-        yield from future.result()
+        yield from result(future)  # E140 if its worker died
         return
-    for (trace_id, text), found in zip(batch, future.result()):
+    for (trace_id, text), found in zip(batch, result(future)):
         yield [_new_segment(trace_id, i, s, e, text[s:e], n) for i, (s, e, n) in enumerate(found)]

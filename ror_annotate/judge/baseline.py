@@ -359,13 +359,6 @@ def _classify_task(batch: list[tuple[str, str | None, list[str], list[int]]]) ->
     return [_classify_one(*item) for item in batch]
 
 
-def _init_worker() -> None:
-    import signal
-
-    # Ctrl-C reaches the whole process group: only the parent handles it (as the segment workers do)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-
 def classify_many(
     items: Iterable[tuple[str, str | None, list[str], list[int]]], *, workers: int | None = None, task_segments: int = TASK_SEGMENTS,
 ) -> Iterator[tuple[str, list[int], list[str], list[str], list[str]]]:
@@ -377,8 +370,9 @@ def classify_many(
         One trace's segment texts in order, with their ``segment_index`` values; consumed lazily
         (at most about ``4 * workers`` tasks of ``task_segments`` segments are in flight).
     workers : int, optional
-        Worker processes; default every core (:func:`ror_annotate.segment.default_workers`); 1, or
-        an input that fits one task, runs in this process.
+        Worker processes; default every core (:func:`ror_annotate.segment.default_workers`), and never
+        more than that (:func:`ror_annotate.pool.max_workers`); 1, or an input that fits one task, runs
+        in this process.
     task_segments : int
         Segments per task sent to a worker.
 
@@ -393,6 +387,8 @@ def classify_many(
     ------
     ConfigError
         ``workers`` or ``task_segments`` is below 1.
+    WorkerError
+        ``E140``: a worker process died (was killed) while the pool ran.
     """
     from ..segment import default_workers
 
@@ -424,6 +420,9 @@ def _classify_in_pool(
     import os
     from concurrent.futures import ProcessPoolExecutor
 
+    from ..pool import init_worker, result, submit
+    from ..pool import max_workers as pool_workers
+
     tasks = _tasks(items, task_segments)
     first = next(tasks, None)
     second = next(tasks, None) if first is not None else None
@@ -435,16 +434,18 @@ def _classify_in_pool(
     context = multiprocessing.get_context(method)
     if method == "forkserver":
         context.set_forkserver_preload(["ror_annotate.segment", __name__])  # no effect once the server runs
+    workers = pool_workers(workers)
     workers = min(workers, 61) if os.name == "nt" else workers
-    pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_init_worker)
+    # init_worker: Ctrl-C is the parent's to handle; a worker exits with its parent, even after kill -9
+    pool = ProcessPoolExecutor(workers, mp_context=context, initializer=init_worker)
     pending: deque = deque()
     try:
         for batch in itertools.chain((first, second), tasks):
-            pending.append(pool.submit(_classify_task, batch))
+            pending.append(submit(pool, _classify_task, batch))  # E140 if a worker died
             if len(pending) >= 4 * workers:  # bounded read-ahead: memory stays flat on any corpus
-                yield from pending.popleft().result()
+                yield from result(pending.popleft())
         while pending:
-            yield from pending.popleft().result()
+            yield from result(pending.popleft())
     finally:  # also when the caller stops early or a task failed: drop what is queued
         pool.shutdown(wait=True, cancel_futures=True)
 

@@ -314,15 +314,21 @@ def adjudicator_account(store: "Store", name: str, client: LabelStudioClient, ad
     ConfigError
         The study already has another adjudicator.
     ReviewError
-        The server refused the signup, or is unreachable (E600).
+        The server refused the signup, or is unreachable (E600); a new ``adjudicator`` is then not
+        recorded (the same command with a corrected e-mail goes on).
     """
+    passwords: dict[str, str] = {}
     if adjudicator:
+        check_adjudicator(store, name, adjudicator)  # E100 / another adjudicator: before the server
+        # the account first: a sign-up the server refuses must not leave the study with an adjudicator
+        # who can never log in (a re-run with the right e-mail was then refused as "another adjudicator")
+        passwords = create_accounts(client, [check_email(adjudicator).lower()])
         set_adjudicator(store, name, adjudicator)
     study = load_study(store, name)
     if not study.adjudicator:
         return None
     email = person_email(store, study.adjudicator)
-    passwords = create_accounts(client, [email])
+    passwords.update(create_accounts(client, [email]))  # an adjudicator set earlier: their account, if it went missing
     refs = _project_refs(store, name, ADJUDICATION_ROLE)
     return AdjudicatorLink(email=email, pseudonym=study.adjudicator, login_url=f"{client.public_url}/user/login/",
                            project_url=client.project_url(refs[0].ls_project_id) if refs else None,

@@ -196,14 +196,37 @@ def pseudonym_for(store: "Store", email: str) -> str:
 #: Studio's sign-up (Django's EmailValidator) refuses, so a study is never stored with an annotator
 #: whose account can never be created. The local part must be ASCII (Django's user_regex).
 _EMAIL = re.compile(r"""[^\s\x00-\x1f\x7f@<>()\[\]\\,;:"]+@[^\s\x00-\x1f\x7f@<>()\[\]\\,;:"'.][^\s\x00-\x1f\x7f@<>()\[\]\\,;:"']*""")
+#: Django's EmailValidator (django/core/validators.py of Django 5.2, the version Label Studio 1.x runs; its
+#: sign-up form's check): the local part a dot-atom (no leading, trailing or double dot); the domain
+#: ``localhost`` or dot-separated labels of letters, digits and inner hyphens (at most 63 characters
+#: each, Unicode letters allowed) whose last label holds letters only, at least two (or is ``xn--``
+#: punycode). Label Studio also refuses an address longer than 254 characters (its user model's
+#: ``email`` field: "Email is too long"). Addresses that passed _EMAIL alone (``a@b.c``, ``a@x_y.org``,
+#: ``a..b@x.org``, ``a@123.45``) were refused at sign-up, after the study had recorded them.
+_DJANGO_USER = re.compile(r"[-!#$%&'*+/=?^_`{}|~0-9A-Z]+(?:\.[-!#$%&'*+/=?^_`{}|~0-9A-Z]+)*", re.IGNORECASE)
+_UL = "\u00a1-\uffff"
+_DJANGO_DOMAIN = re.compile(
+    r"[a-z" + _UL + r"0-9](?:[a-z" + _UL + r"0-9-]{0,61}[a-z" + _UL + r"0-9])?"  # hostname
+    r"(?:\.(?!-)[a-z" + _UL + r"0-9-]{1,63}(?<!-))*"  # further labels
+    r"\.(?!-)(?:[a-z" + _UL + r"-]{2,63}|xn--[a-z0-9]{1,59})(?<!-)",  # top-level label
+    re.IGNORECASE,
+)
+_EMAIL_MAX = 254
 _STUDY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+def _django_accepts(email: str) -> bool:
+    user, domain = email.rsplit("@", 1)
+    if len(email) > _EMAIL_MAX or not _DJANGO_USER.fullmatch(user):
+        return False
+    return domain == "localhost" or _DJANGO_DOMAIN.fullmatch(domain) is not None
 
 
 def check_email(email: str) -> str:
     """``email`` stripped, or InputError (E100) naming it when it cannot be a Label Studio account e-mail."""
     email = email.strip()
     # Label Studio's sign-up (Django's EmailValidator) takes an ASCII local part only ("brk.ünï@x.org" is refused)
-    if not _EMAIL.fullmatch(email) or email.endswith(".") or not email.split("@", 1)[0].isascii():
+    if not _EMAIL.fullmatch(email) or email.endswith(".") or not email.split("@", 1)[0].isascii() or not _django_accepts(email):
         raise InputError(f"annotator {email[:120]!r} is not an e-mail address; give the annotator's Label Studio account e-mail")
     return email
 
