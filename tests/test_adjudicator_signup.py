@@ -30,6 +30,13 @@ def test_an_address_label_studio_refuses_is_e100_before_anything_is_stored(email
     assert info.value.code == "E100"
 
 
+def test_a_bad_adjudicator_address_is_named_as_the_adjudicator(tmp_path: Path) -> None:
+    store = Store(tmp_path / "s.duckdb")
+    with pytest.raises(InputError, match=r"^adjudicator 'a5@b\.c' is not an e-mail address; give the adjudicator's"):
+        flow.adjudicator_account(store, "pilot-1", object(), "a5@b.c")  # type: ignore[arg-type]
+    store.close()
+
+
 @pytest.mark.parametrize("email", ACCEPTED_BY_LABEL_STUDIO)
 def test_an_address_label_studio_accepts_still_passes(email: str) -> None:
     assert check_email(email) == email.strip()

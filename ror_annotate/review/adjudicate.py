@@ -117,7 +117,7 @@ def check_adjudicator(store: "Store", name: str, adjudicator: str) -> str:
     ConfigError
         The study already has another adjudicator (one study has one adjudicator).
     """
-    email = check_email(adjudicator).lower()
+    email = check_email(adjudicator, role="adjudicator").lower()
     pseudonym = pseudonym_for(store, email)
     study = load_study(store, name)
     if study.adjudicator and study.adjudicator != pseudonym:

@@ -322,7 +322,7 @@ def adjudicator_account(store: "Store", name: str, client: LabelStudioClient, ad
         check_adjudicator(store, name, adjudicator)  # E100 / another adjudicator: before the server
         # the account first: a sign-up the server refuses must not leave the study with an adjudicator
         # who can never log in (a re-run with the right e-mail was then refused as "another adjudicator")
-        passwords = create_accounts(client, [check_email(adjudicator).lower()])
+        passwords = create_accounts(client, [check_email(adjudicator, role="adjudicator").lower()])
         set_adjudicator(store, name, adjudicator)
     study = load_study(store, name)
     if not study.adjudicator:

@@ -222,12 +222,13 @@ def _django_accepts(email: str) -> bool:
     return domain == "localhost" or _DJANGO_DOMAIN.fullmatch(domain) is not None
 
 
-def check_email(email: str) -> str:
-    """``email`` stripped, or InputError (E100) naming it when it cannot be a Label Studio account e-mail."""
+def check_email(email: str, *, role: str = "annotator") -> str:
+    """``email`` stripped, or InputError (E100) naming it (as the ``role`` it was given for: annotator or
+    adjudicator) when it cannot be a Label Studio account e-mail."""
     email = email.strip()
     # Label Studio's sign-up (Django's EmailValidator) takes an ASCII local part only ("brk.ünï@x.org" is refused)
     if not _EMAIL.fullmatch(email) or email.endswith(".") or not email.split("@", 1)[0].isascii() or not _django_accepts(email):
-        raise InputError(f"annotator {email[:120]!r} is not an e-mail address; give the annotator's Label Studio account e-mail")
+        raise InputError(f"{role} {email[:120]!r} is not an e-mail address; give the {role}'s Label Studio account e-mail")
     return email
 
 
