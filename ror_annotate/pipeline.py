@@ -261,6 +261,9 @@ INGEST_BATCH = 500
 #: Characters of trace text (reasoning and problem) that :func:`ingest` keeps from its validating pass
 #: to store without reading the input again; a larger input is read twice (memory flat in corpus size).
 INGEST_KEEP_CHARS = 64 * 2**20
+#: Batches of a kept (read-once) input that :func:`ingest` stores per transaction: each batch is still
+#: its own insert, but one commit per batch was most of the writing of many short traces (issue 26).
+INGEST_BATCHES_PER_COMMIT = 10
 
 
 def _batch_fingerprint(traces: Sequence[Any]) -> str:
@@ -347,17 +350,19 @@ def ingest(
         fingerprints: list[str] = []
         # a small input's validated batches are kept and stored without a second read (per-trace
         # parsing is most of the ingest of many short traces); None once the input outgrows the budget
-        kept: list[list] | None = []
+        # (each with the traces check_traces found new: the ids of one input are distinct, so storing
+        # the earlier batches cannot change a later batch's check, and it is not made again)
+        kept: list[tuple[list, list]] | None = []
         kept_chars = 0
 
         def check_batch(traces: list) -> None:
             nonlocal kept, kept_chars
-            store.check_traces(traces)
+            new = store.check_traces(traces)
             fingerprints.append(_batch_fingerprint(traces))
             if kept is not None:
                 kept_chars += sum(len(t.text) + len(t.problem or "") for t in traces)
                 if kept_chars <= INGEST_KEEP_CHARS:
-                    kept.append(traces)
+                    kept.append((traces, new))
                 else:
                     kept = None  # too large to hold: read the input again to store it
 
@@ -377,10 +382,15 @@ def ingest(
             written.append(fingerprints[n])
 
         if kept is not None:
+            # the validated batches themselves (no second read, so no fingerprint to compare), several
+            # per transaction; an interrupt keeps the groups committed before it (a prefix of the input)
             task = tracked.add_task("ingest", total=len(validated.trace_ids))
-            for traces in kept:
-                store_batch(traces)
-                tracked.advance(task, len(traces))
+            for start in range(0, len(kept), INGEST_BATCHES_PER_COMMIT):
+                with store.transaction():
+                    for traces, new in kept[start : start + INGEST_BATCHES_PER_COMMIT]:
+                        counts.update(store.upsert_traces(traces, run_id=the_run.run_id, checked=new))
+                        written.append(fingerprints[len(written)])
+                        tracked.advance(task, len(traces))
             kept, result = None, validated
         else:
             result = read("ingest", store_batch)
