@@ -697,7 +697,7 @@ def load_traces(  # noqa: C901  (one branch per input kind (file, folder, hub, p
         try:
             if isinstance(rec, Exception):
                 raise rec
-            notes: Counter[str] = Counter()
+            notes: Counter[str] = Counter()  # (cheap; only added to the result when the record had notes)
             try:
                 traces = records_to_traces(rec, where, mapping, source_name=source_name, format=format, allow_markers=allow_markers,
                                            notes=notes, _plan=plan)
@@ -711,7 +711,8 @@ def load_traces(  # noqa: C901  (one branch per input kind (file, folder, hub, p
                 raise
             result.skipped.append(SkippedRecord(where=where, reason=exc.message))
             continue
-        result.notes.update(notes)
+        if notes:
+            result.notes.update(notes)
         for t in traces[: None if limit is None else limit - len(result.trace_ids)]:
             if t.source in known_licenses and not (t.meta.get("license") or t.meta.get("licence")):
                 t.meta["license"] = known_licenses[t.source]

@@ -79,9 +79,10 @@ class TracesMixin(AccessMixin):
         StoreError
             A stored trace (or an earlier one in ``traces``) has the same id but different text.
         """
+        # an empty table (a first ingest) answers without the id list: passing it costs more than the check
         existing = dict(self.con.execute(
             f"SELECT trace_id, text_sha256 FROM traces WHERE {_IDS_FILTER}", [[t.trace_id for t in traces]]
-        ).fetchall()) if traces else {}
+        ).fetchall()) if traces and self.con.execute("SELECT EXISTS (SELECT 1 FROM traces)").fetchone()[0] else {}
         new: list[Trace] = []
         seen: dict[str, str] = {}
         for t in traces:
