@@ -261,9 +261,6 @@ INGEST_BATCH = 500
 #: Characters of trace text (reasoning and problem) that :func:`ingest` keeps from its validating pass
 #: to store without reading the input again; a larger input is read twice (memory flat in corpus size).
 INGEST_KEEP_CHARS = 64 * 2**20
-#: Batches of a kept (read-once) input that :func:`ingest` stores per transaction: each batch is still
-#: its own insert, but one commit per batch was most of the writing of many short traces (issue 26).
-INGEST_BATCHES_PER_COMMIT = 10
 
 
 def _batch_fingerprint(traces: Sequence[Any]) -> str:
@@ -382,15 +379,13 @@ def ingest(
             written.append(fingerprints[n])
 
         if kept is not None:
-            # the validated batches themselves (no second read, so no fingerprint to compare), several
-            # per transaction; an interrupt keeps the groups committed before it (a prefix of the input)
+            # the validated batches themselves (no second read, so no fingerprint to compare), each
+            # committed on its own as before: an interrupt keeps whole batches
             task = tracked.add_task("ingest", total=len(validated.trace_ids))
-            for start in range(0, len(kept), INGEST_BATCHES_PER_COMMIT):
-                with store.transaction():
-                    for traces, new in kept[start : start + INGEST_BATCHES_PER_COMMIT]:
-                        counts.update(store.upsert_traces(traces, run_id=the_run.run_id, checked=new))
-                        written.append(fingerprints[len(written)])
-                        tracked.advance(task, len(traces))
+            for traces, new in kept:
+                counts.update(store.upsert_traces(traces, run_id=the_run.run_id, checked=new))
+                written.append(fingerprints[len(written)])
+                tracked.advance(task, len(traces))
             kept, result = None, validated
         else:
             result = read("ingest", store_batch)

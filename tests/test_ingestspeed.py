@@ -1,5 +1,5 @@
 """Issue 26: ingest's per-load shortcuts (plain text without marker characters, dict records without
-structure keys, one check and fewer commits for a read-once input) store exactly what the per-record
+structure keys, one store check per batch for a read-once input) store exactly what the per-record
 path stores.
 
 The reference is the per-record path itself: the shortcuts switched off (``_Plan.plain`` always
@@ -89,7 +89,7 @@ def _both(tmp_path: Path, source: Path, monkeypatch: pytest.MonkeyPatch, **kw: A
         return real(text)
 
     monkeypatch.setattr(formats, "detect_text_format", counting)
-    monkeypatch.setattr(pipeline, "INGEST_BATCH", 4)  # several batches and commit groups even on a small input
+    monkeypatch.setattr(pipeline, "INGEST_BATCH", 4)  # several batches even on a small input
     fast = _ingest(tmp_path / "fast.duckdb", source, **kw)
     fast_calls, calls["n"] = calls["n"], 0
     with monkeypatch.context() as m:
