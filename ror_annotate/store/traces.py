@@ -80,9 +80,10 @@ class TracesMixin(AccessMixin):
             A stored trace (or an earlier one in ``traces``) has the same id but different text.
         """
         # an empty table (a first ingest) answers without the id list: passing it costs more than the check
+        stored = bool(traces) and (self.con.execute("SELECT EXISTS (SELECT 1 FROM traces)").fetchone() or (False,))[0]
         existing = dict(self.con.execute(
             f"SELECT trace_id, text_sha256 FROM traces WHERE {_IDS_FILTER}", [[t.trace_id for t in traces]]
-        ).fetchall()) if traces and self.con.execute("SELECT EXISTS (SELECT 1 FROM traces)").fetchone()[0] else {}
+        ).fetchall()) if stored else {}
         new: list[Trace] = []
         seen: dict[str, str] = {}
         for t in traces:
