@@ -347,17 +347,19 @@ def ingest(
         fingerprints: list[str] = []
         # a small input's validated batches are kept and stored without a second read (per-trace
         # parsing is most of the ingest of many short traces); None once the input outgrows the budget
-        kept: list[list] | None = []
+        # (each with the traces check_traces found new: the ids of one input are distinct, so storing
+        # the earlier batches cannot change a later batch's check, and it is not made again)
+        kept: list[tuple[list, list]] | None = []
         kept_chars = 0
 
         def check_batch(traces: list) -> None:
             nonlocal kept, kept_chars
-            store.check_traces(traces)
+            new = store.check_traces(traces)
             fingerprints.append(_batch_fingerprint(traces))
             if kept is not None:
                 kept_chars += sum(len(t.text) + len(t.problem or "") for t in traces)
                 if kept_chars <= INGEST_KEEP_CHARS:
-                    kept.append(traces)
+                    kept.append((traces, new))
                 else:
                     kept = None  # too large to hold: read the input again to store it
 
@@ -377,9 +379,12 @@ def ingest(
             written.append(fingerprints[n])
 
         if kept is not None:
+            # the validated batches themselves (no second read, so no fingerprint to compare), each
+            # committed on its own as before: an interrupt keeps whole batches
             task = tracked.add_task("ingest", total=len(validated.trace_ids))
-            for traces in kept:
-                store_batch(traces)
+            for traces, new in kept:
+                counts.update(store.upsert_traces(traces, run_id=the_run.run_id, checked=new))
+                written.append(fingerprints[len(written)])
                 tracked.advance(task, len(traces))
             kept, result = None, validated
         else:

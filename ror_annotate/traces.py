@@ -27,7 +27,10 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from .errors import ConfigError, InputError
-from .formats import AUTO, FORMATS, MARKER_HINTS, StructuredFormat, detect_structured, extract, extract_text, find_marker, line_col, markers_in, normalize_newlines
+from .formats import (
+    AUTO, EOS_TOKENS, FORMATS, MARKER_HINTS, HarmonyFormat, PlainFormat, StructuredFormat, TagFormat, detect_structured, extract,
+    extract_text, find_marker, line_col, markers_in, normalize_newlines,
+)
 from .hub import OFFLINE_HINT, check_hub
 from .records import Trace, sha256_text
 from .registry import Registry
@@ -348,6 +351,72 @@ def _mapped_columns(mapping: ColumnMap) -> set[str]:
     return {c for f in _CANDIDATES if (c := getattr(mapping, f)) is not None}
 
 
+#: Record keys any built-in structured adapter looks at (:func:`ror_annotate.formats.detect_structured`):
+#: a dict record with none of them is no response, Ollama message, assistant message or transcript.
+_STRUCTURED_KEYS = frozenset(("choices", "response", "message", "role", "messages", "conversations", "conversation"))
+_BUILTIN_DETECTS = {name: FORMATS[name].detect for name in ("openai-response", "ollama-chat", "assistant-message", "chat")}  # type: ignore[union-attr]
+
+
+class _Plan:
+    """What is the same for every record of one load: the mapping's taken and used columns, and the
+    shortcuts that skip format detection where it provably finds nothing (issue 26).
+
+    Built once per :func:`load_traces` call from the registered formats at that time; every
+    shortcut is guarded by a check that implies the slow path's result, so a record that does not
+    fit (a ``<`` in its text, a ``messages`` key, a plug-in format) takes the per-record detection
+    exactly as before.
+
+    ``plain_leads``: the first characters of every marker a text adapter detects (and of the
+    end-of-sequence tokens); a string with none of them reads as ``plain`` under auto-detection.
+    None when a registered text adapter is of a kind whose detection is not stated by its markers.
+    ``skip_structured``: only the built-in structured adapters are registered, so a dict record
+    without any of :data:`_STRUCTURED_KEYS` is not structured.
+    """
+
+    __slots__ = ("taken", "used", "plain_leads", "skip_structured", "_fields")
+
+    def __init__(self, mapping: ColumnMap) -> None:
+        self.taken = _mapped_columns(mapping)
+        self.used = self.taken | {c for f in _CANDIDATES for c in _CANDIDATES[f]}
+        # per field, what :func:`_pick` does: (mapped column or None, has a constant, the constant, candidate columns)
+        self._fields: dict[str, tuple[str | None, bool, Any, tuple[str, ...]]] = {
+            f: (getattr(mapping, f), f in mapping.constants, mapping.constants.get(f), tuple(c for c in cands if c not in self.taken))
+            for f, cands in _CANDIDATES.items()
+        }
+        leads: set[str] | None = {t[0] for t in EOS_TOKENS}
+        structured: dict[str, Any] = {}
+        for name, adapter in FORMATS.items():
+            if isinstance(adapter, StructuredFormat):
+                structured[name] = adapter.detect
+            elif isinstance(adapter, (TagFormat, HarmonyFormat)) and leads is not None and all(adapter.markers):
+                leads.update(m[0] for m in adapter.markers)
+            elif not isinstance(adapter, PlainFormat):
+                leads = None  # a plug-in text adapter: its detection is its own
+        self.plain_leads: tuple[str, ...] | None = tuple(sorted(leads)) if leads is not None else None
+        self.skip_structured = structured == _BUILTIN_DETECTS
+
+    def pick(self, record: dict[str, Any], field_name: str) -> Any:
+        """``_pick(record, field_name, mapping)`` with the mapping's lookups done once per load."""
+        column, has_constant, constant, candidates = self._fields[field_name]
+        if column is not None:
+            return record.get(column)
+        if has_constant:
+            return constant
+        for cand in candidates:
+            value = record.get(cand)
+            if value is not None:
+                return value
+        return None
+
+    def plain(self, value: Any, mapping: ColumnMap, format: str) -> bool:
+        """Whether auto-detection provably reads ``value`` as plain text (see the class docstring)."""
+        return (
+            self.plain_leads is not None and format == AUTO and mapping.think_tags is None and isinstance(value, str)
+            and not any(c in value for c in self.plain_leads)
+            and value.lstrip("\ufeff \t\r\n")[:1] != "{"  # '[' is a lead (Mistral's [THINK]); '{' may be a JSON response
+        )
+
+
 def _pick(record: dict[str, Any], field_name: str, mapping: ColumnMap, taken: set[str] | None = None) -> Any:
     column = getattr(mapping, field_name)
     if column is not None:
@@ -405,17 +474,26 @@ def _mapped_or_given(record: dict[str, Any], field_name: str, mapping: ColumnMap
     return value if value is not None else found
 
 
+def _or(value: Any, found: Any) -> Any:
+    """``value`` unless it is None, else ``found`` (:func:`_mapped_or_given` on a picked value)."""
+    return value if value is not None else found
+
+
 def _clean_text(value: Any) -> str | None:
     text = _as_str(value)
     return normalize_newlines(text)[0] if text is not None else None
 
 
-def _reasoning_values(record: dict[str, Any], where: str, mapping: ColumnMap, format: str) -> list[Any]:
+def _reasoning_values(record: dict[str, Any], where: str, mapping: ColumnMap, format: str, plan: _Plan | None = None) -> list[Any]:
     """The values to extract reasoning from: the whole record when it is a response object or a
     transcript, else the text column (a string, a list of generations, or a nested object)."""
-    if mapping.text is None and (isinstance(FORMATS.get(format), StructuredFormat) or detect_structured(record) is not None):
+    if mapping.text is None and (
+        isinstance(FORMATS.get(format), StructuredFormat)
+        or (not (plan is not None and plan.skip_structured and record.keys().isdisjoint(_STRUCTURED_KEYS))
+            and detect_structured(record) is not None)
+    ):
         return [record]
-    raw = _pick(record, "text", mapping)
+    raw = plan.pick(record, "text") if plan is not None else _pick(record, "text", mapping)
     if raw is None:
         looked = mapping.text or ", ".join(_CANDIDATES["text"])
         raise InputError(
@@ -438,6 +516,7 @@ def records_to_traces(
     format: str = AUTO,
     allow_markers: bool = False,
     notes: Counter[str] | None = None,
+    _plan: _Plan | None = None,
 ) -> list[Trace]:
     """Turn one input record into one or more traces (several for list-valued text columns or
     responses with several choices, ids suffixed ``/g<i>``).
@@ -454,17 +533,22 @@ def records_to_traces(
         (unless ``allow_markers``: then stored, listed in ``meta["markers_left"]`` and counted).
     """
     notes = notes if notes is not None else Counter()
-    taken = _mapped_columns(mapping)
+    # ``_plan`` (private): the per-load constants of :func:`load_traces`; built here for a lone call.
+    plan = _plan if _plan is not None else _Plan(mapping)
     extractions = []
-    corrects = _pick(record, "correct", mapping, taken)
-    values = _reasoning_values(record, where, mapping, format)
+    corrects = plan.pick(record, "correct")
+    values = _reasoning_values(record, where, mapping, format, plan)
     corrects = corrects if isinstance(corrects, list) else [corrects] * len(values)
     for i, value in enumerate(values):
-        for got in extract(value, where, format=format, tags=mapping.think_tags):
+        # Text with no character a marker starts with is plain under auto-detection: read it as
+        # forced plain (the same extraction, newline and EOS handling) without trying every format.
+        got_all = [extract_text(value, where, format="plain")] if plan.plain(value, mapping, format) else (
+            extract(value, where, format=format, tags=mapping.think_tags))
+        for got in got_all:
             extractions.append((got, corrects[i] if i < len(corrects) else None))
-    given_id = _as_str(_pick(record, "trace_id", mapping, taken)) if mapping.trace_id is not None else None
-    answer_col = _clean_text(_pick(record, "answer", mapping, taken))
-    used = taken | {c for f in _CANDIDATES for c in _CANDIDATES[f]}
+    given_id = _as_str(plan.pick(record, "trace_id")) if mapping.trace_id is not None else None
+    answer_col = _clean_text(plan.pick(record, "answer"))
+    used = plan.used
     # NaN/inf (pandas' missing values) are left out: they are not JSON and would break readers of meta.
     base_meta = {
         k: v for k, v in record.items()
@@ -474,7 +558,7 @@ def records_to_traces(
     for i, (got, correct) in enumerate(extractions):
         if not got.reasoning:
             raise InputError(f"{where}: empty reasoning trace (nothing but whitespace or tags)")
-        problem = _clean_text(_mapped_or_given(record, "problem", mapping, got.problem, taken))
+        problem = _clean_text(_or(plan.pick(record, "problem"), got.problem))
         answer = answer_col or got.answer or last_boxed(got.reasoning)
         meta = {**base_meta, **got.meta}
         if got.gaps:
@@ -504,17 +588,17 @@ def records_to_traces(
         # in meta["response_id"]).
         whole = values[0] is record
         user_id = given_id or (_user_trace_id(record, mapping) if whole else None)
-        base_id = user_id or (got.trace_id if whole else None) or _as_str(_pick(record, "trace_id", mapping, taken)) or got.trace_id
+        base_id = user_id or (got.trace_id if whole else None) or _as_str(plan.pick(record, "trace_id")) or got.trace_id
         trace_id = (base_id + suffix) if base_id else content_trace_id(problem, got.reasoning)
         try:
             traces.append(
                 Trace(
                     trace_id=trace_id, text=got.reasoning, problem=problem, answer=answer,
-                    gold_answer=_clean_text(_pick(record, "gold_answer", mapping, taken)),
+                    gold_answer=_clean_text(plan.pick(record, "gold_answer")),
                     correct=_as_bool(correct),
-                    model=_as_str(_mapped_or_given(record, "model", mapping, got.model, taken)),
-                    source=_as_str(_pick(record, "source", mapping, taken)) or source_name,
-                    dataset=_as_str(_pick(record, "dataset", mapping, taken)),
+                    model=_as_str(_or(plan.pick(record, "model"), got.model)),
+                    source=_as_str(plan.pick(record, "source")) or source_name,
+                    dataset=_as_str(plan.pick(record, "dataset")),
                     source_format=got.format if mapping.think_tags is None else "custom",
                     meta=meta,
                 )
@@ -595,6 +679,7 @@ def load_traces(  # noqa: C901  (one branch per input kind (file, folder, hub, p
     # A file's name, not its path: local directories must not leak into exports and cards.
     source_name = Path(source).name if Path(source).is_file() else str(source)
     seen: dict[str, str] = {}
+    plan = _Plan(mapping)  # per-load constants and detection shortcuts, from the formats registered now
     # A source's known licence (the embedded sample's MIT) travels with its stored traces, so an
     # export of the store knows it without being told again.
     from .sample import source_licenses
@@ -612,9 +697,10 @@ def load_traces(  # noqa: C901  (one branch per input kind (file, folder, hub, p
         try:
             if isinstance(rec, Exception):
                 raise rec
-            notes: Counter[str] = Counter()
+            notes: Counter[str] = Counter()  # (cheap; only added to the result when the record had notes)
             try:
-                traces = records_to_traces(rec, where, mapping, source_name=source_name, format=format, allow_markers=allow_markers, notes=notes)
+                traces = records_to_traces(rec, where, mapping, source_name=source_name, format=format, allow_markers=allow_markers,
+                                           notes=notes, _plan=plan)
             except RecursionError:  # a deeply nested value read from parquet or the hub
                 raise _too_nested(where) from None
             for t in traces:
@@ -625,7 +711,8 @@ def load_traces(  # noqa: C901  (one branch per input kind (file, folder, hub, p
                 raise
             result.skipped.append(SkippedRecord(where=where, reason=exc.message))
             continue
-        result.notes.update(notes)
+        if notes:
+            result.notes.update(notes)
         for t in traces[: None if limit is None else limit - len(result.trace_ids)]:
             if t.source in known_licenses and not (t.meta.get("license") or t.meta.get("licence")):
                 t.meta["license"] = known_licenses[t.source]
