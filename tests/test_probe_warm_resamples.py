@@ -51,7 +51,7 @@ def test_warm_start_equals_cold_sklearn_fit_per_resample_dense(C):
     rng = np.random.default_rng(3)
     x_train, y_train, x_test, y_test = _data(rng)
     tr, te = _redraw(y_train, rng, 8), _redraw(y_test, rng, 8)
-    f1, base = refit_resamples(x_train, y_train, x_test, tr, te, C=C)
+    f1, base = refit_resamples(x_train, y_train, x_test, tr, te, C=C, warm_start=True)
     for r in range(8):
         want_f1, want_base = _cold(x_train, tr[r], x_test, te[r], C)
         assert f1[r] == pytest.approx(want_f1, abs=1e-3)
@@ -64,7 +64,7 @@ def test_warm_start_equals_cold_sklearn_fit_sparse_features():
     x_train, y_train, x_test, y_test = _data(rng, n_features=40)
     x_train, x_test = (sparse.csr_matrix(np.where(np.abs(x) > 1.0, x, 0.0)) for x in (x_train, x_test))
     tr, te = _redraw(y_train, rng, 5), _redraw(y_test, rng, 5)
-    f1, _ = refit_resamples(x_train, y_train, x_test, tr, te, C=1.0)
+    f1, _ = refit_resamples(x_train, y_train, x_test, tr, te, C=1.0, warm_start=True)
     for r in range(5):
         want, _ = _cold(x_train, tr[r], x_test, te[r], 1.0, with_mean=False)
         assert f1[r] == pytest.approx(want, abs=1e-3)
@@ -89,8 +89,28 @@ def test_a_resample_without_some_class_or_with_one_class():
     tr, te = _redraw(y_train, rng, 3), _redraw(y_test, rng, 3)
     tr[1][tr[1] == 5] = 4  # class 5 absent from train in resample 1
     tr[2][:] = 2  # one class only
-    f1, base = refit_resamples(x_train, y_train, x_test, tr, te, C=1.0)
+    f1, base = refit_resamples(x_train, y_train, x_test, tr, te, C=1.0, warm_start=True)
     want, want_base = _cold(x_train, tr[1], x_test, te[1], 1.0)
     assert f1[1] == pytest.approx(want, abs=1e-3) and base[1] == pytest.approx(want_base)
     assert np.isnan(f1[2]) and np.isnan(base[2])
     assert np.isfinite(f1[0])
+
+
+@pytest.mark.parametrize("sparse_input", [False, True])
+def test_one_weighted_row_per_segment_equals_the_cold_fit_on_every_token(sparse_input):
+    """``groups``: segments whose tokens share features and label (the TF-IDF control) are fitted once, weighted by
+    their token count; expected: scikit-learn fitted on every token row (the rows repeated)."""
+    rng = np.random.default_rng(7)
+    x_seg, y_seg, x_test, y_test = _data(rng, n_train=150, n_test=300, n_features=10)
+    sizes = rng.integers(1, 9, len(y_seg))
+    groups = np.repeat(np.arange(len(y_seg)), sizes)
+    x_train = x_seg[groups]
+    if sparse_input:
+        x_train, x_test = (sparse.csr_matrix(np.where(np.abs(x) > 1.0, x, 0.0)) for x in (x_train, x_test))
+    draws_seg = _redraw(y_seg, rng, 4)
+    tr, te = draws_seg[:, groups], _redraw(y_test, rng, 4)
+    f1, base = refit_resamples(x_train, y_seg[groups], x_test, tr, te, C=1.0, groups=groups)
+    for r in range(4):
+        want, want_base = _cold(x_train, tr[r], x_test, te[r], 1.0, with_mean=not sparse_input, tol=1e-10, max_iter=5000)
+        assert f1[r] == pytest.approx(want, abs=1e-3)
+        assert base[r] == pytest.approx(want_base, abs=1e-12)

@@ -218,12 +218,13 @@ def fit_probe(x_train: Any, y_train: np.ndarray, x_dev: Any, y_dev: np.ndarray, 
 
 def refit_resamples(x_train: Any, y_stored: np.ndarray, x_test: Any, y_train_draws: np.ndarray, y_test_draws: np.ndarray,
                     *, C: float, max_iter: int = 500, scale: bool = True, seed: int = 0,
-                    warm_start: bool = True) -> tuple[np.ndarray, np.ndarray]:
+                    warm_start: bool = False, groups: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Refit one probe row per label resample at a fixed ``C``: test macro-F1 and baseline per resample.
 
     The figure is the one :func:`fit_probe` gives with ``Cs=(C,)`` on each resample's labels; the
     work shared by the resamples is done once. The features are standardised once (the scaler
-    depends on ``x_train`` only, not on the labels), and, with ``warm_start``, lbfgs starts each
+    depends on ``x_train`` only, not on the labels); with ``groups``, rows that repeat one another
+    are fitted once with a weight; with ``warm_start``, lbfgs starts each
     resample from the fit on the stored labels (``y_stored``) instead of zeros. A resample moves a
     few labels, so its optimum is near the stored one and lbfgs needs fewer iterations; both starts
     stop at the same tolerance (:data:`PROBE_TOL` on the projected gradient, scikit-learn's lbfgs),
@@ -246,7 +247,15 @@ def refit_resamples(x_train: Any, y_stored: np.ndarray, x_test: Any, y_train_dra
         Standardise on train as :func:`fit_probe` does (dense: mean and variance; sparse: variance).
     seed : int
     warm_start : bool
-        False starts every resample from zeros (the reference the warm start is checked against).
+        Start lbfgs from the stored-label fit (one extra fit per row). Off by default: on the tiny
+        model with 20% of labels redrawn it made the refits slower, not faster
+        (``benchmarks/bench_probe_resamples.py``).
+    groups : ndarray of shape (n_train,), optional
+        Train rows of one group have identical features and, in every resample, one label (the
+        TF-IDF control at token level: a segment's tokens). The fit then runs on one row per group
+        weighted by its size: the same objective (scikit-learn's weighted loss sums
+        ``weight * loss``; the scaler's weighted mean and variance equal those of the repeated rows),
+        with far fewer rows.
 
     Returns
     -------
@@ -260,8 +269,14 @@ def refit_resamples(x_train: Any, y_stored: np.ndarray, x_test: Any, y_train_dra
     from sklearn.linear_model import LogisticRegression
     from sklearn.preprocessing import StandardScaler
 
+    weight = None
+    if groups is not None:
+        _, first, weight = np.unique(groups, return_index=True, return_counts=True)
+        x_train = x_train[first]
+        y_stored, y_train_draws = y_stored[first], y_train_draws[:, first]
+        weight = weight.astype(np.float64)
     if scale:
-        scaler = StandardScaler(with_mean=not hasattr(x_train, "tocsr")).fit(x_train)
+        scaler = StandardScaler(with_mean=not hasattr(x_train, "tocsr")).fit(x_train, sample_weight=weight)
         x_train, x_test = scaler.transform(x_train), scaler.transform(x_test)
 
     def model() -> LogisticRegression:
@@ -273,7 +288,7 @@ def refit_resamples(x_train: Any, y_stored: np.ndarray, x_test: Any, y_train_dra
         start = model()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)
-            start.fit(x_train, y_stored)
+            start.fit(x_train, y_stored, sample_weight=weight)
     n = y_train_draws.shape[0]
     test_f1, base_f1 = np.full(n, np.nan), np.full(n, np.nan)
     for r in range(n):
@@ -282,13 +297,13 @@ def refit_resamples(x_train: Any, y_stored: np.ndarray, x_test: Any, y_train_dra
         if classes.size < 2:  # no probe, no figure
             continue
         test_labels = sorted(int(c) for c in np.unique(y_test))
-        base_f1[r] = macro_f1(y_test, np.full_like(y_test, np.bincount(y_train).argmax()), test_labels)
+        base_f1[r] = macro_f1(y_test, np.full_like(y_test, np.bincount(y_train, weights=weight).argmax()), test_labels)
         clf = model()
         if start is not None and np.array_equal(classes, start.classes_):
             clf.coef_, clf.intercept_ = start.coef_.copy(), start.intercept_.copy()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)
-            clf.fit(x_train, y_train)
+            clf.fit(x_train, y_train, sample_weight=weight)
         test_f1[r] = macro_f1(y_test, clf.predict(x_test), test_labels)
     return test_f1, base_f1
 
@@ -377,7 +392,8 @@ def run_probes(capture: Capture, table: TokenTable, *, level: str = "token", win
         reported row is then refitted per resample on its fixed features and hyperparameters (the
         layer or window and C chosen on the stored labels: one fit per row and resample) with the
         redrawn train labels, and scored on the redrawn test labels; :attr:`ProbeRow.label_noise`
-        holds the percentile intervals.
+        holds the percentile intervals. The refits share the row's split and standardisation and
+        start lbfgs from the row's stored-label fit (:func:`refit_resamples`).
 
     Returns
     -------
@@ -419,7 +435,7 @@ def run_probes(capture: Capture, table: TokenTable, *, level: str = "token", win
         return ProbeRow(name, layers, level, int(feats.shape[1]), fit.C, fit.dev_f1, fit.test_f1, fit.baseline_f1,
                         absent)
 
-    def with_noise(row: ProbeRow, feats: Any) -> ProbeRow:
+    def with_noise(row: ProbeRow, feats: Any, per_segment: bool = False) -> ProbeRow:
         if label_draws is None or label_draws.n_resamples == 0:
             return row
         from .noise import interval
@@ -432,8 +448,9 @@ def run_probes(capture: Capture, table: TokenTable, *, level: str = "token", win
         drawn = label_draws.for_segments(keys)
         train, test = split == "train", split == "test"
         x_train, x_test = _split_arrays(feats, labels, split, names=("train", "test"))[::2]
+        groups = table.segment[train] if per_segment and level == "token" else None
         test_f1, base_f1 = refit_resamples(x_train, labels[train], x_test, drawn[:, train], drawn[:, test], C=row.C,
-                                           seed=seed)
+                                           seed=seed, groups=groups)
         lvl = label_draws.confidence_level
         row.label_noise = {"test_f1": interval(test_f1, lvl), "baseline_f1": interval(base_f1, lvl),
                            "n_resamples": label_draws.n_resamples}
@@ -471,7 +488,7 @@ def run_probes(capture: Capture, table: TokenTable, *, level: str = "token", win
             feats, name = embedding_features(table, embeddings), "input embeddings"
         else:  # tfidf
             feats, name = tfidf_features(table), "TF-IDF"
-        rows.append(with_noise(evaluate(name, "-", feats), feats))
+        rows.append(with_noise(evaluate(name, "-", feats), feats, per_segment=control == "tfidf"))
     return rows, curves
 
 
