@@ -1,18 +1,19 @@
-"""``ror probe --label-resamples N``: the refits of main (cold, one ``fit_probe`` per row and resample) vs
-warm-started refits (:func:`ror_annotate.steer.probe.refit_resamples`), measured in the same run.
+"""``ror probe --label-resamples N``: the refits of main (one ``fit_probe`` per row and resample) vs
+:func:`ror_annotate.steer.probe.refit_resamples` as ``run_probes`` calls it now, measured in the same run.
 
 Runs :func:`run_probes` once on an export and its capture (the README's tiny-model sequence:
 ``ror run``, ``ror tiny-model``, ``ror export --tokenizer``, ``ror capture``), with ``--resamples`` label
 draws from a confusion matrix putting ``--keep`` on the stored label and the rest uniformly on the
 other five. For every reported row, each resample is refitted twice on the same features and C:
 
-- cold: the code of main before the warm start, ``fit_probe(..., Cs=(C,))`` per resample (a fresh
-  scaler + lbfgs from zeros);
-- warm: ``refit_resamples`` (features scaled once, lbfgs started from the stored-label fit).
+- main: the code before this change, ``fit_probe(..., Cs=(C,))`` per resample (a fresh scaler +
+  lbfgs from zeros on every token row);
+- new: ``refit_resamples`` (features scaled once; the TF-IDF control on one row per segment weighted
+  by its tokens; with ``--warm-start``, lbfgs started from the stored-label fit).
 
 Prints CPU seconds of this process (``time.process_time``: all threads) per row and in total, the
-ratio cold / warm, the CPU seconds per resample of each, and the largest |warm - cold| test macro-F1
-over rows and resamples.
+ratio main / new, the CPU seconds per resample of each, and the largest |new - main| test macro-F1
+over rows and resamples (both stop at lbfgs tol 1e-4 or 500 iterations).
 
     python benchmarks/bench_probe_resamples.py --export exports/sample_traces --capture cap/ --resamples 3
 """
@@ -40,6 +41,7 @@ def main() -> None:
     ap.add_argument("--keep", type=float, default=0.8, help="P(true = stored label) of the confusion matrix.")
     ap.add_argument("--max-train", type=int, default=50_000)
     ap.add_argument("--controls", default="position,tfidf")
+    ap.add_argument("--warm-start", action="store_true", help="Also start lbfgs from the stored-label fit.")
     args = ap.parse_args()
 
     from ror_annotate.errors import SteerError
@@ -77,7 +79,7 @@ def main() -> None:
         t0 = time.process_time()
         cold = cold_refit(x_train, y_stored, x_test, y_train_draws, y_test_draws, **kw)
         t1 = time.process_time()
-        warm, base = warm_refit(x_train, y_stored, x_test, y_train_draws, y_test_draws, **kw)
+        warm, base = warm_refit(x_train, y_stored, x_test, y_train_draws, y_test_draws, warm_start=args.warm_start, **kw)
         t2 = time.process_time()
         diff = float(np.nanmax(np.abs(warm - cold))) if np.isfinite(cold).any() else 0.0
         timings.append((x_train.shape[1], t1 - t0, t2 - t1, diff))
@@ -90,14 +92,14 @@ def main() -> None:
     total = time.process_time() - t0
     print(f"{len(table):,} labeled tokens (max train {args.max_train:,}), {args.resamples} resamples, "
           f"{len(rows)} reported rows; CPU s of this process")
-    print(f"{'row':<40} {'cold':>8} {'warm':>8} {'ratio':>6} {'max|dF1|':>9}")
+    print(f"{'row':<40} {'main':>8} {'new':>8} {'ratio':>6} {'max|dF1|':>9}")
     for row, (_, cold, warm, diff) in zip(rows, timings):
         print(f"{row.features + ' ' + row.layers:<40} {cold:8.2f} {warm:8.2f} {cold / max(warm, 1e-9):6.2f} {diff:9.2g}")
     cold_t = sum(t[1] for t in timings)
     warm_t = sum(t[2] for t in timings)
     print(f"{'all rows':<40} {cold_t:8.2f} {warm_t:8.2f} {cold_t / max(warm_t, 1e-9):6.2f} "
           f"{max(t[3] for t in timings):9.2g}")
-    print(f"per resample: cold {cold_t / args.resamples:.2f} CPU s, warm {warm_t / args.resamples:.2f} CPU s; "
+    print(f"per resample: main {cold_t / args.resamples:.2f} CPU s, new {warm_t / args.resamples:.2f} CPU s; "
           f"the plain probe (no resamples) took {total - cold_t - warm_t:.2f} CPU s")
 
 
