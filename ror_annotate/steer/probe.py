@@ -392,8 +392,8 @@ def run_probes(capture: Capture, table: TokenTable, *, level: str = "token", win
         reported row is then refitted per resample on its fixed features and hyperparameters (the
         layer or window and C chosen on the stored labels: one fit per row and resample) with the
         redrawn train labels, and scored on the redrawn test labels; :attr:`ProbeRow.label_noise`
-        holds the percentile intervals. The refits share the row's split and standardisation and
-        start lbfgs from the row's stored-label fit (:func:`refit_resamples`).
+        holds the percentile intervals. The refits share the row's split and standardisation (the
+        TF-IDF control: one weighted row per segment; :func:`refit_resamples`).
 
     Returns
     -------
