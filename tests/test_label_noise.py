@@ -319,7 +319,8 @@ def test_export_join_and_zero_noise_probe_interval_equals_the_plain_figure(expor
     assert draws.n_from_distribution == len(draws.keys) == 25 * 10  # 25 traces with 10 segments each
     np.testing.assert_array_equal(draws.labels, np.repeat(draws.stored[None], 3, 0))
     for level in ("token", "segment"):
-        rows, _ = run_probes(cap, table, level=level, windows=(1,), controls=("position",), Cs=(1.0,), label_draws=draws)
+        rows, _ = run_probes(cap, table, level=level, windows=(1,), controls=("position", "tfidf"), Cs=(1.0,),
+                            label_draws=draws)
         for row in rows:
             for key, point in (("test_f1", row.test_f1), ("baseline_f1", row.baseline_f1)):
                 iv = row.label_noise[key]

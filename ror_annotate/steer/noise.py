@@ -889,8 +889,9 @@ def write_probe_noise(rows: Sequence[Any], draws: LabelDraws, out_dir: str | Pat
     path_md = out / "report.md"
     path_md.write_text(_markdown("Behavior probes under label noise", draws, figures, data=data, extra=(
         "Per resample every row keeps its features and hyperparameters (the layer or window and C chosen on the "
-        "stored labels); the probe is refitted on the redrawn train labels and scored on the redrawn test labels "
-        "(macro-F1 over the behaviors present in that resample's test labels).")), encoding="utf-8")
+        "stored labels); the probe is refitted on the redrawn train labels (lbfgs from zeros, "
+        "stopping tolerance 1e-4 as every probe fit) and scored on the redrawn test labels (macro-F1 over the "
+        "behaviors present in that resample's test labels).")), encoding="utf-8")
     return [path_json, path_md]
 
 

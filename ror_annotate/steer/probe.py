@@ -35,6 +35,9 @@ from .capture import Capture
 from .table import TokenTable
 
 DEFAULT_CS: tuple[float, ...] = (0.01, 0.1, 1.0, 10.0)
+#: lbfgs stopping tolerance of every probe fit (scikit-learn's default ``tol``: the largest absolute
+#: component of the projected gradient of the objective, the same for cold and warm-started fits).
+PROBE_TOL = 1e-4
 
 
 def center_logits(logits: np.ndarray) -> np.ndarray:
@@ -198,7 +201,8 @@ def fit_probe(x_train: Any, y_train: np.ndarray, x_dev: Any, y_dev: np.ndarray, 
     dev_by_c: dict[float, float] = {}
     for C in Cs:
         steps = [StandardScaler(with_mean=not sparse_input)] if scale else []
-        model = make_pipeline(*steps, LogisticRegression(C=C, l1_ratio=0.0, max_iter=max_iter, random_state=seed))
+        model = make_pipeline(*steps, LogisticRegression(C=C, l1_ratio=0.0, max_iter=max_iter, tol=PROBE_TOL,
+                                                                         random_state=seed))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)
             model.fit(x_train, y_train)
@@ -210,6 +214,98 @@ def fit_probe(x_train: Any, y_train: np.ndarray, x_dev: Any, y_dev: np.ndarray, 
     test = macro_f1(y_test, best[2].predict(x_test), test_labels)
     return ProbeFit(C=best[1], dev_f1=best[0], test_f1=test, baseline_f1=baseline, dev_by_C=dev_by_c,
                     absent_test=absent)
+
+
+def refit_resamples(x_train: Any, y_stored: np.ndarray, x_test: Any, y_train_draws: np.ndarray, y_test_draws: np.ndarray,
+                    *, C: float, max_iter: int = 500, scale: bool = True, seed: int = 0,
+                    warm_start: bool = False, groups: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Refit one probe row per label resample at a fixed ``C``: test macro-F1 and baseline per resample.
+
+    The figure is the one :func:`fit_probe` gives with ``Cs=(C,)`` on each resample's labels; the
+    work shared by the resamples is done once. The features are standardised once (the scaler
+    depends on ``x_train`` only, not on the labels); with ``groups``, rows that repeat one another
+    are fitted once with a weight; with ``warm_start``, lbfgs starts each
+    resample from the fit on the stored labels (``y_stored``) instead of zeros. A resample moves a
+    few labels, so its optimum is near the stored one and lbfgs needs fewer iterations; both starts
+    stop at the same tolerance (:data:`PROBE_TOL` on the projected gradient, scikit-learn's lbfgs),
+    so the coefficients agree within that tolerance and the predictions agree except for test rows
+    within that margin of a decision boundary. A resample whose train labels hold classes other
+    than the stored fit's (or only two) starts from zeros as before.
+
+    Parameters
+    ----------
+    x_train, x_test : ndarray or sparse matrix of shape (n_train, n_features), (n_test, n_features)
+    y_stored : ndarray of shape (n_train,)
+        Stored train labels (the warm start's fit).
+    y_train_draws, y_test_draws : ndarray of shape (n_resamples, n_train), (n_resamples, n_test)
+        Redrawn labels, class ids.
+    C : float
+        Inverse regularisation strength (chosen on the stored labels).
+    max_iter : int
+        lbfgs iterations per fit.
+    scale : bool
+        Standardise on train as :func:`fit_probe` does (dense: mean and variance; sparse: variance).
+    seed : int
+    warm_start : bool
+        Start lbfgs from the stored-label fit (one extra fit per row). Off by default: on the tiny
+        model with 20% of labels redrawn it made the refits slower, not faster
+        (``benchmarks/bench_probe_resamples.py``).
+    groups : ndarray of shape (n_train,), optional
+        Train rows of one group have identical features and, in every resample, one label (the
+        TF-IDF control at token level: a segment's tokens). The fit then runs on one row per group
+        weighted by its size: the same objective (scikit-learn's weighted loss sums
+        ``weight * loss``; the scaler's weighted mean and variance equal those of the repeated rows),
+        with far fewer rows.
+
+    Returns
+    -------
+    test_f1, baseline_f1 : ndarray of shape (n_resamples,)
+        Macro-F1 over the classes present in that resample's test labels, of the probe and of the
+        majority class of that resample's train labels; NaN where the train labels hold one class.
+    """
+    import warnings
+
+    from sklearn.exceptions import ConvergenceWarning
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.preprocessing import StandardScaler
+
+    weight = None
+    if groups is not None:
+        _, first, weight = np.unique(groups, return_index=True, return_counts=True)
+        x_train = x_train[first]
+        y_stored, y_train_draws = y_stored[first], y_train_draws[:, first]
+        weight = weight.astype(np.float64)
+    if scale:
+        scaler = StandardScaler(with_mean=not hasattr(x_train, "tocsr")).fit(x_train, sample_weight=weight)
+        x_train, x_test = scaler.transform(x_train), scaler.transform(x_test)
+
+    def model() -> LogisticRegression:
+        return LogisticRegression(C=C, l1_ratio=0.0, max_iter=max_iter, tol=PROBE_TOL, random_state=seed,
+                                  warm_start=warm_start)
+
+    start: LogisticRegression | None = None
+    if warm_start and np.unique(y_stored).size > 2:
+        start = model()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            start.fit(x_train, y_stored, sample_weight=weight)
+    n = y_train_draws.shape[0]
+    test_f1, base_f1 = np.full(n, np.nan), np.full(n, np.nan)
+    for r in range(n):
+        y_train, y_test = y_train_draws[r], y_test_draws[r]
+        classes = np.unique(y_train)
+        if classes.size < 2:  # no probe, no figure
+            continue
+        test_labels = sorted(int(c) for c in np.unique(y_test))
+        base_f1[r] = macro_f1(y_test, np.full_like(y_test, np.bincount(y_train, weights=weight).argmax()), test_labels)
+        clf = model()
+        if start is not None and np.array_equal(classes, start.classes_):
+            clf.coef_, clf.intercept_ = start.coef_.copy(), start.intercept_.copy()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            clf.fit(x_train, y_train, sample_weight=weight)
+        test_f1[r] = macro_f1(y_test, clf.predict(x_test), test_labels)
+    return test_f1, base_f1
 
 
 @dataclass
@@ -296,7 +392,8 @@ def run_probes(capture: Capture, table: TokenTable, *, level: str = "token", win
         reported row is then refitted per resample on its fixed features and hyperparameters (the
         layer or window and C chosen on the stored labels: one fit per row and resample) with the
         redrawn train labels, and scored on the redrawn test labels; :attr:`ProbeRow.label_noise`
-        holds the percentile intervals.
+        holds the percentile intervals. The refits share the row's split and standardisation (the
+        TF-IDF control: one weighted row per segment; :func:`refit_resamples`).
 
     Returns
     -------
@@ -338,29 +435,22 @@ def run_probes(capture: Capture, table: TokenTable, *, level: str = "token", win
         return ProbeRow(name, layers, level, int(feats.shape[1]), fit.C, fit.dev_f1, fit.test_f1, fit.baseline_f1,
                         absent)
 
-    def with_noise(row: ProbeRow, feats: Any) -> ProbeRow:
+    def with_noise(row: ProbeRow, feats: Any, per_segment: bool = False) -> ProbeRow:
         if label_draws is None or label_draws.n_resamples == 0:
             return row
         from .noise import interval
 
-        split = table.split
+        labels, split = table.labels, table.split
         keys = table.segment
         if level == "segment":
-            feats, _, split = segment_means(table, feats)
+            feats, labels, split = segment_means(table, feats)
             keys = np.unique(table.segment)
         drawn = label_draws.for_segments(keys)
-        x_train, _, x_dev, _, x_test, _ = _split_arrays(feats, drawn[0], split)
-        masks = [split == name for name in ("train", "validation", "test")]
-        test_f1, base_f1 = [], []
-        for r in range(label_draws.n_resamples):
-            y_train, y_dev, y_test = (drawn[r][m] for m in masks)
-            try:
-                fit = fit_probe(x_train, y_train, x_dev, y_dev, x_test, y_test, Cs=(row.C,), seed=seed)
-                test_f1.append(fit.test_f1)
-                base_f1.append(fit.baseline_f1)
-            except SteerError:  # a resample whose train split holds one behavior only: no probe, no figure
-                test_f1.append(float("nan"))
-                base_f1.append(float("nan"))
+        train, test = split == "train", split == "test"
+        x_train, x_test = _split_arrays(feats, labels, split, names=("train", "test"))[::2]
+        groups = table.segment[train] if per_segment and level == "token" else None
+        test_f1, base_f1 = refit_resamples(x_train, labels[train], x_test, drawn[:, train], drawn[:, test], C=row.C,
+                                           seed=seed, groups=groups)
         lvl = label_draws.confidence_level
         row.label_noise = {"test_f1": interval(test_f1, lvl), "baseline_f1": interval(base_f1, lvl),
                            "n_resamples": label_draws.n_resamples}
@@ -398,7 +488,7 @@ def run_probes(capture: Capture, table: TokenTable, *, level: str = "token", win
             feats, name = embedding_features(table, embeddings), "input embeddings"
         else:  # tfidf
             feats, name = tfidf_features(table), "TF-IDF"
-        rows.append(with_noise(evaluate(name, "-", feats), feats))
+        rows.append(with_noise(evaluate(name, "-", feats), feats, per_segment=control == "tfidf"))
     return rows, curves
 
 
@@ -488,6 +578,7 @@ PROBE_COLUMNS = ("features", "layers", "level", "n_features", "C", "dev macro-F1
 __all__ = [
     "DEFAULT_CS",
     "PROBE_COLUMNS",
+    "PROBE_TOL",
     "ProbeFit",
     "ProbeRow",
     "center_logits",
@@ -496,6 +587,7 @@ __all__ = [
     "format_table",
     "macro_f1",
     "position_features",
+    "refit_resamples",
     "residual_features",
     "router_features",
     "run_probes",
