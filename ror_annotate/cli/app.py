@@ -164,6 +164,10 @@ class RorGroup(TyperGroup):
         # `ror --bogus` fails while parsing the group's own options, before invoke
         try:
             return super().make_context(info_name, args, parent=parent, **extra)
+        except BrokenPipeError:
+            # `ror --help | head -1` with a rich older than Console.on_broken_pipe: click would exit 1
+            _silence_stdout()
+            raise typer.Exit(0) from None
         except _NO_ARGS_IS_HELP:
             raise  # `ror` alone prints the help
         except _CLICK_USAGE_ERRORS as exc:
