@@ -269,19 +269,9 @@ def test_every_stage_options_model_refuses_inf_and_nan():
 def test_review_finish_before_anyone_labelled_says_to_wait(tmp_path: Path, monkeypatch):
     # `ror review start` then at once `ror review finish`: E722 "--weighted: ... pull the study's labels
     # first" (finish has just pulled), or with --unweighted E700 "no labels ... match the selection"
-    import uuid
+    from .test_review_flow import flow_store
 
-    from . import review_fixtures as F
-    from .test_review_flow import KEY, URL, _server_or_skip
-
-    _server_or_skip()
-    monkeypatch.setenv("LABEL_STUDIO_URL", URL)
-    monkeypatch.setenv("LABEL_STUDIO_API_KEY", KEY)
-    monkeypatch.delenv("LABEL_STUDIO_PUBLIC_URL", raising=False)
-    monkeypatch.chdir(tmp_path)
-    db = tmp_path / "s.duckdb"
-    F.make_store(db).close()
-    tag = uuid.uuid4().hex[:8]
+    db, tag = flow_store(tmp_path, monkeypatch)
     name = f"early-{tag}"
     started = _invoke(["review", "start", name, "-a", f"e1-{tag}@example.org", "-a", f"e2-{tag}@example.org",
                        "--strategy", "random", "--n", "4", "--db", str(db)])

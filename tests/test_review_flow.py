@@ -219,6 +219,19 @@ def _server_or_skip() -> None:
         pytest.skip(reason)
 
 
+def flow_store(tmp_path, monkeypatch, *, chdir: bool = True):
+    """The real server's environment (skip/fail as :func:`_server_or_skip`), a fixture store, a unique tag: ``(db, tag)``."""
+    _server_or_skip()
+    monkeypatch.setenv("LABEL_STUDIO_URL", URL)
+    monkeypatch.setenv("LABEL_STUDIO_API_KEY", KEY)
+    monkeypatch.delenv("LABEL_STUDIO_PUBLIC_URL", raising=False)
+    if chdir:
+        monkeypatch.chdir(tmp_path)
+    db = tmp_path / "s.duckdb"
+    F.make_store(db).close()
+    return db, uuid.uuid4().hex[:8]
+
+
 def login_token(email: str, password: str) -> str:
     """Log in as a person would (the login form) and read that user's API token."""
     with httpx.Client(base_url=URL, follow_redirects=False, timeout=60) as c:
@@ -261,14 +274,7 @@ def _all_bytes(db: Path) -> bytes:
 def test_start_twice_annotate_and_finish_equals_pull_plus_agree(tmp_path, monkeypatch):
     from sklearn.metrics import cohen_kappa_score
 
-    _server_or_skip()
-    monkeypatch.setenv("LABEL_STUDIO_URL", URL)
-    monkeypatch.setenv("LABEL_STUDIO_API_KEY", KEY)
-    monkeypatch.delenv("LABEL_STUDIO_PUBLIC_URL", raising=False)
-    monkeypatch.chdir(tmp_path)
-    db = tmp_path / "s.duckdb"
-    F.make_store(db).close()
-    tag = uuid.uuid4().hex[:8]
+    db, tag = flow_store(tmp_path, monkeypatch)
     e1, e2, name = f"ann1-{tag}@example.org", f"ann2-{tag}@example.org", f"flow-{tag}"
 
     first = _invoke(["review", "start", name, "-a", e1, "-a", e2, "--strategy", "random", "--n", "10", "--seed", "2",
@@ -346,13 +352,7 @@ def test_start_and_adjudicate_sign_the_adjudicator_up_once(tmp_path, monkeypatch
     """Issue 27: the adjudicator no longer signs up by hand. `start --adjudicator` and `adjudicate --adjudicator`
     create the account (the printed password logs in on the real server), print it once, store it nowhere, and
     are idempotent; another adjudicator for the study is refused before anything is done."""
-    _server_or_skip()
-    monkeypatch.setenv("LABEL_STUDIO_URL", URL)
-    monkeypatch.setenv("LABEL_STUDIO_API_KEY", KEY)
-    monkeypatch.delenv("LABEL_STUDIO_PUBLIC_URL", raising=False)
-    db = tmp_path / "s.duckdb"
-    F.make_store(db).close()
-    tag = uuid.uuid4().hex[:8]
+    db, tag = flow_store(tmp_path, monkeypatch, chdir=False)
     e1, e2, adj, adj2 = (f"{who}-{tag}@example.org" for who in ("ann1", "ann2", "adj1", "adj2"))
 
     first = _invoke(["review", "start", f"a-{tag}", "-a", e1, "-a", e2, "--adjudicator", adj, "--n", "4", "--db", str(db)])

@@ -99,6 +99,10 @@ class RaterConfidence:
     distribution: np.ndarray | None = field(default=None)
 
 
+#: The calibration report's notes when it has nothing to compare (also the viewer's, view/agreement.py).
+NO_REFERENCE_NOTE = "no human reference (no human or adjudicated labels): calibration needs reviewed segments"
+NO_CONFIDENT_RATER_NOTE = "no machine rater with a confidence (aggregate posterior, K-sample vote or self-reported) on the reviewed segments"
+
 def bin_index(confidence: np.ndarray, n_bins: int) -> np.ndarray:
     """Bin of each confidence among ``n_bins`` equal-width bins ``((b-1)/M, b/M]`` (Guo et al. 2017).
 
@@ -322,10 +326,10 @@ def calibration_summary(store: Any, *, study: str | None = None, options: Calibr
         "settings": opts.recorded(),
     }
     if not ref:
-        out["note"] = "no human reference (no human or adjudicated labels): calibration needs reviewed segments"
+        out["note"] = NO_REFERENCE_NOTE
         return out
     if not raters:
-        out["note"] = "no machine rater with a confidence (aggregate posterior, K-sample vote or self-reported) on the reviewed segments"
+        out["note"] = NO_CONFIDENT_RATER_NOTE
         return out
     codes = {b: k for k, b in enumerate(BEHAVIORS)}
     for r in raters:

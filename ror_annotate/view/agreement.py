@@ -251,7 +251,8 @@ def streamed_calibration(
     dict
         As ``calibration_summary(store, n_bins=..., n_resamples=..., ...)``.
     """
-    from ..agreement.reliability import CalibrationOptions, calibration_error, rater_confidences
+    from ..agreement.reliability import (NO_CONFIDENT_RATER_NOTE, NO_REFERENCE_NOTE, CalibrationOptions, calibration_error,
+                                         rater_confidences)
     from ..reference import reference_labels_from
 
     opts = CalibrationOptions(n_bins=n_bins, n_resamples=n_resamples, confidence_level=confidence_level, seed=seed)
@@ -276,10 +277,10 @@ def streamed_calibration(
             acc["dist"].append(r.distribution)
     out: dict[str, Any] = {"reference": "adjudicated, else unanimous humans", "n_reference_items": n_ref, "raters": [], "settings": opts.recorded()}
     if not n_ref:
-        out["note"] = "no human reference (no human or adjudicated labels): calibration needs reviewed segments"
+        out["note"] = NO_REFERENCE_NOTE
         return out
     if not found:
-        out["note"] = "no machine rater with a confidence (aggregate posterior, K-sample vote or self-reported) on the reviewed segments"
+        out["note"] = NO_CONFIDENT_RATER_NOTE
         return out
     codes = {b: k for k, b in enumerate(BEHAVIORS)}
     for (annotator, _), acc in sorted(found.items(), key=lambda kv: kv[1]["name"]):  # rater_confidences sorts by name
