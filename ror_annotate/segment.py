@@ -93,7 +93,7 @@ __all__ = [
 #: line joins of rule 2, formula sentence starts of rule 3, soft limit 100 (was 80) approximate
 #: tokens. Only the current rule set is implemented: `ror segment` re-segments a trace segmented
 #: by v3 (refused while labels refer to it, as after any rule change).
-SEGMENTER_NAME = "ror-clause-v4"
+SEGMENTER_NAME = "ror-clause-v5"
 #: The method's hard cap on a segment's length, in tokens of the subject model's tokenizer.
 MAX_SEGMENT_TOKENS = 125
 #: Segment length profile of the method's corpus (tokens; Wang, Fayyaz, Peng, arXiv:2611.05919):
@@ -428,7 +428,17 @@ _TABLE_RULE = re.compile(r"\|?[ \t]*:?-{2,}:?[ \t]*(?:\|[ \t]*:?-{2,}:?[ \t]*)+\
 # A formula opening a sentence after a period: "... ≈ 1.617 rad. cos(1.617) ≈ ...", "... is 100%. g1 is 75%".
 # A lowercase letter (or a short name: cos, sin, log) directly followed by a subscript, prime,
 # bracket, digit, superscript or relation, or a letter then a spaced relation ("x = 3").
-_FORMULA_START = re.compile(r"[a-z][A-Za-z]{0,4}(?:[_^'′(=≈<>≤≥≡∈→|²³⁴¹⁰⁵⁶⁷⁸⁹\d]|\s*[=≈<>≤≥≡]\s)")
+_FORMULA_START = re.compile(
+    r"[^\W\d_][A-Za-z]{0,4}(?:[_^'′(=≈<>≤≥≡∈→|²³⁴¹⁰⁵⁶⁷⁸⁹\d]|\s*[=≈<>≤≥≡]\s)"  # v5: any script's letter (σ_x, ψ(t))
+    r"|[a-z]\s+(?:is|was|are|were|has|had|equals|becomes|must|can|should|will|would|gives|satisfies|ranges)\b"
+)
+# v5: a formula opened by a math operator that names a quantity (∂f/∂z, ∇f, √2, Σ, ∫) or an
+# absolute value (|a|^2 = 0.25) starts a sentence after a period like a formula opened by a letter.
+_SYMBOL_FORMULA_START = re.compile(r"[∂∇√∑∏∫]\S|\|[^|\s]{1,12}\|(?:[\^_²³=<>≤≥≈]|\s*[=<>≤≥≈]\s)")
+# v5: an equation number closing a line ("... = λ (ρ - R). (1)"): the label of the equation before it.
+_EQUATION_TAG = re.compile(r"\((?:\d{1,3}[a-z]?'?|[*†‡]{1,3})\)[ \t]*(?:[\r\n]|\Z)")
+# v5: a line that opens display math (its own display equation, rule 2): never joined as a line of symbols.
+_DISPLAY_OPEN = ("\\[", "$$", "\\begin{")
 
 
 class Segmenter:
@@ -566,11 +576,11 @@ class Segmenter:
             return lines
         count = self._approx.count
         out = [lines[0]]
-        prev_symbols = _WORD3.search(text, *lines[0]) is None
+        prev_symbols = _WORD3.search(text, *lines[0]) is None and not text.startswith(_DISPLAY_OPEN, lines[0][0])
         piece_tokens = count(text[lines[0][0]:lines[0][1]])
         for s, e in lines[1:]:
             ps, pe = out[-1]
-            symbols = _WORD3.search(text, s, e) is None
+            symbols = _WORD3.search(text, s, e) is None and not text.startswith(_DISPLAY_OPEN, s)
             n = count(text[s:e])
             continues = (
                 text[s] == "="
@@ -604,6 +614,11 @@ class Segmenter:
                 cut = pos if pos in cjk else self._sentence_cut(text, pos, s, e)
                 if cut is None or cut <= enum_end or cut >= e or protected.inside(cut):
                     continue
+                if (inner := max(text.rfind("\n", s, cut), text.rfind("\r", s, cut))) >= 0:
+                    # v5: an enumerator opening a later line of a joined piece keeps its item too ("1. x = 2\n2. y = 3")
+                    item = _ENUMERATOR.match(text, inner + 1, e)
+                    if item is not None and cut <= item.end():
+                        continue
                 if not accepted or cut > accepted[-1]:
                     accepted.append(cut)
             yield s, e, accepted
@@ -653,7 +668,11 @@ class Segmenter:
                 word = token.rstrip(".")
                 if (in_chain or cue) and len(word) > 1 and word.lower() not in self._starters:
                     return None
+        if prev[-1] == "." and _EQUATION_TAG.match(text, gap, line_end):
+            return None  # v5: "... = λ (ρ - R). (1)": the equation's number, not a sentence
         if not (nxt[0].isalnum() or nxt[0] in _OPENERS or nxt[0] in "\\$¿¡"):
+            if prev[-1] == "." and _SYMBOL_FORMULA_START.match(nxt) and prev[:-1].lstrip(_OPENERS).lower() not in self._abbrev_num:
+                return gap  # v5: "∂f/∂y = 2z. ∂f/∂z = 2z", "b = 0.5. |a|^2 = 0.25": a formula opens a sentence
             return None  # "8! / 2", "x? = y": an operator cannot open a sentence
         if (
             nxt[0].isalpha()
