@@ -155,6 +155,13 @@ _NO_BLANK = rf"(?:(?!{_EOL}[ \t]*{_EOL}).)"  # any char, but never across a blan
 _PROTECTED = re.compile(
     rf"(?P<fence>(?:^|(?<=\r))[ \t]*(?P<ticks>`{{3,}}|~{{3,}})[^\r\n]*"
     rf"(?:{_EOL}.*?(?:{_EOL}[ \t]*(?P=ticks)[ \t]*(?=[\r\n]|\Z))|.*\Z))"
+    # v5: display math whose delimiters stand on lines of their own may hold blank lines (some models
+    # write "\\[", a blank line, the equation, a blank line, "\\]"): it opens a line, holds no other
+    # delimiter of its kind and closes within 3,000 characters, so a stray delimiter swallows little.
+    rf"|(?P<ownbrk>(?<![^\r\n])\\\[[ \t]*{_EOL}(?:(?!\\[\[\]]).){{1,3000}}?{_EOL}[ \t]*\\\](?=[ \t]*(?:[\r\n]|\Z)))"
+    rf"|(?P<owndd>(?<![^\r\n])\$\$[ \t]*{_EOL}(?:(?!\$\$).){{1,3000}}?{_EOL}[ \t]*\$\$(?=[ \t]*(?:[\r\n]|\Z)))"
+    rf"|(?P<ownenv>(?<![^\r\n])\\begin\{{(?P<ownname>[A-Za-z]+\*?)\}}[ \t]*{_EOL}(?:(?!\\(?:begin|end)\{{(?P=ownname)\}}).){{1,3000}}?"
+    rf"{_EOL}[ \t]*\\end\{{(?P=ownname)\}}(?=[ \t]*(?:[\r\n]|\Z)))"
     rf"|(?P<dd>\$\${_NO_BLANK}+?\$\$)"
     rf"|(?P<brk>\\\[{_NO_BLANK}+?\\\])"
     rf"|(?P<env>\\begin\{{(?P<envname>[A-Za-z]+\*?)\}}{_NO_BLANK}*?\\end\{{(?P=envname)\}})"
