@@ -444,6 +444,8 @@ _FORMULA_START = re.compile(
 _SYMBOL_FORMULA_START = re.compile(r"[∂∇√∑∏∫]\S|\|[^|\s]{1,12}\|(?:[\^_²³=<>≤≥≈]|\s*[=<>≤≥≈]\s)")
 # v5: an equation number closing a line ("... = λ (ρ - R). (1)"): the label of the equation before it.
 _EQUATION_TAG = re.compile(r"\((?:\d{1,3}[a-z]?'?|[*†‡]{1,3})\)[ \t]*(?:[\r\n]|\Z)")
+# A blank line (any line end style): a display span holding one was matched by an own-line rule.
+_BLANK_LINE = re.compile(rf"{_EOL}[ \t]*{_EOL}")
 # v5: a line that opens display math (its own display equation, rule 2): never joined as a line of symbols.
 _DISPLAY_OPEN = ("\\[", "$$", "\\begin{")
 
@@ -530,7 +532,7 @@ class Segmenter:
 
     def _spans_with_counts(self, text: str) -> list[tuple[int, int, int]]:
         """``(char_start, char_end, n_tokens)`` of every segment, before the invariant check."""
-        protected = _Spans(find_protected_spans(text))
+        protected = _Spans(self._protected_spans(text))
         lines = self._lines(text, protected)
         out: list[tuple[int, int, int]] = []
         for line_start, line_end, sentence_starts in self._sentences(text, lines, protected):
@@ -546,6 +548,20 @@ class Segmenter:
         for (s, e, _), n in zip(out, counts):
             self._cap(text, s, e, n, protected, capped)
         return capped
+
+    def _protected_spans(self, text: str) -> list[tuple[int, int]]:
+        """:func:`find_protected_spans`, less display math over blank lines longer than the soft limit.
+
+        Such a display (delimiters on lines of their own, blank lines inside) is one unit up to
+        ``soft_max_tokens`` approximate tokens; a longer one is cut at its line ends as in v4, so its
+        rows stay within the method's length profile rather than reaching the hard cap whole.
+        """
+        spans = find_protected_spans(text)
+        count = self._approx.count
+        return [
+            (s, e) for s, e in spans
+            if not (text.startswith(_DISPLAY_OPEN, s) and _BLANK_LINE.search(text, s, e) and count(text[s:e]) > self.soft_max_tokens)
+        ]
 
     # ------------------------------------------------------------------ lines
     def _lines(self, text: str, protected: _Spans) -> list[tuple[int, int]]:
