@@ -11,22 +11,27 @@ alone misses ``value of x. Then``), and tokenizing every line cost more than all
    (```` ``` ```` / ``~~~``), display math (``$$...$$``, ``\\[...\\]``,
    ``\\begin{env}...\\end{env}``), inline math (``\\(...\\)``, ``$...$`` with Pandoc's
    delimiter rule) and inline code. Math may not run over a blank line (LaTeX rejects a
-   paragraph break inside math), so one unclosed delimiter cannot swallow the trace. Line
-   ends are LF, CRLF or a lone CR everywhere.
+   paragraph break inside math), so one unclosed delimiter cannot swallow the trace, except
+   display math whose delimiters stand on lines of their own (``\\[``, blank line, equation,
+   blank line, ``\\]``, as some models write it), within 3,000 characters and, for the
+   segmenter, the soft limit of rule 4. Line ends are LF, CRLF or a lone CR everywhere.
 2. **Line breaks** outside protected spans end a segment (paragraphs, list items, headings,
    display equations each start their own segment), except where the next line continues the
    unit (:meth:`Segmenter._join_lines`): a line starting with ``=`` continues the equation above
    it, a Markdown table rule (``---|---``) its header row, and lines of symbols (no word of three
-   letters or more: table rows, a column of values) one line end apart form one piece, while the
-   piece stays within the soft limit of rule 4.
+   letters or more: table rows, a column of values; not a line that opens display math, which is
+   its own equation) one line end apart form one piece, while the piece stays within the soft
+   limit of rule 4.
 3. **Sentence ends**: a sentence mark of any script (``.!?…``, ``।``, ``؟`` ...) with closing
    quotes or brackets, then whitespace; full-width CJK enders (``。！？``) need no whitespace.
    A candidate is dropped when it would cut inside a protected span, between an enumerator and
-   its item (``1.``, ``(a)``, ``- ``), after an abbreviation (spaCy's English tokenizer
+   its item (``1.``, ``(a)``, ``- ``; on any line of a joined piece), before an equation number
+   that closes its line (``x = 2y. (1)``), after an abbreviation (spaCy's English tokenizer
    exceptions plus a list for technical prose: ``approx.``, ``incl.``, ``e.g.``, ``Eq. 3``
    ...), before a lowercase word (except after a bare question mark: ``is it? yes`` ends a
    sentence, ``"is it?" and`` does not; and a formula after a period, ``2.45 rad. cos(2.45)``,
-   ``100%. g1 is``, starts one), and when no whitespace separates the two sides
+   ``100%. g1 is``, ``σ_x also``, ``∂f/∂z = 2z``, ``|a|^2 = 0.25``, ``z was found``, starts one),
+   and when no whitespace separates the two sides
    (decimals, file names).
 4. **Clauses**, at the method's granularity (a sentence stays whole unless it is long or a new
    reasoning step starts inside it): a cue that opens a new step (``, wait``, ``; hmm``,
@@ -91,8 +96,14 @@ __all__ = [
 #: Versioned id of the rule set below; change it whenever a rule changes the output (the store
 #: compares it to skip re-segmenting traces already segmented by the same rules). v4 (from v3):
 #: line joins of rule 2, formula sentence starts of rule 3, soft limit 100 (was 80) approximate
-#: tokens. Only the current rule set is implemented: `ror segment` re-segments a trace segmented
-#: by v3 (refused while labels refer to it, as after any rule change).
+#: tokens. v5 (from v4): display math lines are not joined as lines of symbols, display math with
+#: its delimiters on lines of their own may hold blank lines (up to the soft limit), an enumerator
+#: on an inner line of a joined piece keeps its item, an equation number closing a line stays with
+#: its equation, and formulas opened by a letter of any script (``σ_x``), a math operator (``∂``,
+#: ``∇``, ``√``, ``|a|``) or a lone variable before a verb (``z was``) start a sentence after a
+#: period. Only the current rule set is implemented: `ror segment` re-segments a trace segmented
+#: by v4 (refused while labels refer to it, as after any rule change; a trace whose spans are the
+#: same under v5 keeps its labels and only its provenance changes).
 SEGMENTER_NAME = "ror-clause-v5"
 #: The method's hard cap on a segment's length, in tokens of the subject model's tokenizer.
 MAX_SEGMENT_TOKENS = 125
@@ -188,8 +199,10 @@ def find_protected_spans(text: str) -> list[tuple[int, int]]:
         Sorted, non-overlapping half-open ``[start, end)`` spans (characters) of code fences,
         display math (``$$..$$``, ``\\[..\\]``, ``\\begin{env}..\\end{env}``), inline math
         (``\\(..\\)``, ``$..$``) and inline code. An unclosed code fence runs to the end of the
-        text (Markdown's rule); math delimiters are matched within one paragraph, and inline
-        ``$`` follows Pandoc's rule (no space inside the delimiters, closing ``$`` not followed
+        text (Markdown's rule); math delimiters are matched within one paragraph (except display
+        math whose opening and closing delimiters each stand on a line of their own, closed within
+        3,000 characters with no other delimiter of its kind inside: it may hold blank lines), and
+        inline ``$`` follows Pandoc's rule (no space inside the delimiters, closing ``$`` not followed
         by a digit), so prices such as ``$5 and $10`` are not math.
     """
     # Same result as ``[m.span() for m in _PROTECTED.finditer(text)]``, about 20x faster: a match
