@@ -645,12 +645,13 @@ class Segmenter:
                 continue
             enum = _ENUMERATOR.match(text, s, e)
             enum_end = enum.end() if enum else s
+            joined = text.find("\n", s, e) >= 0 or text.find("\r", s, e) >= 0  # lines joined by rule 2
             accepted: list[int] = []
             for pos in sorted(candidates | cjk):
                 cut = pos if pos in cjk else self._sentence_cut(text, pos, s, e)
                 if cut is None or cut <= enum_end or cut >= e or protected.inside(cut):
                     continue
-                if (inner := max(text.rfind("\n", s, cut), text.rfind("\r", s, cut))) >= 0:
+                if joined and (inner := max(text.rfind("\n", s, cut), text.rfind("\r", s, cut))) >= 0:
                     # v5: an enumerator opening a later line of a joined piece keeps its item too ("1. x = 2\n2. y = 3")
                     item = _ENUMERATOR.match(text, inner + 1, e)
                     if item is not None and cut <= item.end():
