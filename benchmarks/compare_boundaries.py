@@ -14,7 +14,7 @@ theirs, F1 their harmonic mean (the usual boundary-detection scoring, e.g. the
 segmentation-evaluation literature's "boundary similarity with tolerance").
 
 ``--half dev|test`` keeps the traces whose SHA-256 of the trace id is even (``dev``) or odd
-(``test``): rules are tuned on ``dev`` and reported on ``test`` (ror-clause-v4 was; a candidate v5 was measured once and not adopted). ``--errors N``
+(``test``): rules are tuned on ``dev`` and reported on ``test`` (ror-clause-v4 and ror-clause-v5 were; a round-5 candidate was measured once and not adopted). ``--errors N``
 prints, per source, the N most common kinds of miss (their boundary, not ours) and false split
 (ours, not theirs), a kind being the character before the boundary, whether a line end lies
 between, and the next word, with a few example contexts. ``--per-trace N`` prints, per source, the N
