@@ -449,7 +449,7 @@ def _print_judge_counts(counts: dict[str, Any]) -> None:
 def status(db: DbOption = DEFAULT_DB_PATH, lock_timeout: LockTimeoutOption = 10.0) -> None:
     """What the store holds: traces, segments, labels per annotator, recent runs, and a running job's progress.
 
-    Opens the store read-only (works on read-only media). While another ``ror`` process writes the
+    Opens the store read-only (works on read-only media). While another `ror` process writes the
     store (DuckDB then refuses even a read-only open), shows that job's progress instead.
     """
     from ..errors import StoreLockedError
