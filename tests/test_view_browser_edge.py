@@ -20,7 +20,7 @@ from ror_annotate.store import Store
 from ror_annotate.view import ViewOptions, build_view
 from ror_annotate.view.build import read_index_rows
 
-from .test_view_browser import ARTIFACTS, Page, browser  # noqa: F401  (browser: the module-scoped Chromium fixture)
+from .test_view_browser import ARTIFACTS, Page, browser, site  # noqa: F401  (the module-scoped Chromium and three-rater site fixtures)
 
 pytestmark = pytest.mark.browser
 
@@ -154,4 +154,16 @@ def test_long_right_to_left_trace_highlights_exactly_each_segment(browser, one_r
     assert p.page.eval_on_selector("#text", "e => e.textContent") == trace.text
     # the unpopped U+202E stays inside its own segment: every span is its own bidi run
     assert set(p.page.eval_on_selector_all("#text .seg", "els => els.map(e => getComputedStyle(e).unicodeBidi)")) == {"isolate"}
+    p.check_clean()
+
+
+def test_confusion_cards_name_the_majority_reference(browser, site):  # noqa: F811
+    """"vs majority" read as a rater named majority: the reference is the majority of the *other* raters."""
+    p = _page(browser, site)
+    p.open("dashboard.html")
+    p.page.wait_for_selector("#confusion .card h3")
+    heads = p.page.eval_on_selector_all("#confusion .card h3", "hs => hs.map(h => h.textContent)")
+    assert heads and all(h.endswith(" vs the majority of the other raters") for h in heads), heads
+    assert p.page.text_content("#conf-note").startswith("Rows: the reference (the majority of the other raters, ties skipped)")
+    assert _visible(p, "#agree-figures") and _visible(p, "#confusion-section")  # two or more raters: the panels are drawn
     p.check_clean()

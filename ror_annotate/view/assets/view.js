@@ -477,7 +477,7 @@ var ROR = (function () {
         names.forEach(function (a) { var e = pc[a].macro_f1; tr.appendChild(el("td", { "class": "num stat", "data-stat": "macro_f1/" + a, "data-value": e.value === null ? "" : String(e.value) }, e.value === null ? "n/a" : fmt(e.value) + (e.ci_low !== null ? " [" + fmt(e.ci_low) + ", " + fmt(e.ci_high) + "]" : ""))); });
         return tr;
       })()]));
-      $("conf-note").textContent = names.length ? "Rows: the reference (" + A.per_class.reference + "); columns: the rater. Click a count to list its segments." : "No reference to compare with.";
+      $("conf-note").textContent = names.length ? "Rows: the reference (" + (A.per_class.reference === "majority" ? "the majority of the other raters, ties skipped" : A.per_class.reference) + "); columns: the rater. Click a count to list its segments." : "No reference to compare with.";
       names.forEach(function (a) { confusion(a, pc[a].confusion_matrix, A.categories, A.per_class.reference); });
     }
     calibration(D.calibration || {});
@@ -523,7 +523,7 @@ var ROR = (function () {
   }
   function confusion(a, m, cats, ref) {
     var card = el("div", { "class": "card" });
-    card.appendChild(el("h3", null, a + " vs " + ref));
+    card.appendChild(el("h3", null, a + " vs " + (ref === "majority" ? "the majority of the other raters" : ref)));
     var t = el("table", { "class": "grid confusion", "data-annotator": a });
     var hr = el("tr"); hr.appendChild(el("th", null, "ref \\ rater"));
     cats.forEach(function (c) { hr.appendChild(el("th", { "class": "num" }, SHORT[c] || c)); });
