@@ -190,12 +190,14 @@ def per_class_figure(d: dict[str, Any]) -> "Figure | None":
         return None
     import numpy as np
 
+    from matplotlib.patches import Patch
+
     cats = d["categories"]
     width = 0.8 / len(pc)
     fig = _figure(max(6, 1.3 * len(cats)), 3.8)
     ax = fig.add_subplot()
     x = np.arange(len(cats))
-    for n, (ann, entry) in enumerate(pc.items()):
+    for n, entry in enumerate(pc.values()):
         f1 = [entry["classes"][c]["f1"] for c in cats]
         vals = np.array([e["value"] if e["value"] is not None else np.nan for e in f1], dtype=float)
         lo = np.array([e["ci_low"] if e["ci_low"] is not None else np.nan for e in f1], dtype=float)
@@ -206,9 +208,12 @@ def per_class_figure(d: dict[str, Any]) -> "Figure | None":
         # never a bar of height 0 (that reads as F1 = 0)
         ok = ~np.isnan(vals)
         pos = x + n * width - 0.4 + width / 2
-        bars = ax.bar(pos[ok], vals[ok], width, yerr=err[:, ok], capsize=2, label=ann)
+        colour = f"C{n % 10}"
+        if ok.any():
+            # yerr as two lists: a (2, 1) array makes matplotlib call math.isfinite on an array (NumPy deprecation)
+            ax.bar(pos[ok], vals[ok], width, yerr=[list(e) for e in err[:, ok]], capsize=2, color=colour)
         for p in pos[~ok]:
-            ax.text(p, 0.01, "n/a", rotation=90, ha="center", va="bottom", fontsize=7, color=bars.patches[0].get_facecolor() if bars.patches else "grey")
+            ax.text(p, 0.01, "n/a", rotation=90, ha="center", va="bottom", fontsize=7, color=colour)
 
     ax.set_xticks(x, cats, rotation=30, ha="right")
     ax.set_xlim(-0.5, len(cats) - 0.5)  # the "n/a" marks do not widen the axis as bars do
@@ -219,7 +224,9 @@ def per_class_figure(d: dict[str, Any]) -> "Figure | None":
     level = (d.get("bootstrap") or {}).get("confidence_level") or 0.95
     ax.set_title(f"Per-class F1 vs {_reference_name(d)} (error bars: {level:.0%} trace-bootstrap interval)", fontsize=9)
     # outside the axes, right of the bars: inside it covered the bars of the first classes
-    ax.legend(fontsize=8, title="rater", loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
+    # one entry per rater, also for a rater whose every F1 is undefined (no bar to take the entry from)
+    handles = [Patch(facecolor=f"C{n % 10}", label=ann) for n, ann in enumerate(pc)]
+    ax.legend(handles=handles, fontsize=8, title="rater", loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
     return fig
 
 

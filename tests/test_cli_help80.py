@@ -87,3 +87,24 @@ def test_run_summary_folds_the_export_path_instead_of_cutting_it(tmp_path: Path,
     assert result.exit_code == 0, result.output
     assert "…" not in result.stdout
     assert str(out / "README.md") in _squeezed(result.stdout)
+
+
+def test_agree_with_one_rater_says_why_and_what_to_do(tmp_path: Path, monkeypatch):
+    """Once a Python list repr ("['baseline:cue-v1'] (of ['baseline:cue-v1'])") and no next step."""
+    from ror_annotate import pipeline
+    from ror_annotate.cli import app
+    from ror_annotate.records import Trace
+    from ror_annotate.store import Store
+
+    db = tmp_path / "s.duckdb"
+    with Store(db) as store:
+        store.upsert_traces([Trace(trace_id="t", text="Let me think. First, 2 + 2 = 4. So the answer is 4.")])
+        pipeline.segment(store)
+        pipeline.label(store, judge="baseline")
+    monkeypatch.setenv("COLUMNS", "80")
+    result = runner.invoke(app, ["agree", "--db", str(db)], prog_name="ror")
+    assert result.exit_code == 2
+    line = " ".join(result.output.split())
+    assert line.startswith("error [E700]: agreement needs labels from at least two annotators, and only baseline:cue-v1 has labels")
+    assert "nothing to compare" in line and "ror label --judge openai:MODEL" in line and "ror review pull" in line
+    assert "['" not in line

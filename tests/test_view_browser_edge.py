@@ -106,6 +106,8 @@ def test_one_rater_compare_view_compares_nothing_and_index_counts_right(browser,
     summary = p.page.text_content("#summary")
     assert summary.startswith("3 traces, 1 rater (baseline:cue-v1)") and "1 raters" not in summary
     assert "one rater: no agreement or disagreements to show" in summary
+    links = p.page.eval_on_selector_all("#traces tbody td:first-child a", "as => as.map(a => [a.textContent, a.title])")
+    assert links and all(text == title for text, title in links)  # a long id cut with "…" reads whole on hover
     p.check_clean()
 
 

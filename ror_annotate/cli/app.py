@@ -179,7 +179,7 @@ def _fold_help_tables() -> None:
     except ImportError:  # pragma: no cover - typer without rich: plain click help, never cut
         return
     rich_utils.Table = _FoldingTable  # type: ignore[attr-defined,misc]
-    rich_utils.Columns = _folded_help  # type: ignore[attr-defined,misc]
+    rich_utils.Columns = _folded_help  # type: ignore[attr-defined,misc,assignment]
 
 
 def _folded_help(items: list[Any], *args: Any, **kwargs: Any) -> Any:

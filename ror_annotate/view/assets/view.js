@@ -101,7 +101,7 @@ var ROR = (function () {
       (M.raters.length < 2 ? " · " + (M.raters.length ? "one rater" : "no labels") + ": no agreement or disagreements to show" : "");
     function rowEl(t) {
       var tr = el("tr", { "data-n": t.n });
-      var td = el("td"); td.appendChild(el("a", { href: "trace.html" + hash({ t: t.n }) }, t.id)); tr.appendChild(td);
+      var td = el("td"); td.appendChild(el("a", { href: "trace.html" + hash({ t: t.n }), title: t.id }, t.id)); tr.appendChild(td);  // a long id is cut with "…": whole on hover
       tr.appendChild(el("td", null, t.model || ""));
       tr.appendChild(el("td", null, t.dataset || ""));
       tr.appendChild(el("td", { "class": "num" }, t.chars));
