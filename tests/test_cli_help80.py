@@ -106,5 +106,25 @@ def test_agree_with_one_rater_says_why_and_what_to_do(tmp_path: Path, monkeypatc
     assert result.exit_code == 2
     line = " ".join(result.output.split())
     assert line.startswith("error [E700]: agreement needs labels from at least two annotators, and only baseline:cue-v1 has labels")
-    assert "nothing to compare" in line and "ror label --judge openai:MODEL" in line and "ror review pull" in line
+    assert "nothing to compare. Add a second annotator's labels" in line
+    assert "ror label --judge openai:MODEL" in line and "ror review pull" in line
     assert "['" not in line
+
+
+def test_card_with_one_human_says_what_agreement_needs(tmp_path: Path):
+    """The card quoted the agreement stage's refusal (judges, selections) for a lone human annotator."""
+    from ror_annotate import pipeline
+    from ror_annotate.card import agreement_figures
+    from ror_annotate.records import Label, Trace
+    from ror_annotate.store import Store
+
+    with Store(tmp_path / "s.duckdb") as store:
+        store.upsert_traces([Trace(trace_id="t", text="Let me think. First, 2 + 2 = 4. So the answer is 4.")])
+        pipeline.segment(store)
+        pipeline.label(store, judge="baseline")
+        store.upsert_labels([Label(trace_id="t", segment_index=i, label="execution", source="human", annotator="alice",
+                                   codebook_version="v1") for i in range(len(store.segments("t")))])
+        present, figures, notes = agreement_figures(store)
+    assert present and figures == {}
+    assert notes == ["- humans: no figures (one human annotator, alice: agreement between humans needs a second annotator on the "
+                     "same segments, e.g. a review study with two: `ror review start NAME -a A -a B`)"]

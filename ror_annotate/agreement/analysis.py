@@ -195,8 +195,8 @@ def agreement(  # noqa: C901  (one branch per statistic family and per reference
         who = f"only {active[0]} has labels" if active else "no annotator has labels"
         raise AgreementError(
             f"agreement needs labels from at least two annotators, and {who} "
-            f"(selected: {', '.join(ratings.annotators) or 'none'}): there is nothing to compare. Label with a second judge "
-            "(`ror label --judge openai:MODEL`), pull human labels (`ror review pull`), or widen the selection"
+            f"(selected: {', '.join(ratings.annotators) or 'none'}): there is nothing to compare. Add a second annotator's labels "
+            "(another judge: `ror label --judge openai:MODEL`; human labels: `ror review pull`) or widen the selection"
         )
     if reference is not None and reference != "majority" and reference not in ratings.annotators:
         raise AgreementError(f"unknown reference {reference!r}: use 'majority' or one of {list(ratings.annotators)}")
