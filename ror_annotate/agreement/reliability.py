@@ -389,7 +389,7 @@ def write_reliability_png(summary: dict[str, Any], out_dir: str | Path) -> Path 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     path = out / "reliability.png"
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=120, bbox_inches="tight")  # the legend beside the diagram sets the width
     return path
 
 

@@ -239,7 +239,7 @@ def probe_cmd(
     draws = _label_draws(table, tokens, label_resamples, label_confusion, label_confusion_rater, label_seed)
     rows, curves = run_probes(cap, table, level=level, windows=window_sizes, controls=control_list,
                               embeddings=embeddings, max_train=max_train, seed=seed,
-                              progress=lambda msg: err_console.print(f"probe {msg}", highlight=False), label_draws=draws)
+                              progress=lambda msg: err_console.print(f"probe {msg}", highlight=False, soft_wrap=True), label_draws=draws)
     title = f"behavior probes ({level} level, macro-F1; C and layer chosen on validation)"
     if draws is not None:
         title += (f"; \\[lo, hi] = {100 * draws.confidence_level:g}% percentile interval over {draws.n_resamples} "
@@ -382,7 +382,7 @@ def steer_cmd(
     rows = spec_engine.evaluate(model, items, edit, dtype=dtype, device=device,
                                 conditions=[c.strip() for c in conditions.split(",") if c.strip()],
                                 schedule=schedule, max_new_tokens=max_new_tokens, seed=seed,
-                                progress=lambda msg: err_console.print(f"generating {msg}", highlight=False))
+                                progress=lambda msg: err_console.print(f"generating {msg}", highlight=False, soft_wrap=True))
     shown = Table(title=f"steering evaluation ({len(items)} problems, schedule {schedule})")
     for col in ("condition", "n", "median tokens", "mean tokens", "accuracy", "median change vs unmodified", "steered rows", "steered tokens"):
         shown.add_column(col, overflow="fold")  # "unmodified", "concise_prompt" whole at 80 columns, never "unmodif…"
