@@ -169,3 +169,25 @@ def test_confusion_cards_name_the_majority_reference(browser, site):  # noqa: F8
     assert p.page.text_content("#conf-note").startswith("Rows: the reference (the majority of the other raters, ties skipped)")
     assert _visible(p, "#agree-figures") and _visible(p, "#confusion-section")  # two or more raters: the panels are drawn
     p.check_clean()
+
+
+def test_one_trace_dashboard_says_its_intervals_have_zero_width(browser, tmp_path):  # noqa: F811
+    """One trace, two raters: a trace bootstrap draws that trace every time, so every CI is one point; say so."""
+    from ror_annotate.records import BEHAVIORS, Label
+
+    db = tmp_path / "s.duckdb"
+    with Store(db) as store:
+        store.upsert_traces([Trace(trace_id="only", text="Let me think. First, 2 + 2 = 4. Wait, check: 2 + 2 = 4 indeed. So the answer is 4.")])
+        pipeline.segment(store)
+        pipeline.label(store, judge="baseline")
+        store.upsert_labels([Label(trace_id=lab.trace_id, segment_index=lab.segment_index, source="human", annotator="bob", codebook_version="v1",
+                                   label=lab.label if lab.segment_index % 2 else BEHAVIORS[(BEHAVIORS.index(lab.label) + 1) % 6])
+                             for lab in store.labels()])
+        build_view(store, tmp_path / "site", ViewOptions(resamples=20))
+    p = _page(browser, {"out": tmp_path / "site"})
+    p.open("dashboard.html")
+    p.page.wait_for_selector("#kappa-table tbody tr")
+    assert p.page.text_content("#origin").startswith("1 trace · ")
+    cmd = p.page.text_content("#agree-cmd")
+    assert ", 1 trace, 2 raters." in cmd and "With one trace the trace-level bootstrap intervals have zero width" in cmd
+    p.check_clean()

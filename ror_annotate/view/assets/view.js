@@ -440,7 +440,7 @@ var ROR = (function () {
   }
   function pageDashboard() {
     var D = S.dashboard, A = D.agreement;
-    $("origin").textContent = S.index.n_traces + " traces" + (S.index.origin ? " · " + S.index.origin : "");
+    $("origin").textContent = plural(S.index.n_traces, "trace") + (S.index.origin ? " · " + S.index.origin : "");
     if (!A) {
       // one line says why (one rater: nothing to compare, and what to do); no empty kappa / F1 / confusion panels
       $("agree-missing").hidden = false;
@@ -449,7 +449,9 @@ var ROR = (function () {
       $("confusion-section").hidden = true;
       if (!Object.keys(D.calibration || {}).length) $("calibration-section").hidden = true;
     } else {
-      $("agree-cmd").textContent = "Identical to `" + D.agree_command + "` (also in data/agreement.json): " + A.n_items + " segments, " + A.n_pairable_items + " labelled by two or more, " + A.n_traces + " traces, " + A.n_annotators + " raters.";
+      $("agree-cmd").textContent = "Identical to `" + D.agree_command + "` (also in data/agreement.json): " + plural(A.n_items, "segment") + ", " + A.n_pairable_items + " labelled by two or more, " + plural(A.n_traces, "trace") + ", " + plural(A.n_annotators, "rater") + "." +
+        // resampling whole traces from one trace always draws the same trace: every interval is one point
+        (A.n_traces < 2 ? " With one trace the trace-level bootstrap intervals have zero width: label more traces for intervals that say something." : "");
       var tok = A.token_weighted || {};
       table("agree-table", ["statistic", "segments", "CI", "tokens", "CI"], STATS.map(function (s) {
         var tr = el("tr"); tr.appendChild(el("th", null, s[1]));
