@@ -128,3 +128,25 @@ def test_card_with_one_human_says_what_agreement_needs(tmp_path: Path):
     assert present and figures == {}
     assert notes == ["- humans: no figures (one human annotator, alice: agreement between humans needs a second annotator on the "
                      "same segments, e.g. a review study with two: `ror review start NAME -a A -a B`)"]
+
+
+def test_agree_on_one_trace_says_its_intervals_have_zero_width(tmp_path: Path, monkeypatch):
+    from ror_annotate import pipeline
+    from ror_annotate.cli import app
+    from ror_annotate.records import BEHAVIORS, Label, Trace
+    from ror_annotate.store import Store
+
+    db = tmp_path / "s.duckdb"
+    with Store(db) as store:
+        store.upsert_traces([Trace(trace_id="only", text="Let me think. First, 2 + 2 = 4. Wait, check: 2 + 2 = 4 indeed. So the answer is 4.")])
+        pipeline.segment(store)
+        pipeline.label(store, judge="baseline")
+        store.upsert_labels([Label(trace_id=lab.trace_id, segment_index=lab.segment_index, source="human", annotator="bob", codebook_version="v1",
+                                   label=lab.label if lab.segment_index % 2 else BEHAVIORS[(BEHAVIORS.index(lab.label) + 1) % 6])
+                             for lab in store.labels()])
+    monkeypatch.setenv("COLUMNS", "80")
+    result = runner.invoke(app, ["agree", "--db", str(db), "--resamples", "20"], prog_name="ror")
+    assert result.exit_code == 0, result.output
+    text = _flat(result.stdout)
+    assert "labelled by two or more), 1 trace, 2 annotators" in text
+    assert "note: one trace, so the trace-level bootstrap intervals have zero width" in text

@@ -26,7 +26,9 @@ def _fmt_estimate(est: dict[str, Any]) -> tuple[str, str]:
 
 def _print_tables(d: dict[str, Any]) -> None:
     token = d.get("token_weighted") or {}
-    table = Table(title=f"Agreement: {d['n_items']} items ({d.get('n_pairable_items', '?')} labeled by two or more), {d.get('n_traces', '?')} traces, {d['n_annotators']} annotators")
+    n_traces = d.get("n_traces")
+    traces = "? traces" if n_traces is None else f"{n_traces} trace{'' if n_traces == 1 else 's'}"
+    table = Table(title=f"Agreement: {d['n_items']} items ({d.get('n_pairable_items', '?')} labelled by two or more), {traces}, {d['n_annotators']} annotators")
     # Token-weighted columns only when there are token counts (not for a CSV without weights).
     for col in ("statistic", "segment", "CI", *(("token", "CI") if token else ())):
         table.add_column(col)
@@ -38,6 +40,9 @@ def _print_tables(d: dict[str, Any]) -> None:
     ):
         table.add_row(name, *_fmt_estimate(d[key]), *(_fmt_estimate(token[key]) if token else ()))
     console.print(table)
+    if n_traces == 1 and (d.get("bootstrap") or {}).get("unit") == "trace" and (d.get("bootstrap") or {}).get("n_resamples"):
+        # resampling whole traces from one trace draws that trace every time: every interval is one point
+        console.print("note: one trace, so the trace-level bootstrap intervals have zero width; label more traces for intervals")
     pairs = Table(title="Cohen's kappa per pair")
     for col in ("A", "B", "items", "kappa", "CI"):
         pairs.add_column(col)
