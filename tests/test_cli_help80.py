@@ -14,6 +14,8 @@ import pytest
 import typer.main
 from typer.testing import CliRunner
 
+from .view_fixtures import tiny_store
+
 runner = CliRunner()
 
 
@@ -91,16 +93,9 @@ def test_run_summary_folds_the_export_path_instead_of_cutting_it(tmp_path: Path,
 
 def test_agree_with_one_rater_says_why_and_what_to_do(tmp_path: Path, monkeypatch):
     """Once a Python list repr ("['baseline:cue-v1'] (of ['baseline:cue-v1'])") and no next step."""
-    from ror_annotate import pipeline
     from ror_annotate.cli import app
-    from ror_annotate.records import Trace
-    from ror_annotate.store import Store
 
-    db = tmp_path / "s.duckdb"
-    with Store(db) as store:
-        store.upsert_traces([Trace(trace_id="t", text="Let me think. First, 2 + 2 = 4. So the answer is 4.")])
-        pipeline.segment(store)
-        pipeline.label(store, judge="baseline")
+    db = tiny_store(tmp_path / "s.duckdb")
     monkeypatch.setenv("COLUMNS", "80")
     result = runner.invoke(app, ["agree", "--db", str(db)], prog_name="ror")
     assert result.exit_code == 2
@@ -113,17 +108,10 @@ def test_agree_with_one_rater_says_why_and_what_to_do(tmp_path: Path, monkeypatc
 
 def test_card_with_one_human_says_what_agreement_needs(tmp_path: Path):
     """The card quoted the agreement stage's refusal (judges, selections) for a lone human annotator."""
-    from ror_annotate import pipeline
     from ror_annotate.card import agreement_figures
-    from ror_annotate.records import Label, Trace
     from ror_annotate.store import Store
 
-    with Store(tmp_path / "s.duckdb") as store:
-        store.upsert_traces([Trace(trace_id="t", text="Let me think. First, 2 + 2 = 4. So the answer is 4.")])
-        pipeline.segment(store)
-        pipeline.label(store, judge="baseline")
-        store.upsert_labels([Label(trace_id="t", segment_index=i, label="execution", source="human", annotator="alice",
-                                   codebook_version="v1") for i in range(len(store.segments("t")))])
+    with Store(tiny_store(tmp_path / "s.duckdb", human="alice")) as store:
         present, figures, notes = agreement_figures(store)
     assert present and figures == {}
     assert notes == ["- humans: no figures (one human annotator, alice: agreement between humans needs a second annotator on the "
@@ -131,19 +119,9 @@ def test_card_with_one_human_says_what_agreement_needs(tmp_path: Path):
 
 
 def test_agree_on_one_trace_says_its_intervals_have_zero_width(tmp_path: Path, monkeypatch):
-    from ror_annotate import pipeline
     from ror_annotate.cli import app
-    from ror_annotate.records import BEHAVIORS, Label, Trace
-    from ror_annotate.store import Store
 
-    db = tmp_path / "s.duckdb"
-    with Store(db) as store:
-        store.upsert_traces([Trace(trace_id="only", text="Let me think. First, 2 + 2 = 4. Wait, check: 2 + 2 = 4 indeed. So the answer is 4.")])
-        pipeline.segment(store)
-        pipeline.label(store, judge="baseline")
-        store.upsert_labels([Label(trace_id=lab.trace_id, segment_index=lab.segment_index, source="human", annotator="bob", codebook_version="v1",
-                                   label=lab.label if lab.segment_index % 2 else BEHAVIORS[(BEHAVIORS.index(lab.label) + 1) % 6])
-                             for lab in store.labels()])
+    db = tiny_store(tmp_path / "s.duckdb", human="bob")
     monkeypatch.setenv("COLUMNS", "80")
     result = runner.invoke(app, ["agree", "--db", str(db), "--resamples", "20"], prog_name="ror")
     assert result.exit_code == 0, result.output

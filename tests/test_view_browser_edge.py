@@ -20,6 +20,7 @@ from ror_annotate.store import Store
 from ror_annotate.view import ViewOptions, build_view
 from ror_annotate.view.build import read_index_rows
 
+from .view_fixtures import tiny_store
 from .test_view_browser import ARTIFACTS, Page, browser, site  # noqa: F401  (the module-scoped Chromium and three-rater site fixtures)
 
 pytestmark = pytest.mark.browser
@@ -173,16 +174,7 @@ def test_confusion_cards_name_the_majority_reference(browser, site):  # noqa: F8
 
 def test_one_trace_dashboard_says_its_intervals_have_zero_width(browser, tmp_path):  # noqa: F811
     """One trace, two raters: a trace bootstrap draws that trace every time, so every CI is one point; say so."""
-    from ror_annotate.records import BEHAVIORS, Label
-
-    db = tmp_path / "s.duckdb"
-    with Store(db) as store:
-        store.upsert_traces([Trace(trace_id="only", text="Let me think. First, 2 + 2 = 4. Wait, check: 2 + 2 = 4 indeed. So the answer is 4.")])
-        pipeline.segment(store)
-        pipeline.label(store, judge="baseline")
-        store.upsert_labels([Label(trace_id=lab.trace_id, segment_index=lab.segment_index, source="human", annotator="bob", codebook_version="v1",
-                                   label=lab.label if lab.segment_index % 2 else BEHAVIORS[(BEHAVIORS.index(lab.label) + 1) % 6])
-                             for lab in store.labels()])
+    with Store(tiny_store(tmp_path / "s.duckdb", human="bob"), read_only=True) as store:
         build_view(store, tmp_path / "site", ViewOptions(resamples=20))
     p = _page(browser, {"out": tmp_path / "site"})
     p.open("dashboard.html")
