@@ -134,6 +134,15 @@ def _model_identity(model: str) -> str:
     return str(path.resolve()) if path.exists() else model
 
 
+
+#: The Jaccard statistics of ``ror experts`` as a reader names them (keys of ``ExpertReport.jaccard``).
+_JACCARD_NAMES = {
+    "observed": "Jaccard of top-k sets across datasets (observed)",
+    "null_mean": "Jaccard under the label-permutation null (mean)",
+    "null_std": "Jaccard under the label-permutation null (std)",
+    "p_value": "Jaccard permutation p-value",
+}
+
 @app.command("capture", rich_help_panel=_PANEL)
 def capture_cmd(
     tokens: Annotated[Path, typer.Argument(help="Export directory (with tokens/) or the tokens dataset directory.")],
@@ -230,14 +239,14 @@ def probe_cmd(
     draws = _label_draws(table, tokens, label_resamples, label_confusion, label_confusion_rater, label_seed)
     rows, curves = run_probes(cap, table, level=level, windows=window_sizes, controls=control_list,
                               embeddings=embeddings, max_train=max_train, seed=seed,
-                              progress=lambda msg: err_console.print(f"probe {msg}", highlight=False), label_draws=draws)
+                              progress=lambda msg: err_console.print(f"probe {msg}", highlight=False, soft_wrap=True), label_draws=draws)
     title = f"behavior probes ({level} level, macro-F1; C and layer chosen on validation)"
     if draws is not None:
         title += (f"; \\[lo, hi] = {100 * draws.confidence_level:g}% percentile interval over {draws.n_resamples} "
                   "label resamples (label noise only)")
     shown = Table(title=title)
     for col in PROBE_COLUMNS:
-        shown.add_column(col)
+        shown.add_column(col, overflow="fold")  # at 80 columns "input embeddings" folds, never "embeddi…"
     for r in format_table(rows):
         shown.add_row(*r)
     console.print(shown)
@@ -311,11 +320,13 @@ def experts_cmd(
     summary = Table(title="expert association" + (
         "" if noise is None else f" (\\[lo, hi] = {100 * noise.level():g}% percentile interval over {noise.draws.n_resamples} "
                                  "label resamples, label noise only)"))
-    summary.add_column("statistic")
-    summary.add_column("value")
+    summary.add_column("statistic", overflow="fold")
+    summary.add_column("value", overflow="fold")
     if noise is None:
-        for key, value in {**report.jaccard, **{f"profile corr {k}": v for k, v in report.corr_summary.items()}}.items():
-            summary.add_row(key.replace("_", " "), f"{value:.3f}")
+        for key, value in report.jaccard.items():
+            summary.add_row(_JACCARD_NAMES.get(key, key.replace("_", " ")), f"{value:.3f}")
+        for key, value in report.corr_summary.items():
+            summary.add_row(f"RD-profile correlation, {key.replace('_', ' ')} (mean Pearson r)", f"{value:.3f}")
         if report.transfer:
             cross = [r["auc"] for r in report.transfer if r["source"] != r["target"]]
             if cross:
@@ -323,7 +334,7 @@ def experts_cmd(
     else:
         for key, value in report.jaccard.items():
             if key != "observed":
-                summary.add_row(key.replace("_", " ") + " (stored labels)", f"{value:.3f}")
+                summary.add_row(_JACCARD_NAMES.get(key, key.replace("_", " ")) + " (stored labels)", f"{value:.3f}")
         for row in noise.headline(report):
             summary.add_row(row["statistic"], fmt_interval(row["value"], row["interval"]))
     console.print(summary)
@@ -371,10 +382,10 @@ def steer_cmd(
     rows = spec_engine.evaluate(model, items, edit, dtype=dtype, device=device,
                                 conditions=[c.strip() for c in conditions.split(",") if c.strip()],
                                 schedule=schedule, max_new_tokens=max_new_tokens, seed=seed,
-                                progress=lambda msg: err_console.print(f"generating {msg}", highlight=False))
+                                progress=lambda msg: err_console.print(f"generating {msg}", highlight=False, soft_wrap=True))
     shown = Table(title=f"steering evaluation ({len(items)} problems, schedule {schedule})")
     for col in ("condition", "n", "median tokens", "mean tokens", "accuracy", "median change vs unmodified", "steered rows", "steered tokens"):
-        shown.add_column(col)
+        shown.add_column(col, overflow="fold")  # "unmodified", "concise_prompt" whole at 80 columns, never "unmodif…"
     summary = summarize(rows)
     for s in summary:
         steered = s["steered_rows"] is not None
