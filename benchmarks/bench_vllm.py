@@ -115,7 +115,7 @@ def hooked(args: argparse.Namespace, ckpt: Path, extra: dict) -> dict:
     from vllm.inputs import TokensPrompt
 
     from ror_annotate.steer.steering import RoutingEdit
-    from ror_annotate.steer.vllm_engine import STATE, _set_edit, build_llm, capture_router_logits_vllm
+    from ror_annotate.steer.vllm_engine import _set_edit, build_llm, capture_router_logits_vllm
 
     engine = build_llm(ckpt, dtype=args.dtype, enforce_eager=args.eager, max_num_seqs=max(args.batch_sizes),
                        max_model_len=args.prompt_len + args.new_tokens + 8, **extra)
@@ -131,7 +131,7 @@ def hooked(args: argparse.Namespace, ckpt: Path, extra: dict) -> dict:
         for name, e in (("idle", None), ("steered", edit)):
             _set_edit(engine, e, "always")
             out[f"{name}_{b}"] = b * args.new_tokens / _timed(args.rounds, engine.llm.generate, prompts, gen, use_tqdm=False)
-            STATE.reset()
+            _set_edit(engine, None, "always")
         pre = SamplingParams(max_tokens=1, temperature=0.0)
         _prefill(engine.llm, _prompts(b, args.prompt_len), pre)
         out[f"idle_prefill_{b}"] = b * args.prompt_len / _timed(args.rounds, _prefill, engine.llm, _prompts(b, args.prompt_len), pre)

@@ -158,7 +158,7 @@ def test_rows_not_positions_0_to_t_minus_1_are_E920() -> None:
     from types import SimpleNamespace
 
     from ror_annotate.errors import CaptureCheckError
-    from ror_annotate.steer.vllm_engine import STATE, _capture_batch
+    from ror_annotate.steer.vllm_engine import STATE, RorWorkerExtension, _capture_batch
 
     def generate(prompts, params, use_tqdm=False):
         rows = np.zeros((2, 1, 4), dtype=np.float32)
@@ -166,7 +166,13 @@ def test_rows_not_positions_0_to_t_minus_1_are_E920() -> None:
                                 (np.array([3, 4]), rows, np.zeros((2, 1, 2), dtype=np.int16))]}
         return [SimpleNamespace(request_id="r0")]
 
-    engine = SimpleNamespace(llm=SimpleNamespace(generate=generate))
+    worker = RorWorkerExtension()
+    worker.rank = 0
+
+    def collective_rpc(method, args=()):  # one in-process worker, as at tensor_parallel_size=1
+        return [getattr(worker, method)(*args)]
+
+    engine = SimpleNamespace(llm=SimpleNamespace(generate=generate, collective_rpc=collective_rpc))
     with pytest.raises(CaptureCheckError, match=r"not exactly positions 0\.\.4") as info:
         _capture_batch(engine, [[5, 6, 7, 8, 9]], None)
     assert info.value.code == "E920"

@@ -63,7 +63,7 @@ def main() -> None:
 
     from ror_annotate.steer.capture import forward_router_logits, load_model
     from ror_annotate.steer.steering import RoutingEdit
-    from ror_annotate.steer.vllm_engine import STATE, _capture_batch, build_llm, generate_vllm
+    from ror_annotate.steer.vllm_engine import _capture_batch, _workers, build_llm, generate_vllm
 
     ckpt = make_checkpoint(family, workdir / family)
     seqs = prompts(8)
@@ -89,12 +89,10 @@ def main() -> None:
     from vllm import SamplingParams
 
     params = SamplingParams(max_tokens=1, temperature=0.0)
-    STATE.reset()
-    STATE.capture_layers = out["layers"]
-    STATE.capture_dtype = torch.float32
+    _workers(engine, "ror_configure", {"capture_layers": out["layers"], "capture_dtype": "float32"})
     batch1 = [_capture_batch(engine, [s], params)[0] for s in seqs[:2]]
     batch8 = _capture_batch(engine, seqs, params)
-    STATE.reset()
+    _workers(engine, "ror_configure", {})
     out["batch1_max_diff"] = max(float(np.abs(lg - reference[i]).max()) for i, (lg, *_) in enumerate(batch1))
     out["batch8_max_diff"] = max(float(np.abs(lg - reference[i]).max()) for i, (lg, *_) in enumerate(batch8))
     out["first_row_max_diff"] = max(float(np.abs(lg[0] - reference[i][0]).max()) for i, (lg, *_) in enumerate(batch8))
