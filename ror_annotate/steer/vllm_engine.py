@@ -127,6 +127,7 @@ class _HookState:
         self.eps = 1e-2
         self.schedule: Callable[[Any, str], bool] | None = None  # (runner, req_id) -> steer this request now?
         self.steered: set[str] = set()
+        self.failure: tuple[str, str] | None = None  # (code, message) of a capture that went wrong in a step
 
     def reset(self) -> None:
         self.__init__()  # type: ignore[misc]
@@ -197,14 +198,19 @@ class _HookState:
         step, self.step = self.step, None
         if step is None or self.capture is None:
             return
+        # a failure is kept, not raised inside vLLM's forward (in a worker process it would kill the engine
+        # without its code): the driver raises it when it takes the capture (RorWorkerExtension.ror_take_capture)
         missing = [layer for layer in self.capture_layers if layer not in step.logits]
         if missing:
-            raise CaptureCheckError(f"vLLM engine: the router hook did not fire for MoE layer(s) {missing} in a forward step "
-                                    f"(fired: {sorted(step.logits)}); nothing was written", code="E921")
+            self.failure = ("E921", f"vLLM engine: the router hook did not fire for MoE layer(s) {missing} in a forward "
+                                    f"step (fired: {sorted(step.logits)}); nothing was written")
         missing = [layer for layer in self.residual_layers if layer not in step.residual]
-        if missing:
-            raise CaptureCheckError(f"vLLM engine: the residual-stream hook did not fire for decoder layer(s) {missing} in a "
-                                    f"forward step (fired: {sorted(step.residual)}); nothing was written", code="E921")
+        if missing and self.failure is None:
+            self.failure = ("E921", f"vLLM engine: the residual-stream hook did not fire for decoder layer(s) {missing} "
+                                    f"in a forward step (fired: {sorted(step.residual)}); nothing was written")
+        if self.failure is not None:
+            self.capture = None  # the rest of the batch is not recorded
+            return
         torch = _torch()
         n = step.n_rows
         logits = torch.stack([step.logits[layer][:n] for layer in self.capture_layers], dim=1).cpu().numpy()
@@ -590,11 +596,13 @@ class RorWorkerExtension:
     def ror_start_capture(self) -> None:
         """Collect the next steps' rows (rank 0 only; the other ranks' rows are the same)."""
         STATE.capture = {} if self.rank == 0 else None
+        STATE.failure = None
 
-    def ror_take_capture(self) -> dict[str, list] | None:
-        """Stop collecting; rank 0 returns ``{request id: [(positions, logits, selected, residual), ...]}``."""
-        chunks, STATE.capture = STATE.capture, None
-        return chunks if self.rank == 0 else None
+    def ror_take_capture(self) -> dict[str, Any] | None:
+        """Stop collecting; rank 0 returns ``{"chunks": {request id: [(positions, logits, selected, residual),
+        ...]}, "failure": None or (code, message)}``, the other ranks ``None``."""
+        chunks, failure, STATE.capture, STATE.failure = STATE.capture, STATE.failure, None, None
+        return {"chunks": chunks, "failure": failure} if self.rank == 0 else None
 
     def ror_describe(self) -> dict[str, Any]:
         """The MoE layers of this worker's model: ``sites`` ``{layer: (n_experts, top_k)}``, ``rules`` ``{layer:
@@ -635,6 +643,21 @@ def _workers(engine: Any, method: str, *args: Any) -> list[Any]:
 def _rank0(results: list[Any]) -> Any:
     """The one result a rank-0-only call returns (the other ranks return ``None``)."""
     return next((r for r in results if r is not None), None)
+
+
+def _take_capture(engine: Any) -> dict[str, list]:
+    """Stop the capture on every worker and return rank 0's rows by request id.
+
+    Raises
+    ------
+    CaptureCheckError
+        The failure a worker recorded during the capture (``E921``: a hook did not fire in a step).
+    """
+    got = _rank0(_workers(engine, "ror_take_capture")) or {"chunks": None, "failure": None}
+    if got["failure"] is not None:
+        code, message = got["failure"]
+        raise CaptureCheckError(message, code=code)
+    return got["chunks"] or {}
 
 
 @dataclass(frozen=True)
@@ -736,6 +759,10 @@ class VllmEngine:
     @property
     def tokenizer(self) -> Any:
         return self.llm.get_tokenizer()
+
+    def close(self) -> None:
+        """Shut the engine down now: its worker processes (tensor parallel) exit (else at interpreter exit)."""
+        self.llm.llm_engine.engine_core.shutdown()
 
 
 def _family_spec(model_type: str) -> Any:
@@ -1143,8 +1170,10 @@ def _capture_batch(engine: VllmEngine, sequences: Sequence[Any], params: Any) ->
     prompts = [TokensPrompt(prompt_token_ids=[int(t) for t in seq], cache_salt=uuid.uuid4().hex) for seq in sequences]
     try:
         outputs = engine.llm.generate(prompts, params, use_tqdm=False)
-    finally:
-        chunks = _rank0(_workers(engine, "ror_take_capture")) or {}
+    except BaseException:
+        _workers(engine, "ror_take_capture")
+        raise
+    chunks = _take_capture(engine)
     by_prompt: list[tuple[np.ndarray, np.ndarray, Any]] = []
     for seq, out in zip(sequences, outputs):
         parts = chunks.get(out.request_id) or _match_request(chunks, out.request_id)
@@ -1251,8 +1280,8 @@ def generate_vllm(engine: VllmEngine, prompts: Sequence[Sequence[int]], *, max_n
             _workers(engine, "ror_start_capture")
         outputs = engine.llm.generate([TokensPrompt(prompt_token_ids=list(map(int, p)), cache_salt=uuid.uuid4().hex)
                                        for p in prompts], params, use_tqdm=False)
+        chunks = _take_capture(engine) if record else {}
     finally:
-        chunks = (_rank0(_workers(engine, "ror_take_capture")) if record else None) or {}
         _workers(engine, "ror_configure", {})
     eos = tokenizer.eos_token_id
     rows = []
