@@ -451,21 +451,44 @@ def _mark_residual_layers(model: Any, torch: Any) -> None:
         cls._ror_wrapped = True
 
 
+def _custom_op(torch: Any, name: str, schema: str, impl: Callable[..., Any], *, like: tuple[int, ...]) -> None:
+    """Register ``ror_annotate::<name>`` as an opaque ``torch.library`` custom op with its fake (meta) function.
+
+    ``torch.compile`` keeps an opaque op as one node of the graph, so the Python behind it runs on every
+    forward (an instance patch is inlined away, see the module notes). The fake function gives the
+    compiler the outputs' shapes and dtypes: ``torch.empty_like`` of the arguments at ``like``.
+
+    Parameters
+    ----------
+    torch : module
+    name : str
+        The op's name in the ``ror_annotate`` namespace (called as ``torch.ops.ror_annotate.<name>``).
+    schema : str
+        Its schema, e.g. ``"(Tensor logits, int layer) -> Tensor"``.
+    impl : callable
+        What it runs, with the schema's arguments in order; returns new tensors (never an input itself).
+    like : tuple of int
+        Positions of the arguments each output has the shape and dtype of (one output per position).
+    """
+    op = torch.library.custom_op(f"ror_annotate::{name}", mutates_args=(), schema=schema)(impl)
+
+    def fake(*args: Any) -> Any:
+        out = tuple(torch.empty_like(args[k]) for k in like)
+        return out[0] if len(out) == 1 else out
+
+    op.register_fake(fake)
+
+
 def _patch_loader(torch: Any) -> None:
     """Register ``ror_annotate::residual_record`` and wrap vLLM's model loader so that the decoder layers asked
     for (:data:`RESIDUAL_BUILD`) are flagged after the model is built, before it is compiled."""
     from vllm.model_executor.model_loader.base_loader import BaseModelLoader
 
-    @torch.library.custom_op("ror_annotate::residual_record", mutates_args=(),
-                             schema="(Tensor hidden, Tensor residual, int layer) -> Tensor")
     def residual_record(hidden: Any, residual: Any, layer: int) -> Any:
         STATE.record_residual(hidden, residual, layer)
         return hidden.clone()
 
-    @residual_record.register_fake
-    def _residual_fake(hidden: Any, residual: Any, layer: int) -> Any:
-        return torch.empty_like(hidden)
-
+    _custom_op(torch, "residual_record", "(Tensor hidden, Tensor residual, int layer) -> Tensor", residual_record, like=(0,))
     original_load = BaseModelLoader.load_model
 
     def load_model(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -495,32 +518,13 @@ def install() -> None:
     from vllm.model_executor.layers.fused_moe.runner.moe_runner import MoERunner
     from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
-    @torch.library.custom_op("ror_annotate::route_edit", mutates_args=(), schema="(Tensor logits, int layer) -> Tensor")
-    def route_edit(logits: Any, layer: int) -> Any:
-        return STATE.edit(logits, layer)
-
-    @route_edit.register_fake
-    def _edit_fake(logits: Any, layer: int) -> Any:
-        return torch.empty_like(logits)
-
-    @torch.library.custom_op("ror_annotate::route_record", mutates_args=(),
-                             schema="(Tensor logits, Tensor selected, int layer) -> Tensor")
     def route_record(logits: Any, selected: Any, layer: int) -> Any:
         STATE.record(logits, selected, layer)
         return selected.clone()
 
-    @route_record.register_fake
-    def _record_fake(logits: Any, selected: Any, layer: int) -> Any:
-        return torch.empty_like(selected)
-
-    @torch.library.custom_op("ror_annotate::route_grouped", mutates_args=(),
-                             schema="(Tensor logits, Tensor weights, Tensor ids, int layer) -> (Tensor, Tensor)")
-    def route_grouped(logits: Any, weights: Any, ids: Any, layer: int) -> tuple[Any, Any]:
-        return STATE.regroup(logits, weights, ids, layer)
-
-    @route_grouped.register_fake
-    def _grouped_fake(logits: Any, weights: Any, ids: Any, layer: int) -> tuple[Any, Any]:
-        return torch.empty_like(weights), torch.empty_like(ids)
+    _custom_op(torch, "route_edit", "(Tensor logits, int layer) -> Tensor", STATE.edit, like=(0,))
+    _custom_op(torch, "route_record", "(Tensor logits, Tensor selected, int layer) -> Tensor", route_record, like=(1,))
+    _custom_op(torch, "route_grouped", "(Tensor logits, Tensor weights, Tensor ids, int layer) -> (Tensor, Tensor)", STATE.regroup, like=(1, 2))
 
     original_select = FusedMoERouter.select_experts
 
