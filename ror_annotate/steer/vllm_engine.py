@@ -61,7 +61,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Sequence, cast
+from typing import Any, Callable, ClassVar, Mapping, Sequence, cast
 
 import numpy as np
 
@@ -785,12 +785,12 @@ def _family_name(model_type: str) -> str:
     return model_type if spec is None else spec.name
 
 
-def _groups(rule: "GroupedRule | None") -> tuple[int, int]:
+def _groups(rule: "GroupedRule | RuleSummary | None") -> tuple[int, int]:
     """``(n_group, topk_group)`` of a router rule (``1, 1`` for softmax top-k)."""
     return (1, 1) if rule is None else (rule.n_group, rule.topk_group)
 
 
-def check_family_rule(family: Any, model_type: str, rules: dict[int, "GroupedRule | None"]) -> None:
+def check_family_rule(family: Any, model_type: str, rules: "Mapping[int, GroupedRule | RuleSummary | None]") -> None:
     """Refuse a model whose vLLM routers and registered family disagree on the routing rule.
 
     Parameters
@@ -798,7 +798,7 @@ def check_family_rule(family: Any, model_type: str, rules: dict[int, "GroupedRul
     family : FamilySpec or None
         The registered family of ``model_type``.
     model_type : str
-    rules : dict of int to GroupedRule or None
+    rules : dict of int to GroupedRule, RuleSummary or None
         Per MoE layer, :func:`router_rule` of its vLLM router.
 
     Raises
