@@ -235,6 +235,25 @@ def test_a_layer_whose_hook_did_not_fire_is_E921() -> None:
     STATE.reset()
 
 
+def test_recorded_rows_are_copies_of_the_ops_inputs() -> None:
+    """The op's inputs are buffers torch.compile reuses later in the step: what is recorded must not change with them
+    (float32 logits stored as float32 once came back overwritten in compiled runs: E912 on `ror tiny-model`)."""
+    import torch
+
+    from ror_annotate.steer.vllm_engine import STATE, _Step
+
+    STATE.reset()
+    STATE.capture, STATE.capture_layers, STATE.capture_dtype = {}, [0], torch.float32
+    STATE.step = _Step(["a"], np.array([0]), np.array([3]))
+    logits, selected = torch.randn(3, 4), torch.zeros(3, 2, dtype=torch.int16)
+    expected_logits, expected_selected = logits.clone(), selected.clone()
+    STATE.record(logits, selected, 0)
+    logits.fill_(7.0)  # the buffers reused by later ops
+    selected.fill_(3)
+    assert torch.equal(STATE.step.logits[0], expected_logits) and torch.equal(STATE.step.selected[0], expected_selected)
+    STATE.reset()
+
+
 def test_residual_layers_must_have_been_instrumented_when_the_engine_was_built() -> None:
     """Residual capture reads only the decoder layers flagged before compilation; asking for others is an error."""
     from types import SimpleNamespace

@@ -295,8 +295,10 @@ class _HookState:
         step = self.step
         if step is None or self.capture is None or layer not in self.capture_layers:
             return
-        step.logits[layer] = logits.detach().to(self.capture_dtype)
-        step.selected[layer] = selected.detach().to(_torch().int16)
+        # always a copy: ``.to`` of a tensor already in the dtype returns the tensor itself, and under torch.compile
+        # its buffer is reused by later ops of the same step (float32 logits stored as float32 came back overwritten)
+        step.logits[layer] = logits.detach().to(self.capture_dtype, copy=True)
+        step.selected[layer] = selected.detach().to(_torch().int16, copy=True)
 
 
 def _on_device(masks: tuple[Any, Any], device: Any) -> tuple[Any, Any]:
