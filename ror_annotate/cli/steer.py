@@ -24,6 +24,8 @@ ModelOption = Annotated[str, typer.Option("--model", help="Local checkpoint dire
 DeviceOption = Annotated[str, typer.Option("--device", help="torch device: cpu, cuda, cuda:1...")]
 DtypeOption = Annotated[str, typer.Option("--dtype", help="Model dtype: auto, float32, bfloat16, float16.")]
 EngineOption = Annotated[str, typer.Option("--engine", help="hf (transformers) or vllm (its own venv: scripts/setup_vllm.sh).")]
+TensorParallelOption = Annotated[int, typer.Option(
+    "--tensor-parallel-size", min=1, help="vLLM engine: tensor-parallel ranks (GPUs); capture reads rank 0, edits apply on every rank.")]
 _NOISE = "Label noise"
 ResamplesOption = Annotated[int, typer.Option(
     "--label-resamples", min=0, max=RESAMPLES_MAX, rich_help_panel=_NOISE,
@@ -161,6 +163,7 @@ def capture_cmd(
     residual_layers: Annotated[Optional[str], typer.Option(
         "--residual-layers", help="Also store the residual stream after these decoder layers (e.g. 8-16 or all), for the probe's residual control.")] = None,
     engine: EngineOption = "hf",
+    tensor_parallel_size: TensorParallelOption = 1,
 ) -> None:
     """Capture router logits (tokens x layers x experts, before top-k) and the selected experts of every trace."""
     _writable_output(out)
@@ -189,6 +192,8 @@ def capture_cmd(
             options.update(max_batch_tokens=max_batch_tokens, padding_side=padding_side)
         elif padding_side != "right":
             options["padding_side"] = padding_side  # refused by the vLLM engine (E924)
+        if tensor_parallel_size != 1:
+            options["tensor_parallel_size"] = tensor_parallel_size  # refused by the HF engine (E966)
         report = spec.capture(model, dd, out, dtype=dtype, device=device, options=options)
     rate = report.tokens / report.seconds if report.seconds else 0.0
     console.print(f"captured {report.captured} traces ({report.tokens} tokens, {rate:,.0f} tokens/s), "
@@ -356,6 +361,7 @@ def steer_cmd(
     seed: Annotated[int, typer.Option("--seed", min=0, max=SEED_MAX, help="Seed of the random-expert control.")] = 0,
     out: Annotated[Optional[Path], typer.Option("--out", help="Write per-generation rows as JSONL here.")] = None,
     engine: EngineOption = "hf",
+    tensor_parallel_size: TensorParallelOption = 1,
 ) -> None:
     """Generate with steered routing vs the unmodified model and controls; print token counts and accuracy."""
     from ..steer import require_torch
@@ -382,7 +388,8 @@ def steer_cmd(
     rows = spec_engine.evaluate(model, items, edit, dtype=dtype, device=device,
                                 conditions=[c.strip() for c in conditions.split(",") if c.strip()],
                                 schedule=schedule, max_new_tokens=max_new_tokens, seed=seed,
-                                progress=lambda msg: err_console.print(f"generating {msg}", highlight=False, soft_wrap=True))
+                                progress=lambda msg: err_console.print(f"generating {msg}", highlight=False, soft_wrap=True),
+                                **({"tensor_parallel_size": tensor_parallel_size} if tensor_parallel_size != 1 else {}))
     shown = Table(title=f"steering evaluation ({len(items)} problems, schedule {schedule})")
     for col in ("condition", "n", "median tokens", "mean tokens", "accuracy", "median change vs unmodified", "steered rows", "steered tokens"):
         shown.add_column(col, overflow="fold")  # "unmodified", "concise_prompt" whole at 80 columns, never "unmodif…"
