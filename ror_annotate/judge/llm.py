@@ -18,9 +18,11 @@ a re-run asks again for it with ``max_attempts`` new tries (``retry_failed``, th
 
 Exactly-once bookkeeping: every response is cached in ``judge_cache`` under a key of (codebook
 hash, prompt template hash, model, parameters, trace hash, segment ids, attempt), and the cache row,
-the labels it yields and any failure rows are written in the same store transaction from the
-event-loop thread (:mod:`.persist`: answers that arrive together share one transaction, at most
-about a second apart while other requests are in flight, at once when none is). A process killed at
+the labels it yields and any failure rows are written in the same store transaction, by one writer
+thread with its own store handle (:class:`.persist.CommitThread`), so the event loop keeps sending
+and reading while a group commits (:mod:`.persist`: answers that arrive together share one
+transaction, at most about a second apart while other requests are in flight, at once when none
+is; with :data:`MAX_WAITING_ANSWERS` waiting for a busy writer no new request is sent). A process killed at
 any point (kill -9) and started again loses no committed label, writes none twice and re-sends no
 request whose response was stored: segments with labels are skipped and every stored response is
 replayed from the cache (answers received in the last moment before the kill and not yet committed
@@ -90,6 +92,7 @@ from .persist import (  # noqa: F401  (JUDGE_MIGRATIONS, LEDGER_MIGRATIONS: re-e
     LEDGER_MIGRATIONS,
     Answer,
     AnswerWriter,
+    CommitThread,
     LabelRows,
     UsageMeter,
     cached_trace_ids,
@@ -121,6 +124,10 @@ MAX_RATIONALE_CHARS = 2000
 #: A run stops as "stopped answering" after this many requests in a row found nothing answering on
 #: any try (connection refused or reset), although the endpoint had answered before in the run.
 DOWN_AFTER_FAILED_REQUESTS = 3
+
+#: Backpressure: with this many answers waiting while the writer thread commits a group, no new
+#: request is sent until that commit is done (memory stays bounded when the store is slower than the server).
+MAX_WAITING_ANSWERS = 2048
 
 #: Why a request was asked again (``JudgeReport.extra["retries"]`` counts each).
 RETRY_CAUSES = ("transport", "truncated", "parse", "refusal", "invalid_ids")
@@ -590,6 +597,7 @@ class LLMJudge:
                 ctx.usage.report.cached_responses += 1
             else:
                 try:
+                    await ctx.room()
                     async with ctx.req_sem:
                         ctx.in_flight += 1
                         try:
@@ -792,9 +800,14 @@ class _RunContext:
     #: Requests sent and not yet answered.
     in_flight: int = 0
     _timer: asyncio.TimerHandle | None = None
-    #: A group commit due while requests are in flight, run once this turn's ready callbacks have run.
-    _soon: asyncio.Handle | None = None
     _flush_error: BaseException | None = None
+    #: The writer thread (started by the first group handed over; stopped by close_writer).
+    committer: CommitThread | None = None
+    #: Times a request waited for the writer thread to catch up (:meth:`room`).
+    backpressure_waits: int = 0
+    _closing: bool = False
+    _publish_due: bool = False
+    _room: asyncio.Event = field(default_factory=asyncio.Event)
 
     def may_be_cached(self, trace_id: str) -> bool:
         """Whether a request of ``trace_id`` may have a stored response (else the lookup is skipped).
@@ -805,42 +818,74 @@ class _RunContext:
         return trace_id in self.cached_traces
 
     def record(self, answer: Answer) -> None:
-        """Queue one answer's writes; commit the group when due (:meth:`.persist.AnswerWriter.due`),
-        else when the group's time is up. With nothing else in flight the group is committed now;
-        with other requests in flight, once the callbacks ready in this turn of the event loop have
-        run (the tasks whose answers arrived with this one send their next requests first, so those
-        are in flight while the transaction runs)."""
+        """Queue one answer's writes and hand the waiting group to the writer thread when due
+        (:meth:`.persist.AnswerWriter.due`; with nothing else in flight, at once), else once the
+        group's time is up. The event loop never waits for a commit: while the writer thread
+        (:class:`.persist.CommitThread`) writes one group, the answers that arrive form the next.
+
+        Raises
+        ------
+        BaseException
+            The error of an earlier group's commit (its answers wait for the next try).
+        """
         if self._flush_error is not None:
             raise self._flush_error
         self.writer.add(answer)
-        if self.writer.due(idle=self.in_flight == 0):
-            if self.in_flight == 0:
-                self._flush()
-            elif self._soon is None:
-                self._soon = asyncio.get_running_loop().call_soon(self._on_timer)
-        elif self._timer is None:
+        self._hand_off()
+
+    async def room(self) -> None:
+        """Wait while :data:`MAX_WAITING_ANSWERS` answers wait for the writer thread (backpressure:
+        requests stop being sent until it catches up)."""
+        while self._flush_error is None and len(self.writer.pending) >= MAX_WAITING_ANSWERS and self.committer is not None \
+                and self.committer.busy:
+            self.backpressure_waits += 1
+            self._room.clear()
+            await self._room.wait()
+
+    def _hand_off(self) -> None:
+        committer = self.committer
+        if self._closing or (committer is not None and committer.busy):
+            return  # the group being written hands the next one over when it is done (_committed)
+        publish = self._publish_due and self.run_id is not None
+        if publish or self.writer.due(idle=self.in_flight == 0):
+            self._cancel_timers()
+            if committer is None:
+                committer = self.committer = CommitThread(self.writer, asyncio.get_running_loop(), self._committed)
+            counts = (self.run_id, self.usage.report.as_counts()) if publish and self.run_id is not None else None
+            self._publish_due = False
+            committer.submit(self.writer.take(), counts)
+        elif self._timer is None and self.writer.pending:
             self._timer = asyncio.get_running_loop().call_later(self.writer.wait_s(), self._on_timer)
 
-    def _cancel_timers(self) -> None:
-        for handle in (self._timer, self._soon):
-            if handle is not None:
-                handle.cancel()
-        self._timer = self._soon = None
+    def _committed(self, group: list[Answer], seconds: float, error: BaseException | None) -> None:
+        if error is None:
+            self.writer.committed(len(group), seconds)
+        else:  # nothing of the group was written: its answers wait for the next try, the error is raised by record()
+            self.writer.pending[:0] = group
+            self._flush_error = error
+        self._room.set()
+        self._hand_off()
 
-    def _flush(self) -> None:
-        self._cancel_timers()
-        self.writer.flush()
+    def _cancel_timers(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = None
 
     def _on_timer(self) -> None:
-        self._cancel_timers()
-        try:
-            self.writer.flush()
-        except BaseException as exc:  # raised by the next record() or close_writer(), in a task
-            self._flush_error = exc
+        self._timer = None
+        self._hand_off()
 
     def close_writer(self) -> None:
-        """Commit every waiting answer (the end of a run, also an interrupted or failed one)."""
+        """Commit every waiting answer (the end of a run, also an interrupted or failed one): wait for
+        the group the writer thread holds, stop it, then write the rest on this thread."""
+        self._closing = True
         self._cancel_timers()
+        committer, self.committer = self.committer, None
+        if committer is not None:
+            try:
+                committer.wait()
+            finally:
+                committer.close()
         error, self._flush_error = self._flush_error, None
         self.writer.flush()
         if error is not None:
@@ -870,6 +915,11 @@ class _RunContext:
         self._since_publish = 0
         self._published_at = time.monotonic()
         if self.run_id is None:
+            return
+        if not final and not self._closing:
+            # stored by the writer thread after the answers counted so far are committed
+            self._publish_due = True
+            self._hand_off()
             return
         counts = self.usage.report.as_counts()
         if final:
