@@ -597,8 +597,8 @@ class LLMJudge:
                 ctx.usage.report.cached_responses += 1
             else:
                 try:
-                    await ctx.room()
                     async with ctx.req_sem:
+                        await ctx.room()
                         ctx.in_flight += 1
                         try:
                             body = self.request_body(messages, job.sample, max_tokens)
@@ -826,11 +826,12 @@ class _RunContext:
         Raises
         ------
         BaseException
-            The error of an earlier group's commit (its answers wait for the next try).
+            The error of an earlier group's commit (its answers, and this one, wait for the last
+            flush of :meth:`close_writer`).
         """
+        self.writer.add(answer)  # kept even when raising below: the last flush writes it (it was paid for)
         if self._flush_error is not None:
             raise self._flush_error
-        self.writer.add(answer)
         self._hand_off()
 
     async def room(self) -> None:
@@ -847,7 +848,7 @@ class _RunContext:
         if self._closing or (committer is not None and committer.busy):
             return  # the group being written hands the next one over when it is done (_committed)
         publish = self._publish_due and self.run_id is not None
-        if publish or self.writer.due(idle=self.in_flight == 0):
+        if publish or self.writer.due(idle=self.in_flight == 0) or len(self.writer.pending) >= MAX_WAITING_ANSWERS:
             self._cancel_timers()
             if committer is None:
                 committer = self.committer = CommitThread(self.writer, asyncio.get_running_loop(), self._committed)
