@@ -25,7 +25,8 @@ fresh process on a copy of one store of ``--copies`` copies of the traces:
      (throughput = concurrency / latency), and against min(Little, the zero-latency ceiling).
 Each judge row also prints the judge's and the server's CPU milliseconds per request (the server's
 from ``/proc``, Linux) and the CPU bound they set: min(one core / the judge's CPU per request, all
-cores / (judge + server CPU per request)), the rate a free machine of this many cores allows.
+cores / (judge + server CPU per request)), the rate a free machine of this many cores allows, and the
+longest event-loop stall of the judge (a 5 ms watchdog task on its loop; the worst of the runs).
 With ``--against TREE`` (a checkout of another commit, e.g. /work/wt/_base) every judge figure is
 also measured with that tree's code in the same run, and printed with the ratio new / base.
 
@@ -106,21 +107,41 @@ def run_mode(tmp: Path, traces: list[Trace], name: str, *, latency: float, style
 
 # ---------------------------------------------------------------------------------------- throughput
 #: One judge run in a fresh process, with the code of the tree on its PYTHONPATH; prints one JSON line.
+#: Event-loop stalls: a watchdog task on the judge's loop sleeps 5 ms at a time and records how late
+#: it wakes (the longest lateness is the longest time the loop ran something else without yielding).
 _JUDGE_WORKER = """
-import json, sys, time
+import asyncio, json, sys, time
 import openai  # imported before the clock starts (about 1.5 s)
 import ror_annotate
 from ror_annotate.judge import make_judge
+from ror_annotate.judge.persist import ensure_judge_tables
 from ror_annotate.store import Store
 db, url, concurrency, mode = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 store = Store(db)
 ids = store.trace_ids()
 options = {"mode": "per-segment"} if mode == "per-segment" else {"chunk_size": int(mode)}
 judge = make_judge("openai:gpt-4.1-mini", base_url=url, concurrency=concurrency, **options)
+ensure_judge_tables(store)
+stalls = []
+async def main():
+    done = asyncio.Event()
+    async def watchdog():
+        while not done.is_set():
+            t = time.perf_counter()
+            await asyncio.sleep(0.005)
+            stalls.append(time.perf_counter() - t - 0.005)
+    watch = asyncio.create_task(watchdog())
+    try:
+        return await judge.label_async(store, ids)
+    finally:
+        done.set()
+        await watch
 t0, c0 = time.perf_counter(), time.process_time()
-report = judge.label(store, ids)
+report = asyncio.run(main())
 wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-print(json.dumps({"wall": wall, "cpu": cpu, "requests": report.requests, "labeled": report.labeled, "code": ror_annotate.__file__}))
+stalls.sort()
+print(json.dumps({"wall": wall, "cpu": cpu, "requests": report.requests, "labeled": report.labeled, "code": ror_annotate.__file__,
+                  "stall_max": stalls[-1], "stall_p99": stalls[int(0.99 * (len(stalls) - 1))], "stalls_over_50ms": sum(s > 0.05 for s in stalls)}))
 """
 
 #: A bare asyncio HTTP/1.1 load generator (no client library): keep-alive connections, each sending
@@ -207,11 +228,14 @@ def process_cpu_s(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def judge_rate(tmp: Path, db: Path, tree: Path, *, latency: float, concurrency: int, mode: str = "24") -> tuple[float, float, float | None]:
-    """``(requests/s, requests per CPU-second of the judge's process, the server's CPU ms per request)``
-    of one judge run of ``tree``'s code on a fresh copy of ``db``. The second figure does not depend on
-    what else the machine runs: it is the rate one free core would sustain. The third is the fast
-    server's own CPU during the run (the server shares the machine's cores with the judge)."""
+def judge_rate(tmp: Path, db: Path, tree: Path, *, latency: float, concurrency: int,
+               mode: str = "24") -> tuple[float, float, float | None, float]:
+    """``(requests/s, requests per CPU-second of the judge's process, the server's CPU ms per request,
+    the longest event-loop stall in ms)`` of one judge run of ``tree``'s code on a fresh copy of ``db``.
+    The second figure does not depend on what else the machine runs: it is the rate one free core
+    would sustain (the judge's process: its event loop and, where the tree has one, its writer
+    thread). The third is the fast server's own CPU during the run (the server shares the machine's
+    cores with the judge). The fourth: how late a 5 ms watchdog on the judge's loop woke, at most."""
     run_db = tmp / "run.duckdb"
     for suffix in ("", ".wal", JOURNAL_SUFFIX):  # the commit journal of an earlier run belongs to another store
         Path(str(run_db) + suffix).unlink(missing_ok=True)
@@ -223,7 +247,7 @@ def judge_rate(tmp: Path, db: Path, tree: Path, *, latency: float, concurrency: 
         after = process_cpu_s(pid)
     assert Path(got["code"]).resolve().is_relative_to(tree.resolve()), (got["code"], tree)
     server_ms = 1000 * (after - before) / got["requests"] if before is not None and after is not None else None
-    return got["requests"] / got["wall"], got["requests"] / got["cpu"], server_ms
+    return got["requests"] / got["wall"], got["requests"] / got["cpu"], server_ms, 1000 * got["stall_max"]
 
 
 def throughput(args: argparse.Namespace, traces: list[Trace]) -> None:
@@ -258,9 +282,11 @@ def throughput(args: argparse.Namespace, traces: list[Trace]) -> None:
             rates: dict[str, float] = {}
             per_cpu: dict[str, float] = {}
             server_ms: dict[str, float] = {}
+            stall_ms: dict[str, float] = {}
             for _ in range(args.repeat):
                 for tree_name, tree in trees:
-                    rate, cpu_rate, srv_ms = judge_rate(tmp, db, tree, latency=lat, concurrency=conc, mode=mode)
+                    rate, cpu_rate, srv_ms, stall = judge_rate(tmp, db, tree, latency=lat, concurrency=conc, mode=mode)
+                    stall_ms[tree_name] = max(stall_ms.get(tree_name, stall), stall)  # the worst run's
                     rates[tree_name] = max(rates.get(tree_name, 0.0), rate)
                     per_cpu[tree_name] = max(per_cpu.get(tree_name, 0.0), cpu_rate)
                     if srv_ms is not None:
@@ -270,7 +296,7 @@ def throughput(args: argparse.Namespace, traces: list[Trace]) -> None:
             cells += f"{rates['new'] / rates['base']:>7.2f}x" if "base" in rates else ""
             cells += "".join(f"{per_cpu[t]:>9.1f}" for t, _ in trees)
             cells += f"{per_cpu['new'] / per_cpu['base']:>7.2f}x" if "base" in rates else ""
-            extra = ""
+            extra = "   longest loop stall ms " + " / ".join(f"{t} {stall_ms[t]:.0f}" for t, _ in trees)
             if "new" in server_ms:
                 # what bounds the judge on this machine: one core for its event loop, and the cores it shares with the server
                 client_ms = 1000 / per_cpu["new"]

@@ -146,3 +146,38 @@ def test_a_thread_handle_neither_drops_the_cache_nor_checkpoints(tmp_path: Path)
     handle.close()  # closing twice is harmless
     assert store.checkpoint() is True  # the store itself still does
     store.close()
+
+
+def test_a_read_snapshot_commits_nothing_and_does_not_wait_for_the_writer(tmp_path: Path) -> None:
+    db = tmp_path / "s.duckdb"
+    store = Store(db)
+    store.upsert_traces(_traces("a", "b"))
+    seq0 = store.execute("SELECT seq FROM store_journal").fetchone()[0]
+    handle = store.thread_handle()
+    order: list[str] = []
+    inside, go_on = threading.Event(), threading.Event()
+
+    def write() -> None:
+        with handle.transaction():
+            handle.upsert_traces(_traces("c"))
+            inside.set()
+            go_on.wait(5)  # the store's thread reads meanwhile (a read waiting for this would be 5 s late)
+            order.append("writer commits")
+
+    writer = threading.Thread(target=write, name="writer")
+    writer.start()
+    assert inside.wait(30)
+    with store.read_snapshot():
+        seen = sorted(r[0] for r in store.execute("SELECT trace_id FROM traces").fetchall())
+        order.append("store read")
+        with pytest.raises(StoreError, match="read_snapshot"):
+            with store.transaction():
+                pass
+    go_on.set()
+    writer.join(30)
+    assert seen == ["a", "b"] and order == ["store read", "writer commits"]
+    # the snapshot wrote no commit: only the writer's raised the counter
+    assert store.execute("SELECT seq FROM store_journal").fetchone()[0] == seq0 + 1
+    assert sorted(store.trace_ids()) == ["a", "b", "c"]
+    handle.close()
+    store.close()

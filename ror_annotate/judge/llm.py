@@ -339,18 +339,20 @@ class LLMJudge:
         }
 
     def cache_key(self, trace: Trace, ids: Sequence[int], params: dict[str, Any], attempt: int,
-                  messages: list[dict[str, str]], *, prompt_sha: str | None = None) -> str:
+                  messages: list[dict[str, str]], *, prompt_sha: str | None = None, trace_sha: str | None = None) -> str:
         """sha256 of (codebook hash, prompt template hash, model, params, trace hash, segment ids, attempt, prompt hash).
 
         The hash of the rendered messages adds what the other parts miss: the problem text and the
         segment spans (a re-segmented trace must not hit the old answers). ``prompt_sha``, when
         given, is that hash already computed (:class:`.prompt.MessagesJson`): the sha256 of
-        ``json.dumps(messages, ensure_ascii=False)``.
+        ``json.dumps(messages, ensure_ascii=False)``; ``trace_sha``, when given, is
+        ``trace.text_sha256`` already computed (once per trace rather than per request).
         """
         if prompt_sha is None:
             prompt_sha = sha256_text(json.dumps(messages, ensure_ascii=False))
         return sha256_text(json.dumps(
-            [self.codebook_version, self.prompt_template_hash, self.model, params, trace.text_sha256, list(ids), attempt, prompt_sha],
+            [self.codebook_version, self.prompt_template_hash, self.model, params, trace_sha or trace.text_sha256, list(ids), attempt,
+             prompt_sha],
             sort_keys=True,
         ))
 
@@ -409,7 +411,7 @@ class LLMJudge:
 
     def answer_record(self, *, trace: Trace, sample: int, run_id: str | None, cache_row: dict[str, Any] | None,
                       result: ChunkResult, failures: dict[int, str], attempts: int, extra: dict[str, Any],
-                      cause: str | None = None) -> Answer:
+                      cause: str | None = None, trace_sha256: str | None = None) -> Answer:
         """What one response writes (:class:`~.persist.Answer`): its cache row, its labels, any final failures.
 
         The labels are :meth:`make_labels`' objects, or, where that hook is this class's own, the same
@@ -425,7 +427,7 @@ class LLMJudge:
                                  confidence=[g[1] for _, g in good], rationale=[g[2] for _, g in good])
         else:
             labels = self.make_labels(trace, sample, run_id, result, extra)
-        return Answer(trace_id=trace.trace_id, trace_sha256=trace.text_sha256, annotator=self.annotator_for(sample), run_id=run_id,
+        return Answer(trace_id=trace.trace_id, trace_sha256=trace_sha256 or trace.text_sha256, annotator=self.annotator_for(sample), run_id=run_id,
                       cache_row=cache_row, labels=labels, failures=dict(failures), attempts=attempts, cause=cause, label_rows=rows)
 
     def commit_response(
@@ -589,7 +591,8 @@ class LLMJudge:
             if job.encoder is None and messages and isinstance(messages[0], dict):
                 job.encoder = MessagesJson(str(messages[0].get("content", "")), job.block)
             encoded = job.encoder.encode(messages) if job.encoder is not None else None
-            key = self.cache_key(job.trace, remaining, params, attempt, messages, prompt_sha=encoded[1] if encoded else None)
+            key = self.cache_key(job.trace, remaining, params, attempt, messages, prompt_sha=encoded[1] if encoded else None,
+                                 trace_sha=job.trace_sha256)
             cached = self.cached_response(ctx.store, key) if ctx.may_be_cached(job.trace.trace_id) else None
             cache_row = None
             if cached is not None:
@@ -662,7 +665,8 @@ class LLMJudge:
                      "params": params, "mode": self.mode, "chunk_size": self.chunk_size,
                      "attempt": attempt, "cache_key": key, "windowed": windowed}
             ctx.record(self.answer_record(trace=job.trace, sample=job.sample, run_id=ctx.run_id, cache_row=cache_row, result=result,
-                                          failures=result.bad if final else {}, attempts=attempt, extra=extra, cause=cause))
+                                          failures=result.bad if final else {}, attempts=attempt, extra=extra, cause=cause,
+                                          trace_sha256=job.trace_sha256))
             ctx.usage.report.labeled += len(result.good)
             if final:
                 ctx.usage.report.failed += len(result.bad)
@@ -676,7 +680,8 @@ class LLMJudge:
             # No answer to store: the failure rows are written alone.
             failures = {i: local_failure for i in remaining}
             ctx.record(self.answer_record(trace=job.trace, sample=job.sample, run_id=ctx.run_id, cache_row=None,
-                                          result=ChunkResult(), failures=failures, attempts=attempt, extra={}, cause=local_cause))
+                                          result=ChunkResult(), failures=failures, attempts=attempt, extra={}, cause=local_cause,
+                                          trace_sha256=job.trace_sha256))
             ctx.usage.report.failed += len(failures)
             ctx.usage.report.extra.setdefault("failure_example", _shorten(scrub_text(local_failure)))
             ctx.advance(len(failures))
@@ -713,6 +718,12 @@ class _TraceJob:
     too_long: str | None = None
     #: The JSON of this trace's messages with their shared prefix encoded once (set by the first request).
     encoder: MessagesJson | None = None
+    #: ``trace.text_sha256``, computed once for the trace's requests (a hash of the whole text).
+    trace_sha256: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.trace_sha256:
+            self.trace_sha256 = self.trace.text_sha256
 
 
 class _Prefetch:

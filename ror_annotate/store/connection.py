@@ -60,6 +60,8 @@ class _Shared:
         self.journal_state: list[Any] = ["", 0, []]  # store_id, commit counter, notes of the open transaction
         self.journal_file_id: str | None = None  # the store file's line of descent (ror_annotate.journal)
         self.journal_session = False  # whether this process has drawn a new file id (at its first commit)
+        #: Inside :meth:`ConnectionMixin.read_snapshot` (its transaction is rolled back, so no write may join it).
+        self.snapshot = False
         #: Set on a thread handle's entry (:meth:`ConnectionMixin.thread_handle`): the store's own entry.
         self.parent: _Shared | None = None
 
@@ -388,6 +390,8 @@ class ConnectionMixin:
         re-raised as :class:`StoreError` (an interrupted query as :class:`KeyboardInterrupt`).
         """
         shared = self._shared
+        if shared.snapshot:
+            raise StoreError(f"a write transaction inside read_snapshot() on {self.path}: its writes would be rolled back")
         with shared.lock:
             if shared.tx_depth == 0:
                 if shared.journal is not None and not shared.journal_session:
@@ -416,6 +420,41 @@ class ConnectionMixin:
                         self.con.execute("COMMIT")
                     self._journal_committed()
                     self.release_cache()
+
+    @contextmanager
+    def read_snapshot(self: _S) -> Iterator[_S]:
+        """Reads inside the block see one snapshot of the store (a DuckDB transaction that is rolled
+        back, never committed).
+
+        Unlike :meth:`transaction` it writes nothing: no commit, no record in the commit journal, and
+        it does not wait for a transaction of a thread handle (:meth:`thread_handle`) to end. Inside
+        an open transaction it joins it. A :meth:`transaction` opened inside it is refused (its
+        writes would be rolled back).
+
+        Raises
+        ------
+        StoreError
+            DuckDB refused a query (an interrupted query is raised as :class:`KeyboardInterrupt`).
+        """
+        shared = self._shared
+        if shared.tx_depth:
+            yield self
+            return
+        with duckdb_errors(self.path, "begin snapshot"):
+            self.con.execute("BEGIN TRANSACTION")
+        shared.tx_depth += 1
+        shared.snapshot = True
+        try:
+            yield self
+        except duckdb.Error as exc:
+            raise translate_duckdb_error(exc, self.path) from exc
+        finally:
+            shared.tx_depth -= 1
+            shared.snapshot = False
+            try:
+                self.con.execute("ROLLBACK")
+            except duckdb.Error:
+                pass  # a failed statement may already have aborted it
 
     def release_cache(self, *, keep_bytes: int = CACHE_KEEP_BYTES, force: bool = False) -> int:
         """Drop DuckDB's cached table blocks beyond ``keep_bytes``, between transactions; return the bytes dropped.
