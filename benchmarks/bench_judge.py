@@ -24,8 +24,9 @@ fresh process on a copy of one store of ``--copies`` copies of the traces:
   3. the judge with ``--latency-ms`` (200) per request at each concurrency, against Little's law
      (throughput = concurrency / latency), and against min(Little, the zero-latency ceiling).
 Each judge row also prints the judge's and the server's CPU milliseconds per request (the server's
-from ``/proc``, Linux) and the CPU bound they set: min(one core / the judge's CPU per request, all
-cores / (judge + server CPU per request)), the rate a free machine of this many cores allows, and the
+from ``/proc``, Linux; the judge's whole process, and its event loop's thread alone) and the CPU
+bound they set: min(one core / the loop thread's CPU per request, all cores / (judge + server CPU
+per request)), the rate a free machine of this many cores allows, and the
 longest event-loop stall of the judge (a 5 ms watchdog task on its loop; the worst of the runs).
 With ``--against TREE`` (a checkout of another commit, e.g. /work/wt/_base) every judge figure is
 also measured with that tree's code in the same run, and printed with the ratio new / base.
@@ -136,11 +137,11 @@ async def main():
     finally:
         done.set()
         await watch
-t0, c0 = time.perf_counter(), time.process_time()
+t0, c0, l0 = time.perf_counter(), time.process_time(), time.thread_time()
 report = asyncio.run(main())
-wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+wall, cpu, loop_cpu = time.perf_counter() - t0, time.process_time() - c0, time.thread_time() - l0
 stalls.sort()
-print(json.dumps({"wall": wall, "cpu": cpu, "requests": report.requests, "labeled": report.labeled, "code": ror_annotate.__file__,
+print(json.dumps({"wall": wall, "cpu": cpu, "loop_cpu": loop_cpu, "requests": report.requests, "labeled": report.labeled, "code": ror_annotate.__file__,
                   "stall_max": stalls[-1], "stall_p99": stalls[int(0.99 * (len(stalls) - 1))], "stalls_over_50ms": sum(s > 0.05 for s in stalls)}))
 """
 
@@ -229,13 +230,15 @@ def process_cpu_s(pid: int) -> float | None:
 
 
 def judge_rate(tmp: Path, db: Path, tree: Path, *, latency: float, concurrency: int,
-               mode: str = "24") -> tuple[float, float, float | None, float]:
+               mode: str = "24") -> tuple[float, float, float | None, float, float]:
     """``(requests/s, requests per CPU-second of the judge's process, the server's CPU ms per request,
-    the longest event-loop stall in ms)`` of one judge run of ``tree``'s code on a fresh copy of ``db``.
+    the longest event-loop stall in ms, the event loop's thread's CPU ms per request)`` of one judge
+    run of ``tree``'s code on a fresh copy of ``db``.
     The second figure does not depend on what else the machine runs: it is the rate one free core
     would sustain (the judge's process: its event loop and, where the tree has one, its writer
     thread). The third is the fast server's own CPU during the run (the server shares the machine's
-    cores with the judge). The fourth: how late a 5 ms watchdog on the judge's loop woke, at most."""
+    cores with the judge). The fourth: how late a 5 ms watchdog on the judge's loop woke, at most.
+    The fifth: the CPU of the loop's own thread (``time.thread_time``), which one core bounds."""
     run_db = tmp / "run.duckdb"
     for suffix in ("", ".wal", JOURNAL_SUFFIX):  # the commit journal of an earlier run belongs to another store
         Path(str(run_db) + suffix).unlink(missing_ok=True)
@@ -247,7 +250,8 @@ def judge_rate(tmp: Path, db: Path, tree: Path, *, latency: float, concurrency: 
         after = process_cpu_s(pid)
     assert Path(got["code"]).resolve().is_relative_to(tree.resolve()), (got["code"], tree)
     server_ms = 1000 * (after - before) / got["requests"] if before is not None and after is not None else None
-    return got["requests"] / got["wall"], got["requests"] / got["cpu"], server_ms, 1000 * got["stall_max"]
+    return (got["requests"] / got["wall"], got["requests"] / got["cpu"], server_ms, 1000 * got["stall_max"],
+            1000 * got["loop_cpu"] / got["requests"])
 
 
 def throughput(args: argparse.Namespace, traces: list[Trace]) -> None:
@@ -283,9 +287,11 @@ def throughput(args: argparse.Namespace, traces: list[Trace]) -> None:
             per_cpu: dict[str, float] = {}
             server_ms: dict[str, float] = {}
             stall_ms: dict[str, float] = {}
+            loop_ms: dict[str, float] = {}
             for _ in range(args.repeat):
                 for tree_name, tree in trees:
-                    rate, cpu_rate, srv_ms, stall = judge_rate(tmp, db, tree, latency=lat, concurrency=conc, mode=mode)
+                    rate, cpu_rate, srv_ms, stall, loop = judge_rate(tmp, db, tree, latency=lat, concurrency=conc, mode=mode)
+                    loop_ms[tree_name] = min(loop_ms.get(tree_name, loop), loop)
                     stall_ms[tree_name] = max(stall_ms.get(tree_name, stall), stall)  # the worst run's
                     rates[tree_name] = max(rates.get(tree_name, 0.0), rate)
                     per_cpu[tree_name] = max(per_cpu.get(tree_name, 0.0), cpu_rate)
@@ -297,10 +303,12 @@ def throughput(args: argparse.Namespace, traces: list[Trace]) -> None:
             cells += "".join(f"{per_cpu[t]:>9.1f}" for t, _ in trees)
             cells += f"{per_cpu['new'] / per_cpu['base']:>7.2f}x" if "base" in rates else ""
             extra = "   longest loop stall ms " + " / ".join(f"{t} {stall_ms[t]:.0f}" for t, _ in trees)
+            extra += "   loop thread CPU ms/req " + " / ".join(f"{t} {loop_ms[t]:.2f}" for t, _ in trees)
             if "new" in server_ms:
-                # what bounds the judge on this machine: one core for its event loop, and the cores it shares with the server
+                # what bounds the judge on this machine: one core for its event loop's thread, and the cores the
+                # judge's process (loop and writer thread) shares with the server
                 client_ms = 1000 / per_cpu["new"]
-                bound = min(1000 / client_ms, (os.cpu_count() or 1) * 1000 / (client_ms + server_ms["new"]))
+                bound = min(1000 / loop_ms["new"], (os.cpu_count() or 1) * 1000 / (client_ms + server_ms["new"]))
                 extra += f"   client {client_ms:.2f} + server {server_ms['new']:.2f} CPU ms/req: CPU bound {bound:.0f}/s"
             if expect:
                 bound = min(expect, ceiling.get("new", expect))

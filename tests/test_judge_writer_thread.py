@@ -165,3 +165,57 @@ def test_live_counts_are_stored_after_the_answers_they_count(tmp_path, monkeypat
         judge.label(store, list(traces), run=run)
     assert len(seen) > 2 and any(r for r, _ in seen)
     assert all(requests <= cached for requests, cached in seen), seen
+
+
+_CHILD = """
+import json, sys, time
+from pathlib import Path
+from ror_annotate.judge import make_judge
+from ror_annotate.judge.persist import AnswerWriter
+from ror_annotate.store import Store
+marker = Path(sys.argv[3])
+real = AnswerWriter.write_group
+def slow(self, store, group):
+    if group and not marker.exists():  # the first group: announce it, then take a second over it
+        marker.write_text(json.dumps([a.cache_row["cache_key"] for a in group if a.cache_row]))
+        time.sleep(1.0)
+    real(self, store, group)
+AnswerWriter.write_group = slow
+store = Store(sys.argv[1])
+judge = make_judge("openai:gpt-4.1-mini", base_url=sys.argv[2], chunk_size=1, concurrency=4)
+try:
+    judge.label(store, [f"t{i}" for i in range(8)])
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+"""
+
+
+def test_sigterm_while_the_writer_thread_commits_drains_the_group(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from ror_annotate.store import Store
+
+    db, marker = tmp_path / "s.duckdb", tmp_path / "group.json"
+    build_store(db, {f"t{i}": (f"Problem {i}.", TRACE_A) for i in range(8)}).close()
+    with FakeOpenAI(latency=0.05) as srv:
+        env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+        child = subprocess.Popen([sys.executable, "-c", _CHILD, str(db), srv.base_url, str(marker)], env=env,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 60
+        while not marker.exists() and time.monotonic() < deadline and child.poll() is None:
+            time.sleep(0.01)
+        time.sleep(0.05)  # the marker's JSON is written
+        child.send_signal(signal.SIGTERM)
+        out, err = child.communicate(timeout=60)
+    assert child.returncode == 0 and out.strip() == "interrupted", err
+    group = set(json.loads(marker.read_text()))
+    with Store(db) as store:
+        stored = {k for (k,) in store.execute("SELECT cache_key FROM judge_cache").fetchall()}
+        labels = store.execute("SELECT count(*) FROM labels").fetchone()[0]
+    # the group the writer thread held at the signal was committed before the process ended, with its labels
+    assert group and group <= stored
+    assert labels == len(stored)  # chunk_size 1: one label per stored answer, none half-written
