@@ -27,7 +27,9 @@ Each judge row also prints the judge's and the server's CPU milliseconds per req
 from ``/proc``, Linux; the judge's whole process, and its event loop's thread alone) and the CPU
 bound they set: min(one core / the loop thread's CPU per request, all cores / (judge + server CPU
 per request)), the rate a free machine of this many cores allows, and the
-longest event-loop stall of the judge (a 5 ms watchdog task on its loop; the worst of the runs).
+longest event-loop stall of the judge (a 5 ms watchdog task on its loop: how late it woke, and in
+brackets the loop thread's CPU between two wakes, which the machine's load does not inflate; the
+worst of the runs).
 With ``--against TREE`` (a checkout of another commit, e.g. /work/wt/_base) every judge figure is
 also measured with that tree's code in the same run, and printed with the ratio new / base.
 
@@ -109,7 +111,9 @@ def run_mode(tmp: Path, traces: list[Trace], name: str, *, latency: float, style
 # ---------------------------------------------------------------------------------------- throughput
 #: One judge run in a fresh process, with the code of the tree on its PYTHONPATH; prints one JSON line.
 #: Event-loop stalls: a watchdog task on the judge's loop sleeps 5 ms at a time and records how late
-#: it wakes (the longest lateness is the longest time the loop ran something else without yielding).
+#: it wakes (wall clock: the loop running something else without yielding, waiting for the GIL, or its
+#: process waiting for a core on a loaded machine) and the loop thread's CPU time between two wakes
+#: (``time.thread_time``: the loop's own work only, whatever the load).
 _JUDGE_WORKER = """
 import asyncio, json, sys, time
 import openai  # imported before the clock starts (about 1.5 s)
@@ -123,14 +127,15 @@ ids = store.trace_ids()
 options = {"mode": "per-segment"} if mode == "per-segment" else {"chunk_size": int(mode)}
 judge = make_judge("openai:gpt-4.1-mini", base_url=url, concurrency=concurrency, **options)
 ensure_judge_tables(store)
-stalls = []
+stalls, cpu_stalls = [], []
 async def main():
     done = asyncio.Event()
     async def watchdog():
         while not done.is_set():
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.thread_time()
             await asyncio.sleep(0.005)
             stalls.append(time.perf_counter() - t - 0.005)
+            cpu_stalls.append(time.thread_time() - c)
     watch = asyncio.create_task(watchdog())
     try:
         return await judge.label_async(store, ids)
@@ -142,7 +147,7 @@ report = asyncio.run(main())
 wall, cpu, loop_cpu = time.perf_counter() - t0, time.process_time() - c0, time.thread_time() - l0
 stalls.sort()
 print(json.dumps({"wall": wall, "cpu": cpu, "loop_cpu": loop_cpu, "requests": report.requests, "labeled": report.labeled, "code": ror_annotate.__file__,
-                  "stall_max": stalls[-1], "stall_p99": stalls[int(0.99 * (len(stalls) - 1))], "stalls_over_50ms": sum(s > 0.05 for s in stalls)}))
+                  "stall_max": stalls[-1], "cpu_stall_max": max(cpu_stalls), "stall_p99": stalls[int(0.99 * (len(stalls) - 1))], "stalls_over_50ms": sum(s > 0.05 for s in stalls)}))
 """
 
 #: A bare asyncio HTTP/1.1 load generator (no client library): keep-alive connections, each sending
@@ -230,7 +235,7 @@ def process_cpu_s(pid: int) -> float | None:
 
 
 def judge_rate(tmp: Path, db: Path, tree: Path, *, latency: float, concurrency: int,
-               mode: str = "24") -> tuple[float, float, float | None, float, float]:
+               mode: str = "24") -> tuple[float, float, float | None, tuple[float, float], float]:
     """``(requests/s, requests per CPU-second of the judge's process, the server's CPU ms per request,
     the longest event-loop stall in ms, the event loop's thread's CPU ms per request)`` of one judge
     run of ``tree``'s code on a fresh copy of ``db``.
@@ -250,7 +255,7 @@ def judge_rate(tmp: Path, db: Path, tree: Path, *, latency: float, concurrency: 
         after = process_cpu_s(pid)
     assert Path(got["code"]).resolve().is_relative_to(tree.resolve()), (got["code"], tree)
     server_ms = 1000 * (after - before) / got["requests"] if before is not None and after is not None else None
-    return (got["requests"] / got["wall"], got["requests"] / got["cpu"], server_ms, 1000 * got["stall_max"],
+    return (got["requests"] / got["wall"], got["requests"] / got["cpu"], server_ms, (1000 * got["stall_max"], 1000 * got["cpu_stall_max"]),
             1000 * got["loop_cpu"] / got["requests"])
 
 
@@ -286,13 +291,14 @@ def throughput(args: argparse.Namespace, traces: list[Trace]) -> None:
             rates: dict[str, float] = {}
             per_cpu: dict[str, float] = {}
             server_ms: dict[str, float] = {}
-            stall_ms: dict[str, float] = {}
+            stall_ms: dict[str, tuple[float, float]] = {}
             loop_ms: dict[str, float] = {}
             for _ in range(args.repeat):
                 for tree_name, tree in trees:
                     rate, cpu_rate, srv_ms, stall, loop = judge_rate(tmp, db, tree, latency=lat, concurrency=conc, mode=mode)
                     loop_ms[tree_name] = min(loop_ms.get(tree_name, loop), loop)
-                    stall_ms[tree_name] = max(stall_ms.get(tree_name, stall), stall)  # the worst run's
+                    before = stall_ms.get(tree_name, stall)  # the worst of the runs
+                    stall_ms[tree_name] = (max(before[0], stall[0]), max(before[1], stall[1]))
                     rates[tree_name] = max(rates.get(tree_name, 0.0), rate)
                     per_cpu[tree_name] = max(per_cpu.get(tree_name, 0.0), cpu_rate)
                     if srv_ms is not None:
@@ -302,7 +308,7 @@ def throughput(args: argparse.Namespace, traces: list[Trace]) -> None:
             cells += f"{rates['new'] / rates['base']:>7.2f}x" if "base" in rates else ""
             cells += "".join(f"{per_cpu[t]:>9.1f}" for t, _ in trees)
             cells += f"{per_cpu['new'] / per_cpu['base']:>7.2f}x" if "base" in rates else ""
-            extra = "   longest loop stall ms " + " / ".join(f"{t} {stall_ms[t]:.0f}" for t, _ in trees)
+            extra = "   longest loop stall ms, wall (loop CPU) " + " / ".join(f"{t} {stall_ms[t][0]:.0f} ({stall_ms[t][1]:.0f})" for t, _ in trees)
             extra += "   loop thread CPU ms/req " + " / ".join(f"{t} {loop_ms[t]:.2f}" for t, _ in trees)
             if "new" in server_ms:
                 # what bounds the judge on this machine: one core for its event loop's thread, and the cores the

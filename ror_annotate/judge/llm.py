@@ -830,8 +830,9 @@ class _RunContext:
 
     def record(self, answer: Answer) -> None:
         """Queue one answer's writes and hand the waiting group to the writer thread when due
-        (:meth:`.persist.AnswerWriter.due`; with nothing else in flight, at once), else once the
-        group's time is up. The event loop never waits for a commit: while the writer thread
+        (:meth:`.persist.AnswerWriter.due`; with nothing else in flight, or a request slot free, as
+        in the run's last moments, as soon as the writer thread is free), else once the group's time
+        is up. The event loop never waits for a commit: while the writer thread
         (:class:`.persist.CommitThread`) writes one group, the answers that arrive form the next.
 
         Raises
@@ -859,7 +860,9 @@ class _RunContext:
         if self._closing or (committer is not None and committer.busy):
             return  # the group being written hands the next one over when it is done (_committed)
         publish = self._publish_due and self.run_id is not None
-        if publish or self.writer.due(idle=self.in_flight == 0) or len(self.writer.pending) >= MAX_WAITING_ANSWERS:
+        # a free request slot: the run's tail (or a light run), where nothing overlaps a commit left for the end
+        tail = bool(self.writer.pending) and not self.req_sem.locked()
+        if publish or tail or self.writer.due(idle=self.in_flight == 0) or len(self.writer.pending) >= MAX_WAITING_ANSWERS:
             self._cancel_timers()
             if committer is None:
                 committer = self.committer = CommitThread(self.writer, asyncio.get_running_loop(), self._committed)

@@ -10,9 +10,12 @@ for a moment and commits them together (group commit): with several requests in 
 at most every :data:`COMMIT_EVERY_S` seconds (longer, up to :data:`MAX_COMMIT_GAP_S`, when a commit
 takes more than a ninth of that) or every :data:`COMMIT_EVERY_ANSWERS` answers, and at once whenever
 no other request is in flight, so a slow or sequential run commits each answer as it arrives, as
-before. A process killed with SIGKILL loses at most the answers of the last second (they are asked
-again on the next run, never half-written); every committed answer is replayed from the cache,
-never paid twice.
+before. An interactive run commits on a writer thread (:class:`CommitThread`, its own store handle
+from :meth:`Store.thread_handle <ror_annotate.store.Store.thread_handle>`), one group at a time,
+while its event loop goes on sending and reading; the end of a run (also an interrupted or failed
+one) waits for that group and commits the rest. A process killed with SIGKILL loses at most the
+answers of the last second or so (they are asked again on the next run, never half-written); every
+committed answer is replayed from the cache, never paid twice.
 """
 
 from __future__ import annotations
