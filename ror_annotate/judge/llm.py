@@ -129,6 +129,9 @@ DOWN_AFTER_FAILED_REQUESTS = 3
 #: request is sent until that commit is done (memory stays bounded when the store is slower than the server).
 MAX_WAITING_ANSWERS = 2048
 
+#: Seconds of trace preparation the event loop runs in one turn before it reads answers and sends again.
+PREP_SLICE_S = 0.01
+
 #: Why a request was asked again (``JudgeReport.extra["retries"]`` counts each).
 RETRY_CAUSES = ("transport", "truncated", "parse", "refusal", "invalid_ids")
 #: What the retry instruction (prompt.RETRY_TEMPLATE) says was wrong, per cause with a fixed text.
@@ -530,12 +533,23 @@ class LLMJudge:
         return total
 
     async def _judge_trace(self, ctx: "_RunContext", trace_id: str, sample: int) -> None:
+        await ctx.prep_slot()
+        prepared = self._prepare_trace(ctx, trace_id, sample)
+        if prepared is None:
+            return
+        job, chunks = prepared
+        # First request alone: the provider caches the shared prefix before the others arrive.
+        await self._judge_chunk(ctx, job, chunks[0])
+        await asyncio.gather(*(self._judge_chunk(ctx, job, c) for c in chunks[1:]))
+
+    def _prepare_trace(self, ctx: "_RunContext", trace_id: str, sample: int) -> "tuple[_TraceJob, list[list[int]]] | None":
+        """The trace's job and its chunks of segment ids still to label (None: nothing to ask)."""
         store = ctx.store
         annotator = self.annotator_for(sample)
         trace, segments, done, failed = ctx.prefetch.take(trace_id, annotator)
         if not segments:
             ctx.usage.report.extra["unsegmented_traces"] += 1
-            return
+            return None
         ctx.usage.report.skipped += sum(1 for s in segments if s.segment_index in done)
         if not self.retry_failed:
             kept = {i for i in failed if i not in done}
@@ -547,12 +561,10 @@ class LLMJudge:
         ]
         chunks = [c for c in chunks if c]
         if not chunks:
-            return
+            return None
         job = _TraceJob(trace=trace, segments=segments, sample=sample, block=self.render_trace_block(store, trace, segments),
                         failed=failed)
-        # First request alone: the provider caches the shared prefix before the others arrive.
-        await self._judge_chunk(ctx, job, chunks[0])
-        await asyncio.gather(*(self._judge_chunk(ctx, job, c) for c in chunks[1:]))
+        return job, chunks
 
     async def _judge_chunk(self, ctx: "_RunContext", job: "_TraceJob", ids: list[int]) -> None:  # noqa: C901  (one branch per failure class of a paid request (retry, fail, cache))
         """Ask for the labels of ``ids`` until each is labeled or has used its tries.
@@ -819,6 +831,8 @@ class _RunContext:
     _closing: bool = False
     _publish_due: bool = False
     _room: asyncio.Event = field(default_factory=asyncio.Event)
+    _prep_clock: float = field(default_factory=time.perf_counter)
+    _prep_reset: bool = False
 
     def may_be_cached(self, trace_id: str) -> bool:
         """Whether a request of ``trace_id`` may have a stored response (else the lookup is skipped).
@@ -854,6 +868,21 @@ class _RunContext:
             self.backpressure_waits += 1
             self._room.clear()
             await self._room.wait()
+
+    async def prep_slot(self) -> None:
+        """Wait until preparing a trace may hold the event loop: at most about :data:`PREP_SLICE_S`
+        of trace preparation per turn of the loop. At the start of a run hundreds of traces are
+        admitted at once; preparing them all in one turn (reads, prompt blocks) would hold back
+        every answer and every send for that long."""
+        while time.perf_counter() - self._prep_clock > PREP_SLICE_S:
+            if not self._prep_reset:
+                self._prep_reset = True
+                asyncio.get_running_loop().call_soon(self._reset_prep_clock)  # runs first in the next turn
+            await asyncio.sleep(0)
+
+    def _reset_prep_clock(self) -> None:
+        self._prep_reset = False
+        self._prep_clock = time.perf_counter()
 
     def _hand_off(self) -> None:
         committer = self.committer
