@@ -18,7 +18,9 @@ Throughput (``--throughput``): requests/s of the usual chunked prompt (K=24) aga
 server of ``tests/fast_openai_server.py`` (its own process, one asyncio loop), each judge run in a
 fresh process on a copy of one store of ``--copies`` copies of the traces:
   1. the server alone: requests/s it answers from a bare asyncio load generator (its own process)
-     sending the judge's request bodies, next to the tests' in-process ``FakeOpenAI``;
+     sending the judge's request bodies, next to the tests' in-process ``FakeOpenAI``; and with
+     ``--latency-ms`` at each concurrency: what the server and the machine allow against Little's
+     law when the client does no work of its own;
   2. the judge against the zero-latency server at ``--concurrency`` (chunked; ``--per-segment`` adds
      per-segment mode), the client's ceiling;
   3. the judge with ``--latency-ms`` (200) per request at each concurrency, against Little's law
@@ -283,6 +285,13 @@ def throughput(args: argparse.Namespace, traces: list[Trace]) -> None:
             rates[("fake", c0)] = got["requests"] / got["wall"]
             print(f"server alone, {c0} connections: fast server {rates[('fast', c0)]:.0f} req/s; tests' FakeOpenAI "
                   f"{rates[('fake', c0)]:.0f} req/s ({got['errors']} connection resets)")
+        for conc in concurrencies:
+            # what the server and this machine allow at the latency, with a client that does no work of its own
+            with FastOpenAI(latency=latency) as fast:
+                got = _run_json(_LOADGEN, [str(fast.port), str(conc), str(bodies_file), str(args.server_seconds)], pythonpath=REPO)
+            bare = got["requests"] / got["wall"]
+            print(f"server alone with {args.latency_ms:.0f} ms latency, {conc} connections (bare load generator): {bare:.0f} req/s "
+                  f"(Little {conc / latency:.0f}: {bare * latency / conc:.2f})")
         # 2. zero latency; 3. with latency. Each figure: the trees one after the other, best of --repeat runs.
         rows: list[tuple[str, float, dict[str, float]]] = []
         ceiling: dict[str, float] = {}
