@@ -97,10 +97,15 @@ def test_a_thread_handle_belongs_to_the_first_other_thread_that_uses_it(tmp_path
     store.close()
 
 
-def test_a_read_only_store_gives_no_writer_handle(tmp_path: Path) -> None:
+def test_a_read_only_or_closed_store_gives_no_writer_handle(tmp_path: Path) -> None:
     Store(tmp_path / "s.duckdb").close()
     with Store(tmp_path / "s.duckdb", read_only=True) as ro, pytest.raises(StoreReadOnlyError):
         ro.thread_handle()
+    closed = Store(tmp_path / "s.duckdb")
+    closed.close()
+    with pytest.raises(StoreError) as info:
+        closed.thread_handle()
+    assert info.value.code == "E211"
 
 
 def test_transactions_of_the_store_and_its_handle_take_turns_and_share_one_commit_journal(tmp_path: Path) -> None:
@@ -170,9 +175,10 @@ def test_a_read_snapshot_commits_nothing_and_does_not_wait_for_the_writer(tmp_pa
     with store.read_snapshot():
         seen = sorted(r[0] for r in store.execute("SELECT trace_id FROM traces").fetchall())
         order.append("store read")
-        with pytest.raises(StoreError, match="read_snapshot"):
+        with pytest.raises(StoreError, match="read_snapshot") as info:
             with store.transaction():
                 pass
+        assert info.value.code == "E212"
     go_on.set()
     writer.join(30)
     assert seen == ["a", "b"] and order == ["store read", "writer commits"]

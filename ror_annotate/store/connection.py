@@ -26,6 +26,12 @@ from .progress import ProgressFile
 #: Code of a store used from a thread other than the one that opened it.
 WRONG_THREAD = "E205"
 
+#: Code of :meth:`ConnectionMixin.thread_handle` asked for on a closed store or inside a transaction.
+NO_THREAD_HANDLE = "E211"
+
+#: Code of a write transaction opened inside :meth:`ConnectionMixin.read_snapshot` (its writes would be rolled back).
+WRITE_IN_SNAPSHOT = "E212"
+
 
 def _wrong_thread(path: str, shared: "_Shared") -> StoreError:
     return StoreError(
@@ -326,14 +332,15 @@ class ConnectionMixin:
         Raises
         ------
         StoreError
-            ``E205``: called from a thread that does not own the store, or on a thread handle;
-            or on a closed store.
+            ``E205``: called from a thread that does not own the store, or on a thread handle.
+            ``E211``: on a closed store, or inside a transaction before the store's first commit
+            (the commit journal's file id is drawn first, by a checkpoint).
         StoreReadOnlyError
             The store is open read-only (a writer thread has nothing to do there).
         """
         shared = self._shared
         if self._closed:
-            raise StoreError(f"the store {self.path} is closed")
+            raise StoreError(f"the store {self.path} is closed", code=NO_THREAD_HANDLE)
         if shared.parent is not None:
             raise StoreError(f"a thread handle on {self.path} cannot make another; call thread_handle() on the store",
                              code=WRONG_THREAD)
@@ -342,7 +349,8 @@ class ConnectionMixin:
             con = self.con  # E205 from a thread that does not own the store
             if shared.journal is not None and not shared.journal_session:
                 if shared.tx_depth:
-                    raise StoreError(f"thread_handle() on {self.path} inside a transaction: call it between transactions")
+                    raise StoreError(f"thread_handle() on {self.path} inside a transaction: call it between transactions",
+                                     code=NO_THREAD_HANDLE)
                 self._journal_start_session()  # the file id is drawn once, by the store's thread, before any handle commits
             child = _Shared(con.cursor(), shared.read_only)
         child.owner, child.owner_name = _UNCLAIMED, "(unclaimed)"
@@ -391,7 +399,8 @@ class ConnectionMixin:
         """
         shared = self._shared
         if shared.snapshot:
-            raise StoreError(f"a write transaction inside read_snapshot() on {self.path}: its writes would be rolled back")
+            raise StoreError(f"a write transaction inside read_snapshot() on {self.path}: its writes would be rolled back",
+                             code=WRITE_IN_SNAPSHOT)
         with shared.lock:
             if shared.tx_depth == 0:
                 if shared.journal is not None and not shared.journal_session:
@@ -428,8 +437,8 @@ class ConnectionMixin:
 
         Unlike :meth:`transaction` it writes nothing: no commit, no record in the commit journal, and
         it does not wait for a transaction of a thread handle (:meth:`thread_handle`) to end. Inside
-        an open transaction it joins it. A :meth:`transaction` opened inside it is refused (its
-        writes would be rolled back).
+        an open transaction it joins it. A :meth:`transaction` opened inside it is refused with
+        ``E212`` (its writes would be rolled back).
 
         Raises
         ------
