@@ -18,14 +18,20 @@ Throughput (``--throughput``): requests/s of the usual chunked prompt (K=24) aga
 server of ``tests/fast_openai_server.py`` (its own process, one asyncio loop), each judge run in a
 fresh process on a copy of one store of ``--copies`` copies of the traces:
   1. the server alone: requests/s it answers from a bare asyncio load generator (its own process)
-     sending the judge's request bodies, next to the tests' in-process ``FakeOpenAI``;
+     sending the judge's request bodies, next to the tests' in-process ``FakeOpenAI``; and with
+     ``--latency-ms`` at each concurrency: what the server and the machine allow against Little's
+     law when the client does no work of its own;
   2. the judge against the zero-latency server at ``--concurrency`` (chunked; ``--per-segment`` adds
      per-segment mode), the client's ceiling;
   3. the judge with ``--latency-ms`` (200) per request at each concurrency, against Little's law
      (throughput = concurrency / latency), and against min(Little, the zero-latency ceiling).
 Each judge row also prints the judge's and the server's CPU milliseconds per request (the server's
-from ``/proc``, Linux) and the CPU bound they set: min(one core / the judge's CPU per request, all
-cores / (judge + server CPU per request)), the rate a free machine of this many cores allows.
+from ``/proc``, Linux; the judge's whole process, and its event loop's thread alone) and the CPU
+bound they set: min(one core / the loop thread's CPU per request, all cores / (judge + server CPU
+per request)), the rate a free machine of this many cores allows, and the
+longest event-loop stall of the judge (a 5 ms watchdog task on its loop: how late it woke, and in
+brackets the loop thread's CPU between two wakes, which the machine's load does not inflate; the
+worst of the runs).
 With ``--against TREE`` (a checkout of another commit, e.g. /work/wt/_base) every judge figure is
 also measured with that tree's code in the same run, and printed with the ratio new / base.
 
@@ -106,21 +112,44 @@ def run_mode(tmp: Path, traces: list[Trace], name: str, *, latency: float, style
 
 # ---------------------------------------------------------------------------------------- throughput
 #: One judge run in a fresh process, with the code of the tree on its PYTHONPATH; prints one JSON line.
+#: Event-loop stalls: a watchdog task on the judge's loop sleeps 5 ms at a time and records how late
+#: it wakes (wall clock: the loop running something else without yielding, waiting for the GIL, or its
+#: process waiting for a core on a loaded machine) and the loop thread's CPU time between two wakes
+#: (``time.thread_time``: the loop's own work only, whatever the load).
 _JUDGE_WORKER = """
-import json, sys, time
+import asyncio, json, sys, time
 import openai  # imported before the clock starts (about 1.5 s)
 import ror_annotate
 from ror_annotate.judge import make_judge
+from ror_annotate.judge.persist import ensure_judge_tables
 from ror_annotate.store import Store
 db, url, concurrency, mode = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 store = Store(db)
 ids = store.trace_ids()
 options = {"mode": "per-segment"} if mode == "per-segment" else {"chunk_size": int(mode)}
 judge = make_judge("openai:gpt-4.1-mini", base_url=url, concurrency=concurrency, **options)
-t0, c0 = time.perf_counter(), time.process_time()
-report = judge.label(store, ids)
-wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-print(json.dumps({"wall": wall, "cpu": cpu, "requests": report.requests, "labeled": report.labeled, "code": ror_annotate.__file__}))
+ensure_judge_tables(store)
+stalls, cpu_stalls = [], []
+async def main():
+    done = asyncio.Event()
+    async def watchdog():
+        while not done.is_set():
+            t, c = time.perf_counter(), time.thread_time()
+            await asyncio.sleep(0.005)
+            stalls.append(time.perf_counter() - t - 0.005)
+            cpu_stalls.append(time.thread_time() - c)
+    watch = asyncio.create_task(watchdog())
+    try:
+        return await judge.label_async(store, ids)
+    finally:
+        done.set()
+        await watch
+t0, c0, l0 = time.perf_counter(), time.process_time(), time.thread_time()
+report = asyncio.run(main())
+wall, cpu, loop_cpu = time.perf_counter() - t0, time.process_time() - c0, time.thread_time() - l0
+stalls.sort()
+print(json.dumps({"wall": wall, "cpu": cpu, "loop_cpu": loop_cpu, "requests": report.requests, "labeled": report.labeled, "code": ror_annotate.__file__,
+                  "stall_max": stalls[-1], "cpu_stall_max": max(cpu_stalls), "stall_p99": stalls[int(0.99 * (len(stalls) - 1))], "stalls_over_50ms": sum(s > 0.05 for s in stalls)}))
 """
 
 #: A bare asyncio HTTP/1.1 load generator (no client library): keep-alive connections, each sending
@@ -207,11 +236,16 @@ def process_cpu_s(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def judge_rate(tmp: Path, db: Path, tree: Path, *, latency: float, concurrency: int, mode: str = "24") -> tuple[float, float, float | None]:
-    """``(requests/s, requests per CPU-second of the judge's process, the server's CPU ms per request)``
-    of one judge run of ``tree``'s code on a fresh copy of ``db``. The second figure does not depend on
-    what else the machine runs: it is the rate one free core would sustain. The third is the fast
-    server's own CPU during the run (the server shares the machine's cores with the judge)."""
+def judge_rate(tmp: Path, db: Path, tree: Path, *, latency: float, concurrency: int,
+               mode: str = "24") -> tuple[float, float, float | None, tuple[float, float], float]:
+    """``(requests/s, requests per CPU-second of the judge's process, the server's CPU ms per request,
+    the longest event-loop stall in ms, the event loop's thread's CPU ms per request)`` of one judge
+    run of ``tree``'s code on a fresh copy of ``db``.
+    The second figure does not depend on what else the machine runs: it is the rate one free core
+    would sustain (the judge's process: its event loop and, where the tree has one, its writer
+    thread). The third is the fast server's own CPU during the run (the server shares the machine's
+    cores with the judge). The fourth: how late a 5 ms watchdog on the judge's loop woke, at most.
+    The fifth: the CPU of the loop's own thread (``time.thread_time``), which one core bounds."""
     run_db = tmp / "run.duckdb"
     for suffix in ("", ".wal", JOURNAL_SUFFIX):  # the commit journal of an earlier run belongs to another store
         Path(str(run_db) + suffix).unlink(missing_ok=True)
@@ -223,7 +257,8 @@ def judge_rate(tmp: Path, db: Path, tree: Path, *, latency: float, concurrency: 
         after = process_cpu_s(pid)
     assert Path(got["code"]).resolve().is_relative_to(tree.resolve()), (got["code"], tree)
     server_ms = 1000 * (after - before) / got["requests"] if before is not None and after is not None else None
-    return got["requests"] / got["wall"], got["requests"] / got["cpu"], server_ms
+    return (got["requests"] / got["wall"], got["requests"] / got["cpu"], server_ms, (1000 * got["stall_max"], 1000 * got["cpu_stall_max"]),
+            1000 * got["loop_cpu"] / got["requests"])
 
 
 def throughput(args: argparse.Namespace, traces: list[Trace]) -> None:
@@ -250,6 +285,13 @@ def throughput(args: argparse.Namespace, traces: list[Trace]) -> None:
             rates[("fake", c0)] = got["requests"] / got["wall"]
             print(f"server alone, {c0} connections: fast server {rates[('fast', c0)]:.0f} req/s; tests' FakeOpenAI "
                   f"{rates[('fake', c0)]:.0f} req/s ({got['errors']} connection resets)")
+        for conc in concurrencies:
+            # what the server and this machine allow at the latency, with a client that does no work of its own
+            with FastOpenAI(latency=latency) as fast:
+                got = _run_json(_LOADGEN, [str(fast.port), str(conc), str(bodies_file), str(args.server_seconds)], pythonpath=REPO)
+            bare = got["requests"] / got["wall"]
+            print(f"server alone with {args.latency_ms:.0f} ms latency, {conc} connections (bare load generator): {bare:.0f} req/s "
+                  f"(Little {conc / latency:.0f}: {bare * latency / conc:.2f})")
         # 2. zero latency; 3. with latency. Each figure: the trees one after the other, best of --repeat runs.
         rows: list[tuple[str, float, dict[str, float]]] = []
         ceiling: dict[str, float] = {}
@@ -258,9 +300,14 @@ def throughput(args: argparse.Namespace, traces: list[Trace]) -> None:
             rates: dict[str, float] = {}
             per_cpu: dict[str, float] = {}
             server_ms: dict[str, float] = {}
+            stall_ms: dict[str, tuple[float, float]] = {}
+            loop_ms: dict[str, float] = {}
             for _ in range(args.repeat):
                 for tree_name, tree in trees:
-                    rate, cpu_rate, srv_ms = judge_rate(tmp, db, tree, latency=lat, concurrency=conc, mode=mode)
+                    rate, cpu_rate, srv_ms, stall, loop = judge_rate(tmp, db, tree, latency=lat, concurrency=conc, mode=mode)
+                    loop_ms[tree_name] = min(loop_ms.get(tree_name, loop), loop)
+                    before = stall_ms.get(tree_name, stall)  # the worst of the runs
+                    stall_ms[tree_name] = (max(before[0], stall[0]), max(before[1], stall[1]))
                     rates[tree_name] = max(rates.get(tree_name, 0.0), rate)
                     per_cpu[tree_name] = max(per_cpu.get(tree_name, 0.0), cpu_rate)
                     if srv_ms is not None:
@@ -270,11 +317,13 @@ def throughput(args: argparse.Namespace, traces: list[Trace]) -> None:
             cells += f"{rates['new'] / rates['base']:>7.2f}x" if "base" in rates else ""
             cells += "".join(f"{per_cpu[t]:>9.1f}" for t, _ in trees)
             cells += f"{per_cpu['new'] / per_cpu['base']:>7.2f}x" if "base" in rates else ""
-            extra = ""
+            extra = "   longest loop stall ms, wall (loop CPU) " + " / ".join(f"{t} {stall_ms[t][0]:.0f} ({stall_ms[t][1]:.0f})" for t, _ in trees)
+            extra += "   loop thread CPU ms/req " + " / ".join(f"{t} {loop_ms[t]:.2f}" for t, _ in trees)
             if "new" in server_ms:
-                # what bounds the judge on this machine: one core for its event loop, and the cores it shares with the server
+                # what bounds the judge on this machine: one core for its event loop's thread, and the cores the
+                # judge's process (loop and writer thread) shares with the server
                 client_ms = 1000 / per_cpu["new"]
-                bound = min(1000 / client_ms, (os.cpu_count() or 1) * 1000 / (client_ms + server_ms["new"]))
+                bound = min(1000 / loop_ms["new"], (os.cpu_count() or 1) * 1000 / (client_ms + server_ms["new"]))
                 extra += f"   client {client_ms:.2f} + server {server_ms['new']:.2f} CPU ms/req: CPU bound {bound:.0f}/s"
             if expect:
                 bound = min(expect, ceiling.get("new", expect))

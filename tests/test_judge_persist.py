@@ -112,13 +112,13 @@ def test_a_failed_group_commit_writes_nothing_and_keeps_the_answers(tmp_path):
 
 
 class _Counting(AnswerWriter):
+    """Records the size of every committed group (on the loop's thread or the writer thread's)."""
+
     groups: list[int]
 
-    def flush(self) -> int:
-        n = super().flush()
-        if n:
-            self.groups.append(n)
-        return n
+    def committed(self, n: int, seconds: float) -> None:
+        super().committed(n, seconds)
+        self.groups.append(n)
 
 
 def _judge_with_counting_writer(base_url, **options):
@@ -148,7 +148,8 @@ def test_answers_arriving_together_share_a_commit_and_a_sequential_run_commits_e
     assert store.execute("SELECT count(*) FROM judge_cache").fetchone()[0] == 48
 
     store2 = build_store(tmp_path / "s2.duckdb", {"a": ("p", TRACE_A)})
-    with FakeOpenAI() as srv:
+    # 0.3 s per answer: the writer thread has committed one answer before the next arrives
+    with FakeOpenAI(latency=0.3) as srv:
         judge, groups = _judge_with_counting_writer(srv.base_url, chunk_size=2, concurrency=1)
         judge.label(store2, ["a"])
     assert groups == [1, 1, 1]  # nothing else in flight: each answer committed as it arrived

@@ -18,9 +18,11 @@ a re-run asks again for it with ``max_attempts`` new tries (``retry_failed``, th
 
 Exactly-once bookkeeping: every response is cached in ``judge_cache`` under a key of (codebook
 hash, prompt template hash, model, parameters, trace hash, segment ids, attempt), and the cache row,
-the labels it yields and any failure rows are written in the same store transaction from the
-event-loop thread (:mod:`.persist`: answers that arrive together share one transaction, at most
-about a second apart while other requests are in flight, at once when none is). A process killed at
+the labels it yields and any failure rows are written in the same store transaction, by one writer
+thread with its own store handle (:class:`.persist.CommitThread`), so the event loop keeps sending
+and reading while a group commits (:mod:`.persist`: answers that arrive together share one
+transaction, at most about a second apart while other requests are in flight, at once when none
+is; with :data:`MAX_WAITING_ANSWERS` waiting for a busy writer no new request is sent). A process killed at
 any point (kill -9) and started again loses no committed label, writes none twice and re-sends no
 request whose response was stored: segments with labels are skipped and every stored response is
 replayed from the cache (answers received in the last moment before the kill and not yet committed
@@ -90,6 +92,7 @@ from .persist import (  # noqa: F401  (JUDGE_MIGRATIONS, LEDGER_MIGRATIONS: re-e
     LEDGER_MIGRATIONS,
     Answer,
     AnswerWriter,
+    CommitThread,
     LabelRows,
     UsageMeter,
     cached_trace_ids,
@@ -121,6 +124,13 @@ MAX_RATIONALE_CHARS = 2000
 #: A run stops as "stopped answering" after this many requests in a row found nothing answering on
 #: any try (connection refused or reset), although the endpoint had answered before in the run.
 DOWN_AFTER_FAILED_REQUESTS = 3
+
+#: Backpressure: with this many answers waiting while the writer thread commits a group, no new
+#: request is sent until that commit is done (memory stays bounded when the store is slower than the server).
+MAX_WAITING_ANSWERS = 2048
+
+#: Seconds of trace preparation the event loop runs in one turn before it reads answers and sends again.
+PREP_SLICE_S = 0.01
 
 #: Why a request was asked again (``JudgeReport.extra["retries"]`` counts each).
 RETRY_CAUSES = ("transport", "truncated", "parse", "refusal", "invalid_ids")
@@ -332,18 +342,20 @@ class LLMJudge:
         }
 
     def cache_key(self, trace: Trace, ids: Sequence[int], params: dict[str, Any], attempt: int,
-                  messages: list[dict[str, str]], *, prompt_sha: str | None = None) -> str:
+                  messages: list[dict[str, str]], *, prompt_sha: str | None = None, trace_sha: str | None = None) -> str:
         """sha256 of (codebook hash, prompt template hash, model, params, trace hash, segment ids, attempt, prompt hash).
 
         The hash of the rendered messages adds what the other parts miss: the problem text and the
         segment spans (a re-segmented trace must not hit the old answers). ``prompt_sha``, when
         given, is that hash already computed (:class:`.prompt.MessagesJson`): the sha256 of
-        ``json.dumps(messages, ensure_ascii=False)``.
+        ``json.dumps(messages, ensure_ascii=False)``; ``trace_sha``, when given, is
+        ``trace.text_sha256`` already computed (once per trace rather than per request).
         """
         if prompt_sha is None:
             prompt_sha = sha256_text(json.dumps(messages, ensure_ascii=False))
         return sha256_text(json.dumps(
-            [self.codebook_version, self.prompt_template_hash, self.model, params, trace.text_sha256, list(ids), attempt, prompt_sha],
+            [self.codebook_version, self.prompt_template_hash, self.model, params, trace_sha or trace.text_sha256, list(ids), attempt,
+             prompt_sha],
             sort_keys=True,
         ))
 
@@ -402,7 +414,7 @@ class LLMJudge:
 
     def answer_record(self, *, trace: Trace, sample: int, run_id: str | None, cache_row: dict[str, Any] | None,
                       result: ChunkResult, failures: dict[int, str], attempts: int, extra: dict[str, Any],
-                      cause: str | None = None) -> Answer:
+                      cause: str | None = None, trace_sha256: str | None = None) -> Answer:
         """What one response writes (:class:`~.persist.Answer`): its cache row, its labels, any final failures.
 
         The labels are :meth:`make_labels`' objects, or, where that hook is this class's own, the same
@@ -418,7 +430,7 @@ class LLMJudge:
                                  confidence=[g[1] for _, g in good], rationale=[g[2] for _, g in good])
         else:
             labels = self.make_labels(trace, sample, run_id, result, extra)
-        return Answer(trace_id=trace.trace_id, trace_sha256=trace.text_sha256, annotator=self.annotator_for(sample), run_id=run_id,
+        return Answer(trace_id=trace.trace_id, trace_sha256=trace_sha256 or trace.text_sha256, annotator=self.annotator_for(sample), run_id=run_id,
                       cache_row=cache_row, labels=labels, failures=dict(failures), attempts=attempts, cause=cause, label_rows=rows)
 
     def commit_response(
@@ -521,12 +533,23 @@ class LLMJudge:
         return total
 
     async def _judge_trace(self, ctx: "_RunContext", trace_id: str, sample: int) -> None:
+        await ctx.prep_slot()
+        prepared = self._prepare_trace(ctx, trace_id, sample)
+        if prepared is None:
+            return
+        job, chunks = prepared
+        # First request alone: the provider caches the shared prefix before the others arrive.
+        await self._judge_chunk(ctx, job, chunks[0])
+        await asyncio.gather(*(self._judge_chunk(ctx, job, c) for c in chunks[1:]))
+
+    def _prepare_trace(self, ctx: "_RunContext", trace_id: str, sample: int) -> "tuple[_TraceJob, list[list[int]]] | None":
+        """The trace's job and its chunks of segment ids still to label (None: nothing to ask)."""
         store = ctx.store
         annotator = self.annotator_for(sample)
         trace, segments, done, failed = ctx.prefetch.take(trace_id, annotator)
         if not segments:
             ctx.usage.report.extra["unsegmented_traces"] += 1
-            return
+            return None
         ctx.usage.report.skipped += sum(1 for s in segments if s.segment_index in done)
         if not self.retry_failed:
             kept = {i for i in failed if i not in done}
@@ -538,12 +561,10 @@ class LLMJudge:
         ]
         chunks = [c for c in chunks if c]
         if not chunks:
-            return
+            return None
         job = _TraceJob(trace=trace, segments=segments, sample=sample, block=self.render_trace_block(store, trace, segments),
                         failed=failed)
-        # First request alone: the provider caches the shared prefix before the others arrive.
-        await self._judge_chunk(ctx, job, chunks[0])
-        await asyncio.gather(*(self._judge_chunk(ctx, job, c) for c in chunks[1:]))
+        return job, chunks
 
     async def _judge_chunk(self, ctx: "_RunContext", job: "_TraceJob", ids: list[int]) -> None:  # noqa: C901  (one branch per failure class of a paid request (retry, fail, cache))
         """Ask for the labels of ``ids`` until each is labeled or has used its tries.
@@ -582,7 +603,8 @@ class LLMJudge:
             if job.encoder is None and messages and isinstance(messages[0], dict):
                 job.encoder = MessagesJson(str(messages[0].get("content", "")), job.block)
             encoded = job.encoder.encode(messages) if job.encoder is not None else None
-            key = self.cache_key(job.trace, remaining, params, attempt, messages, prompt_sha=encoded[1] if encoded else None)
+            key = self.cache_key(job.trace, remaining, params, attempt, messages, prompt_sha=encoded[1] if encoded else None,
+                                 trace_sha=job.trace_sha256)
             cached = self.cached_response(ctx.store, key) if ctx.may_be_cached(job.trace.trace_id) else None
             cache_row = None
             if cached is not None:
@@ -591,6 +613,7 @@ class LLMJudge:
             else:
                 try:
                     async with ctx.req_sem:
+                        await ctx.room()
                         ctx.in_flight += 1
                         try:
                             body = self.request_body(messages, job.sample, max_tokens)
@@ -654,7 +677,8 @@ class LLMJudge:
                      "params": params, "mode": self.mode, "chunk_size": self.chunk_size,
                      "attempt": attempt, "cache_key": key, "windowed": windowed}
             ctx.record(self.answer_record(trace=job.trace, sample=job.sample, run_id=ctx.run_id, cache_row=cache_row, result=result,
-                                          failures=result.bad if final else {}, attempts=attempt, extra=extra, cause=cause))
+                                          failures=result.bad if final else {}, attempts=attempt, extra=extra, cause=cause,
+                                          trace_sha256=job.trace_sha256))
             ctx.usage.report.labeled += len(result.good)
             if final:
                 ctx.usage.report.failed += len(result.bad)
@@ -668,7 +692,8 @@ class LLMJudge:
             # No answer to store: the failure rows are written alone.
             failures = {i: local_failure for i in remaining}
             ctx.record(self.answer_record(trace=job.trace, sample=job.sample, run_id=ctx.run_id, cache_row=None,
-                                          result=ChunkResult(), failures=failures, attempts=attempt, extra={}, cause=local_cause))
+                                          result=ChunkResult(), failures=failures, attempts=attempt, extra={}, cause=local_cause,
+                                          trace_sha256=job.trace_sha256))
             ctx.usage.report.failed += len(failures)
             ctx.usage.report.extra.setdefault("failure_example", _shorten(scrub_text(local_failure)))
             ctx.advance(len(failures))
@@ -705,6 +730,12 @@ class _TraceJob:
     too_long: str | None = None
     #: The JSON of this trace's messages with their shared prefix encoded once (set by the first request).
     encoder: MessagesJson | None = None
+    #: ``trace.text_sha256``, computed once for the trace's requests (a hash of the whole text).
+    trace_sha256: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.trace_sha256:
+            self.trace_sha256 = self.trace.text_sha256
 
 
 class _Prefetch:
@@ -792,9 +823,16 @@ class _RunContext:
     #: Requests sent and not yet answered.
     in_flight: int = 0
     _timer: asyncio.TimerHandle | None = None
-    #: A group commit due while requests are in flight, run once this turn's ready callbacks have run.
-    _soon: asyncio.Handle | None = None
     _flush_error: BaseException | None = None
+    #: The writer thread (started by the first group handed over; stopped by close_writer).
+    committer: CommitThread | None = None
+    #: Times a request waited for the writer thread to catch up (:meth:`room`).
+    backpressure_waits: int = 0
+    _closing: bool = False
+    _publish_due: bool = False
+    _room: asyncio.Event = field(default_factory=asyncio.Event)
+    _prep_clock: float = field(default_factory=time.perf_counter)
+    _prep_reset: bool = False
 
     def may_be_cached(self, trace_id: str) -> bool:
         """Whether a request of ``trace_id`` may have a stored response (else the lookup is skipped).
@@ -805,42 +843,93 @@ class _RunContext:
         return trace_id in self.cached_traces
 
     def record(self, answer: Answer) -> None:
-        """Queue one answer's writes; commit the group when due (:meth:`.persist.AnswerWriter.due`),
-        else when the group's time is up. With nothing else in flight the group is committed now;
-        with other requests in flight, once the callbacks ready in this turn of the event loop have
-        run (the tasks whose answers arrived with this one send their next requests first, so those
-        are in flight while the transaction runs)."""
+        """Queue one answer's writes and hand the waiting group to the writer thread when due
+        (:meth:`.persist.AnswerWriter.due`; with nothing else in flight, or a request slot free, as
+        in the run's last moments, as soon as the writer thread is free), else once the group's time
+        is up. The event loop never waits for a commit: while the writer thread
+        (:class:`.persist.CommitThread`) writes one group, the answers that arrive form the next.
+
+        Raises
+        ------
+        BaseException
+            The error of an earlier group's commit (its answers, and this one, wait for the last
+            flush of :meth:`close_writer`).
+        """
+        self.writer.add(answer)  # kept even when raising below: the last flush writes it (it was paid for)
         if self._flush_error is not None:
             raise self._flush_error
-        self.writer.add(answer)
-        if self.writer.due(idle=self.in_flight == 0):
-            if self.in_flight == 0:
-                self._flush()
-            elif self._soon is None:
-                self._soon = asyncio.get_running_loop().call_soon(self._on_timer)
-        elif self._timer is None:
+        self._hand_off()
+
+    async def room(self) -> None:
+        """Wait while :data:`MAX_WAITING_ANSWERS` answers wait for the writer thread (backpressure:
+        requests stop being sent until it catches up)."""
+        while self._flush_error is None and len(self.writer.pending) >= MAX_WAITING_ANSWERS and self.committer is not None \
+                and self.committer.busy:
+            self.backpressure_waits += 1
+            self._room.clear()
+            await self._room.wait()
+
+    async def prep_slot(self) -> None:
+        """Wait until preparing a trace may hold the event loop: at most about :data:`PREP_SLICE_S`
+        of trace preparation per turn of the loop. At the start of a run hundreds of traces are
+        admitted at once; preparing them all in one turn (reads, prompt blocks) would hold back
+        every answer and every send for that long."""
+        while time.perf_counter() - self._prep_clock > PREP_SLICE_S:
+            if not self._prep_reset:
+                self._prep_reset = True
+                asyncio.get_running_loop().call_soon(self._reset_prep_clock)  # runs first in the next turn
+            await asyncio.sleep(0)
+
+    def _reset_prep_clock(self) -> None:
+        self._prep_reset = False
+        self._prep_clock = time.perf_counter()
+
+    def _hand_off(self) -> None:
+        committer = self.committer
+        if self._closing or (committer is not None and committer.busy):
+            return  # the group being written hands the next one over when it is done (_committed)
+        publish = self._publish_due and self.run_id is not None
+        # a free request slot: the run's tail (or a light run), where nothing overlaps a commit left for the end
+        tail = bool(self.writer.pending) and not self.req_sem.locked()
+        if publish or tail or self.writer.due(idle=self.in_flight == 0) or len(self.writer.pending) >= MAX_WAITING_ANSWERS:
+            self._cancel_timers()
+            if committer is None:
+                committer = self.committer = CommitThread(self.writer, asyncio.get_running_loop(), self._committed)
+            counts = (self.run_id, self.usage.report.as_counts()) if publish and self.run_id is not None else None
+            self._publish_due = False
+            committer.submit(self.writer.take(), counts)
+        elif self._timer is None and self.writer.pending:
             self._timer = asyncio.get_running_loop().call_later(self.writer.wait_s(), self._on_timer)
 
-    def _cancel_timers(self) -> None:
-        for handle in (self._timer, self._soon):
-            if handle is not None:
-                handle.cancel()
-        self._timer = self._soon = None
+    def _committed(self, group: list[Answer], seconds: float, error: BaseException | None) -> None:
+        if error is None:
+            self.writer.committed(len(group), seconds)
+        else:  # nothing of the group was written: its answers wait for the next try, the error is raised by record()
+            self.writer.pending[:0] = group
+            self._flush_error = error
+        self._room.set()
+        self._hand_off()
 
-    def _flush(self) -> None:
-        self._cancel_timers()
-        self.writer.flush()
+    def _cancel_timers(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = None
 
     def _on_timer(self) -> None:
-        self._cancel_timers()
-        try:
-            self.writer.flush()
-        except BaseException as exc:  # raised by the next record() or close_writer(), in a task
-            self._flush_error = exc
+        self._timer = None
+        self._hand_off()
 
     def close_writer(self) -> None:
-        """Commit every waiting answer (the end of a run, also an interrupted or failed one)."""
+        """Commit every waiting answer (the end of a run, also an interrupted or failed one): wait for
+        the group the writer thread holds, stop it, then write the rest on this thread."""
+        self._closing = True
         self._cancel_timers()
+        committer, self.committer = self.committer, None
+        if committer is not None:
+            try:
+                committer.wait()
+            finally:
+                committer.close()
         error, self._flush_error = self._flush_error, None
         self.writer.flush()
         if error is not None:
@@ -870,6 +959,11 @@ class _RunContext:
         self._since_publish = 0
         self._published_at = time.monotonic()
         if self.run_id is None:
+            return
+        if not final and not self._closing:
+            # stored by the writer thread after the answers counted so far are committed
+            self._publish_due = True
+            self._hand_off()
             return
         counts = self.usage.report.as_counts()
         if final:

@@ -10,14 +10,19 @@ for a moment and commits them together (group commit): with several requests in 
 at most every :data:`COMMIT_EVERY_S` seconds (longer, up to :data:`MAX_COMMIT_GAP_S`, when a commit
 takes more than a ninth of that) or every :data:`COMMIT_EVERY_ANSWERS` answers, and at once whenever
 no other request is in flight, so a slow or sequential run commits each answer as it arrives, as
-before. A process killed with SIGKILL loses at most the answers of the last second (they are asked
-again on the next run, never half-written); every committed answer is replayed from the cache,
-never paid twice.
+before. An interactive run commits on a writer thread (:class:`CommitThread`, its own store handle
+from :meth:`Store.thread_handle <ror_annotate.store.Store.thread_handle>`), one group at a time,
+while its event loop goes on sending and reading; the end of a run (also an interrupted or failed
+one) waits for that group and commits the rest. A process killed with SIGKILL loses at most the
+answers of the last second or so (they are asked again on the next run, never half-written); every
+committed answer is replayed from the cache, never paid twice.
 """
 
 from __future__ import annotations
 
 import json
+import queue
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -329,14 +334,44 @@ class AnswerWriter:
         self.add(answer)
         self.flush()
 
+    def take(self) -> list[Answer]:
+        """Remove and return the waiting answers (for :meth:`write_group` on another thread)."""
+        group, self.pending = self.pending, []
+        return group
+
+    def committed(self, n: int, seconds: float) -> None:
+        """Count one committed group of ``n`` answers that took ``seconds`` (sets :attr:`last_commit` to now)."""
+        self.last_commit = time.monotonic()
+        self.commits += 1
+        self.written += n
+        self.last_commit_s = seconds
+        self.commit_s += seconds
+
     def flush(self) -> int:
         """Write every waiting answer in one transaction; returns how many. On an error nothing of
         the group is written and the answers stay waiting (the error propagates)."""
         if not self.pending:
             return 0
         group = self.pending
-        store = self.store
         t0 = time.perf_counter()
+        self.write_group(self.store, group)
+        self.pending = []
+        self.committed(len(group), time.perf_counter() - t0)
+        return len(group)
+
+    def write_group(self, store: "Store", group: Sequence[Answer]) -> None:
+        """Write ``group`` in one transaction of ``store`` (this writer's store, or a thread handle of
+        it: :meth:`Store.thread_handle <ror_annotate.store.Store.thread_handle>`); nothing of the
+        group is written if it raises. Reads no state of the writer but its constructor arguments,
+        so it may run on a writer thread while the event loop adds answers.
+
+        Raises
+        ------
+        StoreError
+            DuckDB refused a statement or the commit (the transaction is rolled back).
+        """
+        if not group:
+            return
         now = store_now()
         cache = [a for a in group if a.cache_row is not None]
         labels = [lab for a in group for lab in a.labels]
@@ -377,13 +412,6 @@ class AnswerWriter:
                      [scrub_text(a.failures[i])[:2000] for a, i in rows], [a.attempts for a, _ in rows], [a.run_id for a, _ in rows],
                      now, [a.cause for a, _ in rows]],
                 )
-        self.pending = []
-        self.last_commit = time.monotonic()
-        self.commits += 1
-        self.written += len(group)
-        self.last_commit_s = time.perf_counter() - t0
-        self.commit_s += self.last_commit_s
-        return len(group)
 
     def _cache_values(self, a: Answer, now: Any) -> tuple[Any, ...]:
         row = a.cache_row
@@ -394,6 +422,96 @@ class AnswerWriter:
                 json.dumps(row["params"], sort_keys=True), a.trace_id, a.trace_sha256, json.dumps(row["ids"]), row["attempt"],
                 json.dumps(row["response"], ensure_ascii=False), *usage, row["cost_usd"], now, a.run_id, row.get("reasoning"),
                 row.get("usage_status", "ok"))
+
+
+class CommitThread:
+    """One writer thread that commits groups of answers off the event loop, through its own store
+    handle (:meth:`Store.thread_handle <ror_annotate.store.Store.thread_handle>`).
+
+    The event loop hands over one group at a time (:meth:`submit`) and keeps sending requests while
+    the thread writes it; the answers that arrive meanwhile wait in the :class:`AnswerWriter` and
+    form the next group. When a group is written (or fails), its outcome is passed to ``on_done``
+    on the loop's thread: ``on_done(group, seconds, error)``, ``error`` ``None`` on success and the
+    exception otherwise (nothing of the group is then written).
+
+    Parameters
+    ----------
+    writer : AnswerWriter
+        Its :meth:`~AnswerWriter.write_group` writes each group; its store gives the thread handle.
+    loop : asyncio.AbstractEventLoop
+        The loop ``on_done`` runs on.
+    on_done : callable
+        ``on_done(group: list[Answer], seconds: float, error: BaseException | None) -> None``.
+
+    Attributes
+    ----------
+    busy : bool
+        A group was handed over and its outcome not yet passed to ``on_done``.
+    """
+
+    def __init__(self, writer: AnswerWriter, loop: Any, on_done: Any) -> None:
+        self.writer = writer
+        self.handle = writer.store.thread_handle()
+        self.busy = False
+        self._loop = loop
+        self._on_done = on_done
+        self._jobs: queue.SimpleQueue[tuple[list[Answer], tuple[str, dict[str, Any]] | None] | None] = queue.SimpleQueue()
+        self._outcome: tuple[list[Answer], float, BaseException | None] | None = None
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="ror-judge-writer", daemon=True)
+        self._thread.start()
+
+    def submit(self, group: list[Answer], counts: tuple[str, dict[str, Any]] | None = None) -> None:
+        """Hand ``group`` to the thread (one at a time: not while :attr:`busy`); ``counts``
+        (``(run_id, counts)``) are stored in ``runs`` once the group is committed, so the live counts
+        never run ahead of what is committed."""
+        assert not self.busy, "one group at a time"
+        self.busy = True
+        self._jobs.put((group, counts))
+
+    def _run(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            group, counts = job
+            t0 = time.perf_counter()
+            error: BaseException | None = None
+            try:
+                self.writer.write_group(self.handle, group)
+                if counts is not None:
+                    self.handle.update_run_counts(*counts)
+            except BaseException as exc:  # passed to the loop's thread, raised there
+                error = exc
+            self._outcome = (group, time.perf_counter() - t0, error)
+            self._done.set()
+            try:
+                self._loop.call_soon_threadsafe(self.collect)
+            except RuntimeError:
+                pass  # the loop is closed: wait() collects it
+
+    def collect(self) -> None:
+        """Pass a finished group's outcome to ``on_done`` (on the loop's thread; does nothing if none)."""
+        if not self._done.is_set():
+            return
+        outcome, self._outcome = self._outcome, None
+        self._done.clear()
+        if outcome is None:
+            return
+        self.busy = False
+        self._on_done(*outcome)
+
+    def wait(self) -> None:
+        """Block until the group handed over is written, then :meth:`collect` it (the end of a run)."""
+        if self.busy:
+            self._done.wait()
+            self.collect()
+
+    def close(self) -> None:
+        """Stop the thread once it has written what it holds, and close its store handle."""
+        self._jobs.put(None)
+        self._thread.join()
+        self.handle.close()
 
 
 # ---------------------------------------------------------------------------------------- the cost ledger

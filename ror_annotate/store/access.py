@@ -166,7 +166,7 @@ class AccessMixin(ConnectionMixin):
         list of tuple
             The rows, as DuckDB returns them.
         """
-        with self.transaction():
+        with self.read_snapshot():
             found = self.trace_filter(table, trace_ids)
             if found is None:
                 return []
@@ -189,7 +189,7 @@ class AccessMixin(ConnectionMixin):
         pyarrow.Table
             ``[n_rows]`` with the ``columns`` named in the query, in ``order_by`` order.
         """
-        with self.transaction():
+        with self.read_snapshot():
             found = self.trace_filter(table, trace_ids)
             condition, values = found if found is not None else ("false", [])
             sql = f'SELECT {columns} FROM "{table}" WHERE {condition}' + (f" AND ({where})" if where else "")

@@ -26,6 +26,12 @@ from .progress import ProgressFile
 #: Code of a store used from a thread other than the one that opened it.
 WRONG_THREAD = "E205"
 
+#: Code of :meth:`ConnectionMixin.thread_handle` asked for on a closed store or inside a transaction.
+NO_THREAD_HANDLE = "E211"
+
+#: Code of a write transaction opened inside :meth:`ConnectionMixin.read_snapshot` (its writes would be rolled back).
+WRITE_IN_SNAPSHOT = "E212"
+
 
 def _wrong_thread(path: str, shared: "_Shared") -> StoreError:
     return StoreError(
@@ -60,9 +66,17 @@ class _Shared:
         self.journal_state: list[Any] = ["", 0, []]  # store_id, commit counter, notes of the open transaction
         self.journal_file_id: str | None = None  # the store file's line of descent (ror_annotate.journal)
         self.journal_session = False  # whether this process has drawn a new file id (at its first commit)
+        #: Inside :meth:`ConnectionMixin.read_snapshot` (its transaction is rolled back, so no write may join it).
+        self.snapshot = False
+        #: Set on a thread handle's entry (:meth:`ConnectionMixin.thread_handle`): the store's own entry.
+        self.parent: _Shared | None = None
 
 
 _OPEN: dict[str, _Shared] = {}
+
+
+#: :attr:`_Shared.owner` of a thread handle no thread has used yet (thread idents are never 0 here).
+_UNCLAIMED = 0
 
 
 _OPEN_LOCK = threading.Lock()
@@ -275,15 +289,94 @@ class ConnectionMixin:
         """
         shared = self._shared
         if shared.owner != threading.get_ident():
-            raise _wrong_thread(self.path, shared)
+            if shared.owner != _UNCLAIMED or shared.parent is None or shared.parent.owner == threading.get_ident():
+                raise _wrong_thread(self.path, shared)
+            shared.owner = threading.get_ident()  # a thread handle's first use claims it for this thread
+            shared.owner_name = threading.current_thread().name
         return shared.con
 
     # ------------------------------------------------------------------ lifecycle
+    def thread_handle(self: _S) -> _S:
+        """A handle on this store for ONE other thread (a dedicated writer), with its own DuckDB connection.
+
+        Call it from the thread that owns the store; the first thread other than that one to use the
+        returned handle owns it from then on (any other thread, the store's own included, gets
+        ``E205``). The handle holds a DuckDB cursor: a second connection to the same database in this
+        process, which DuckDB documents as the way to use one database from several threads. Its
+        transactions are its own (snapshot isolation): the store's thread keeps reading while the
+        handle writes, and sees the handle's rows once they are committed.
+
+        What stays shared, so that the file keeps one history:
+
+        - transactions of the store and of its thread handles are serialized by one lock: a
+          :meth:`transaction` of one waits while another is open (DuckDB would otherwise abort one
+          of two transactions that both raise the commit counter of the commit journal);
+        - the commit journal (``<db>.commits``) and its counter: a handle's commits are journaled
+          like the store's own;
+        - the components migrated so far.
+
+        A handle does not drop DuckDB's cache (:meth:`release_cache` does nothing: a lowered memory
+        limit is global to the database and could fail a query of the other thread) and does not
+        checkpoint (:meth:`checkpoint` returns False). Autocommit statements of the store's thread
+        (outside :meth:`transaction`) are not serialized with the handle's transactions; DuckDB
+        runs them side by side unless they write the same rows (then one fails with a conflict).
+
+        Close the handle (from any thread, once its thread has stopped using it) before closing the
+        store; closing the store does not close it.
+
+        Returns
+        -------
+        Store
+            A handle of the same class, on the same file.
+
+        Raises
+        ------
+        StoreError
+            ``E205``: called from a thread that does not own the store, or on a thread handle.
+            ``E211``: on a closed store, or inside a transaction before the store's first commit
+            (the commit journal's file id is drawn first, by a checkpoint).
+        StoreReadOnlyError
+            The store is open read-only (a writer thread has nothing to do there).
+        """
+        shared = self._shared
+        if self._closed:
+            raise StoreError(f"the store {self.path} is closed", code=NO_THREAD_HANDLE)
+        if shared.parent is not None:
+            raise StoreError(f"a thread handle on {self.path} cannot make another; call thread_handle() on the store",
+                             code=WRONG_THREAD)
+        self._require_writable("give a writer thread a handle")
+        with shared.lock:
+            con = self.con  # E205 from a thread that does not own the store
+            if shared.journal is not None and not shared.journal_session:
+                if shared.tx_depth:
+                    raise StoreError(f"thread_handle() on {self.path} inside a transaction: call it between transactions",
+                                     code=NO_THREAD_HANDLE)
+                self._journal_start_session()  # the file id is drawn once, by the store's thread, before any handle commits
+            child = _Shared(con.cursor(), shared.read_only)
+        child.owner, child.owner_name = _UNCLAIMED, "(unclaimed)"
+        child.parent = shared
+        child.lock = shared.lock
+        child.temp_components = shared.temp_components
+        child.memory_limit = shared.memory_limit
+        child.journal = shared.journal
+        child.journal_state = shared.journal_state
+        child.journal_file_id = shared.journal_file_id
+        child.journal_session = True
+        handle = object.__new__(type(self))
+        handle.__dict__.update(self.__dict__)
+        handle._closed = False
+        handle._progress = None
+        handle._shared = child
+        return handle
+
     def close(self) -> None:
         """Release this handle; the connection closes when the last handle on the path closes."""
         if self._closed:
             return
         self._closed = True
+        if self._shared.parent is not None:  # a thread handle: its own cursor only
+            self._shared.con.close()
+            return
         with _OPEN_LOCK:
             self._shared.refs -= 1
             if self._shared.refs <= 0:
@@ -305,6 +398,9 @@ class ConnectionMixin:
         re-raised as :class:`StoreError` (an interrupted query as :class:`KeyboardInterrupt`).
         """
         shared = self._shared
+        if shared.snapshot:
+            raise StoreError(f"a write transaction inside read_snapshot() on {self.path}: its writes would be rolled back",
+                             code=WRITE_IN_SNAPSHOT)
         with shared.lock:
             if shared.tx_depth == 0:
                 if shared.journal is not None and not shared.journal_session:
@@ -334,6 +430,41 @@ class ConnectionMixin:
                     self._journal_committed()
                     self.release_cache()
 
+    @contextmanager
+    def read_snapshot(self: _S) -> Iterator[_S]:
+        """Reads inside the block see one snapshot of the store (a DuckDB transaction that is rolled
+        back, never committed).
+
+        Unlike :meth:`transaction` it writes nothing: no commit, no record in the commit journal, and
+        it does not wait for a transaction of a thread handle (:meth:`thread_handle`) to end. Inside
+        an open transaction it joins it. A :meth:`transaction` opened inside it is refused with
+        ``E212`` (its writes would be rolled back).
+
+        Raises
+        ------
+        StoreError
+            DuckDB refused a query (an interrupted query is raised as :class:`KeyboardInterrupt`).
+        """
+        shared = self._shared
+        if shared.tx_depth:
+            yield self
+            return
+        with duckdb_errors(self.path, "begin snapshot"):
+            self.con.execute("BEGIN TRANSACTION")
+        shared.tx_depth += 1
+        shared.snapshot = True
+        try:
+            yield self
+        except duckdb.Error as exc:
+            raise translate_duckdb_error(exc, self.path) from exc
+        finally:
+            shared.tx_depth -= 1
+            shared.snapshot = False
+            try:
+                self.con.execute("ROLLBACK")
+            except duckdb.Error:
+                pass  # a failed statement may already have aborted it
+
     def release_cache(self, *, keep_bytes: int = CACHE_KEEP_BYTES, force: bool = False) -> int:
         """Drop DuckDB's cached table blocks beyond ``keep_bytes``, between transactions; return the bytes dropped.
 
@@ -356,6 +487,8 @@ class ConnectionMixin:
             DuckDB refused to set the configured memory limit back (the store is left unusable).
         """
         shared = self._shared
+        if shared.parent is not None:
+            return 0  # a thread handle (thread_handle): the memory limit is the whole database's
         now = time.monotonic()
         if not force and now - shared.cache_checked_at < CACHE_CHECK_SECONDS:
             return 0
@@ -401,7 +534,7 @@ class ConnectionMixin:
         checkpoint read (:meth:`release_cache`). It also leaves a store file that holds all its data
         without its ``.wal``.
 
-        Returns False, doing nothing, on a read-only store or inside a transaction (a ``CHECKPOINT``
+        Returns False, doing nothing, on a read-only store, on a thread handle (:meth:`thread_handle`) or inside a transaction (a ``CHECKPOINT``
         there would fail the transaction); True otherwise.
 
         Raises
@@ -411,7 +544,7 @@ class ConnectionMixin:
         """
         shared = self._shared
         with shared.lock:
-            if self.read_only or shared.tx_depth:
+            if self.read_only or shared.tx_depth or shared.parent is not None:
                 return False
             with duckdb_errors(self.path, "checkpoint"):
                 self.con.execute("CHECKPOINT").fetchall()

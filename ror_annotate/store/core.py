@@ -52,7 +52,9 @@ class Store(SchemaMixin, TracesMixin, SegmentsMixin, LabelsMixin, AnnotatorsMixi
     open is refused with a :class:`StoreError` (code ``E205``) instead of mixing the two threads'
     transactions (a run recorded by one thread would be rolled back with the other's, uncommitted rows
     would be read). Use a store from one thread; other threads (or processes) open it after every
-    handle of the first is closed. Stores on different files work from different threads.
+    handle of the first is closed. Stores on different files work from different threads. One
+    dedicated writer thread can have a handle of its own on the same file, with its own DuckDB
+    connection: :meth:`thread_handle` (the LLM judge commits its answers through one, off its event loop).
 
     Raises
     ------
