@@ -68,3 +68,37 @@ def test_a_study_stored_with_an_annotator_as_adjudicator_cannot_be_adjudicated(t
         adjudicate_study(store, "pilot-1", object())  # type: ignore[arg-type]
     assert info.value.code == "E775"
     store.close()
+
+
+# ----------------------------------------------------------------------------- interrupts are never lost
+@pytest.fixture
+def sigterm_as_interrupt():
+    """SIGTERM raises KeyboardInterrupt, as the ``ror`` command sets it up (cli/app.py)."""
+    import signal
+
+    def handler(signum, frame):
+        raise KeyboardInterrupt()
+
+    before = signal.signal(signal.SIGTERM, handler)
+    yield
+    signal.signal(signal.SIGTERM, before)
+
+
+def test_a_sigterm_while_a_finished_run_is_recorded_still_stops_the_command(tmp_path: Path, sigterm_as_interrupt, monkeypatch) -> None:
+    import os
+    import signal
+
+    store = Store(tmp_path / "s.duckdb")
+    finish = store.finish_run
+
+    def finish_then_signal(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGTERM)  # lands inside the block that records the run
+        return finish(*args, **kwargs)
+
+    monkeypatch.setattr(store, "finish_run", finish_then_signal)
+    with pytest.raises(KeyboardInterrupt):  # was: ignored, and the next stage of `ror run` went on
+        with store.run("segment"):
+            pass
+    monkeypatch.undo()
+    assert store.execute("SELECT status FROM runs").fetchall() == [("ok",)]  # recorded completely first
+    store.close()
