@@ -102,3 +102,31 @@ def test_a_sigterm_while_a_finished_run_is_recorded_still_stops_the_command(tmp_
     monkeypatch.undo()
     assert store.execute("SELECT status FROM runs").fetchall() == [("ok",)]  # recorded completely first
     store.close()
+
+
+_SELF_SIGNAL = """
+import os, signal, sys, time
+sys.argv = [{argv0!r}, "status"]
+import ror_annotate.cli  # what the `ror` script and `python -m ror_annotate` import first
+os.kill(os.getpid(), signal.{sig})  # lands before the command runs (its modules take about a second)
+time.sleep(10)
+"""
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
+@pytest.mark.parametrize("argv0", ["/venv/bin/ror", "/src/ror_annotate/__main__.py"])
+def test_an_interrupt_while_ror_starts_is_the_one_line_and_130(sig: str, argv0: str) -> None:
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _SELF_SIGNAL.format(argv0=argv0, sig=sig)], capture_output=True, text=True, timeout=120)
+    assert (done.returncode, done.stderr) == (130, "interrupted: everything finished before Ctrl-C is stored; run the same command again to resume\n")
+
+
+def test_a_program_that_imports_the_cli_keeps_its_own_signal_handlers() -> None:
+    import subprocess
+    import sys
+
+    code = "import signal, ror_annotate.cli; print(signal.getsignal(signal.SIGTERM) is signal.SIG_DFL, signal.getsignal(signal.SIGINT) is signal.default_int_handler)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.stdout.split() == ["True", "True"], done.stderr

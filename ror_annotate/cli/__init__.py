@@ -4,7 +4,37 @@ Each stage registers its commands in its own module of this package; importing t
 registers all of them.
 """
 
-from .app import app  # noqa: F401
+import os as _os
+import signal as _signal
+import sys as _sys
+import threading as _threading
+
+#: The one line an interrupted command prints (cli/app.py prints the same once a command runs).
+INTERRUPTED = "interrupted: everything finished before Ctrl-C is stored; run the same command again to resume"
+
+
+def _interrupted_while_starting(signum: int, frame: object) -> None:
+    """Ctrl-C or SIGTERM while ``ror`` imports its modules (about a second): nothing is stored yet;
+    the one ``interrupted:`` line and exit 130, as later (was: a KeyboardInterrupt traceback, or a
+    silent death by SIGTERM, status -15)."""
+    _os.write(2, (INTERRUPTED + "\n").encode())
+    _os._exit(130)
+
+
+def _is_command_process() -> bool:
+    """Whether this process is the ``ror`` command (its script, or ``python -m ror_annotate[.cli]``),
+    not a program that imports the package: only the command may take over the process's signals."""
+    argv0 = _sys.argv[0] if _sys.argv else ""
+    tail = argv0.replace("\\", "/")
+    return _os.path.basename(argv0) in ("ror", "ror.exe") or tail.endswith(("ror_annotate/__main__.py", "ror_annotate/cli/__main__.py"))
+
+
+if _threading.current_thread() is _threading.main_thread() and _is_command_process():
+    for _sig in (_signal.SIGINT, getattr(_signal, "SIGTERM", None)):
+        if _sig is not None and _signal.getsignal(_sig) in (_signal.SIG_DFL, _signal.default_int_handler):
+            _signal.signal(_sig, _interrupted_while_starting)
+
+from .app import app  # noqa: F401,E402
 from . import core  # noqa: F401,E402  (registers ingest, segment, label, run, status)
 
 # Stages register here; a missing optional stage must not break the others.

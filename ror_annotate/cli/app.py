@@ -124,6 +124,8 @@ def _sigterm_as_interrupt() -> None:
 
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, handler)
+        if getattr(signal.getsignal(signal.SIGINT), "__name__", "") == "_interrupted_while_starting":
+            signal.signal(signal.SIGINT, signal.default_int_handler)  # the command runs: Ctrl-C is KeyboardInterrupt again
 
 
 def _is_interrupt(exc: BaseException) -> bool:
@@ -195,10 +197,9 @@ class RorGroup(TyperGroup):
                 raise typer.Exit(exc.exit_status) from None  # typer vendors click: click.exceptions.Exit is not caught
             if not _is_interrupt(exc):
                 raise
-            err_console.print(
-                "interrupted: everything finished before Ctrl-C is stored; run the same command again to resume",
-                highlight=False, soft_wrap=True,
-            )
+            from . import INTERRUPTED
+
+            err_console.print(INTERRUPTED, highlight=False, soft_wrap=True)
             raise typer.Exit(130) from None
 
 
