@@ -130,3 +130,94 @@ def test_a_program_that_imports_the_cli_keeps_its_own_signal_handlers() -> None:
     code = "import signal, ror_annotate.cli; print(signal.getsignal(signal.SIGTERM) is signal.SIG_DFL, signal.getsignal(signal.SIGINT) is signal.default_int_handler)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.stdout.split() == ["True", "True"], done.stderr
+
+
+# ----------------------------------------------------------------------------- hostile judge endpoints
+class _HostileServer:
+    """A raw HTTP/1.1 server on 127.0.0.1 (its own thread and event loop) whose answer is hostile:
+    ``trickle`` (headers, then a byte of chunked body every 0.1 s, forever), ``big`` (a body of 3 MiB
+    without a length, ended by closing), ``biglen`` (the same with its Content-Length)."""
+
+    def __init__(self, mode: str) -> None:
+        import asyncio
+        import threading
+
+        self.mode = mode
+        self.loop = asyncio.new_event_loop()
+        self.ready = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        import asyncio
+
+        asyncio.set_event_loop(self.loop)
+        self.server = self.loop.run_until_complete(asyncio.start_server(self._handle, "127.0.0.1", 0))
+        self.port = self.server.sockets[0].getsockname()[1]
+        self.ready.set()
+        self.loop.run_forever()
+
+    async def _handle(self, reader, writer) -> None:  # noqa: ANN001
+        import asyncio
+
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = [int(v.split(b":")[1]) for v in head.split(b"\r\n") if v.lower().startswith(b"content-length:")]
+            await reader.readexactly(length[0] if length else 0)
+            if self.mode == "trickle":
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n")
+                while True:
+                    writer.write(b"1\r\n \r\n")
+                    await writer.drain()
+                    await asyncio.sleep(0.1)
+            size = 3 * 2**20
+            framing = b"Content-Length: %d\r\n" % size if self.mode == "biglen" else b"Connection: close\r\n"
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n" + framing + b"\r\n")
+            for _ in range(size // 2**16):
+                writer.write(b" " * 2**16)
+                await writer.drain()
+            writer.close()
+        except (OSError, asyncio.IncompleteReadError, asyncio.CancelledError):
+            writer.close()
+
+    def __enter__(self) -> "_HostileServer":
+        self.thread.start()
+        self.ready.wait(10)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["aiohttp", "openai"])
+@pytest.mark.parametrize("mode", ["trickle", "big", "biglen"])
+def test_a_hostile_answer_ends_as_a_transport_fault_on_both_paths(mode: str, fast: bool, monkeypatch) -> None:
+    """Before: through the ``openai`` client (https endpoints) a body that never ends held the request,
+    and the run, forever (httpx's timeout is per read); a 400 MB body was read whole (2.4 GB of memory)
+    on both paths. Now both end within the timeout, and an answer is read to 1 MiB here (64 MiB in use)."""
+    import asyncio
+    import time
+
+    from ror_annotate.errors import RetriesExhaustedError
+    from ror_annotate.judge import plainhttp
+    from ror_annotate.judge.client import ChatClient
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    monkeypatch.setattr(plainhttp, "MAX_RESPONSE_BYTES", 2**20, raising=False)  # (absent before)
+    with _HostileServer(mode) as server:
+        async def go() -> None:
+            client = ChatClient(f"http://127.0.0.1:{server.port}/v1", max_attempts=1, timeout=1.5, fast_http=fast)
+            assert (client._fast_target is not None) is fast
+            try:
+                await client.complete({"model": "m", "messages": [{"role": "user", "content": "hi"}]})
+            finally:
+                await client.aclose()
+
+        started = time.monotonic()
+        with pytest.raises(RetriesExhaustedError) as info:
+            asyncio.run(asyncio.wait_for(go(), 60))
+    assert time.monotonic() - started < 30
+    if mode == "trickle":
+        assert info.value.cause == "timeout"
+    else:
+        assert "larger than 1 MiB" in info.value.message and info.value.cause == "connection"
