@@ -221,3 +221,32 @@ def test_a_hostile_answer_ends_as_a_transport_fault_on_both_paths(mode: str, fas
         assert info.value.cause == "timeout"
     else:
         assert "larger than 1 MiB" in info.value.message and info.value.cause == "connection"
+
+
+_INTERRUPT_IN_EXEC = """
+import sys
+from ror_annotate.cli import app
+from ror_annotate.cli.app import err_console
+
+
+@app.command("boom")
+def boom() -> None:
+    err_console.print("warm", highlight=False)  # the console's modules are imported (as late in a real run)
+    exec("raise KeyboardInterrupt")  # a SIGTERM landing while a dataclass or typing body is exec'd at import
+
+
+sys.argv = ["ror", "boom"]
+app(prog_name="ror")
+"""
+
+
+def test_an_interrupt_raised_inside_exec_d_code_still_exits_130(tmp_path: Path) -> None:
+    """Before: ``python -m ror_annotate`` ended by SIGINT (-2) after the ``interrupted:`` line (CPython's
+    unhandled-KeyboardInterrupt note, set when the interrupt left code run from a string, outlived the
+    CLI's handling of it; ``Py_RunMain`` then exits by SIGINT)."""
+    import subprocess
+    import sys
+
+    (tmp_path / "boom_cli.py").write_text(_INTERRUPT_IN_EXEC)
+    done = subprocess.run([sys.executable, "-m", "boom_cli"], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert (done.returncode, done.stderr) == (130, "warm\ninterrupted: everything finished before Ctrl-C is stored; run the same command again to resume\n")
