@@ -250,3 +250,18 @@ def test_an_interrupt_raised_inside_exec_d_code_still_exits_130(tmp_path: Path) 
     (tmp_path / "boom_cli.py").write_text(_INTERRUPT_IN_EXEC)
     done = subprocess.run([sys.executable, "-m", "boom_cli"], capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert (done.returncode, done.stderr) == (130, "warm\ninterrupted: everything finished before Ctrl-C is stored; run the same command again to resume\n")
+
+
+# ----------------------------------------------------------------------------- hostile option values
+@pytest.mark.parametrize("value", ["nan", "-5"])
+@pytest.mark.parametrize("command", [["label"], ["status"], ["agree"]])
+def test_a_lock_timeout_that_is_no_number_of_seconds_is_a_usage_error(tmp_path: Path, command: list[str], value: str) -> None:
+    """Before: taken as 0 (nan then printed "waited nan s" when the store was busy)."""
+    from typer.testing import CliRunner
+
+    from ror_annotate.cli import app
+
+    result = CliRunner().invoke(app, [*command, "--lock-timeout", value, "--db", str(tmp_path / "x.duckdb")])
+    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
+    assert result.exit_code == 2 and len(lines) == 1, result.output
+    assert lines[0].startswith("error [E010]: Invalid value for '--lock-timeout': ") and "inf to wait" in lines[0]

@@ -251,9 +251,18 @@ DbOption = Annotated[
     Path,
     typer.Option("--db", envvar="ROR_DB", help="DuckDB store file (env ROR_DB).", show_default=True),
 ]
+def _lock_timeout(value: float) -> float:
+    """``--lock-timeout``: seconds >= 0, ``inf`` to wait as long as it takes; ``nan`` and negative
+    values were taken as 0 (``nan`` printed "waited nan s")."""
+    if value != value or value < 0:  # NaN compares unequal to itself
+        raise typer.BadParameter(f"{value:g} is not a number of seconds >= 0 (give e.g. 30, or inf to wait as long as it takes)")
+    return value
+
+
 LockTimeoutOption = Annotated[
     float,
-    typer.Option("--lock-timeout", help="Seconds to wait while another ror process holds the store's lock."),
+    typer.Option("--lock-timeout", help="Seconds to wait while another ror process holds the store's lock (inf: as long as it takes).",
+                 callback=_lock_timeout),
 ]
 DEFAULT_DB_PATH = Path(os.environ.get("ROR_DB", "ror.duckdb"))
 
