@@ -321,3 +321,44 @@ def test_an_interrupt_while_duckdb_initialises_is_a_plain_interrupt() -> None:
 
     done = subprocess.run([sys.executable, "-c", _INTERRUPT_IN_DUCKDB_INIT], capture_output=True, text=True, timeout=120)
     assert (done.returncode, done.stdout) == (130, "interrupted True 42\n"), done.stderr[-2000:]
+
+
+# ----------------------------------------------------------------------------- degenerate traces
+@pytest.mark.parametrize("unit", ["Wait, ", "Hmm; wait — alternatively, ", "So, wait, hmm, "])
+def test_a_repetition_loop_costs_linear_counting_work(unit: str, monkeypatch) -> None:
+    """The rest of a sentence after each clause cue was counted whole: O(N^2) characters for N cues
+    (81 s of CPU for "Wait, " x 20,000). Counted here in characters read by the approximate
+    counter (not time): 8x the text must cost about 8x, not 64x."""
+    from ror_annotate import segment_text
+    from ror_annotate.tokenizer import ApproxTokenCounter
+
+    read = [0]
+    count = ApproxTokenCounter.count
+
+    def counting(self, text: str) -> int:
+        read[0] += len(text)
+        return count(self, text)
+
+    monkeypatch.setattr(ApproxTokenCounter, "count", counting)
+
+    def chars_read(n: int) -> int:
+        read[0] = 0
+        segment_text(unit * n)
+        return read[0]
+
+    small, large = chars_read(400), chars_read(3200)
+    assert large <= 12 * small, (small, large)
+
+
+@pytest.mark.parametrize("run", ["...", "?!", "。", "!!"])
+def test_a_sentence_end_match_starts_only_where_a_run_of_enders_starts(run: str) -> None:
+    """Tried from inside a run of sentence punctuation, the pattern backtracked through the whole run
+    at every position (quadratic: 43 s for 60,000 dots). A match from inside a run is never needed
+    (one that fails from the run's start fails from inside it): it must not be possible."""
+    from ror_annotate.segment import Segmenter
+
+    seg = Segmenter()
+    text = "x" + run * 50 + " Next"
+    for pattern in (seg._sent_end, seg._sent_end_bmp):
+        assert [m.start() for m in pattern.finditer(text)] == [1]
+        assert pattern.match(text, 1 + len(run)) is None  # from inside the run
