@@ -362,3 +362,54 @@ def test_a_sentence_end_match_starts_only_where_a_run_of_enders_starts(run: str)
     for pattern in (seg._sent_end, seg._sent_end_bmp):
         assert [m.start() for m in pattern.finditer(text)] == [1]
         assert pattern.match(text, 1 + len(run)) is None  # from inside the run
+
+
+# ----------------------------------------------------------------------------- the README's Python example
+_UNGUARDED_SCRIPT = """
+import ror_annotate as ror
+from ror_annotate.sample import sample_path
+
+with ror.Store("ror.duckdb") as store:   # no `if __name__ == "__main__":`, as the README's example had it
+    ingested = ror.pipeline.ingest(store, sample_path())
+    ror.pipeline.segment(store, ingested.trace_ids, workers=2)
+"""
+
+
+def test_an_unguarded_script_gets_e141_from_its_workers_not_lock_waits(tmp_path: Path) -> None:
+    """Before: every worker ran the script again, waited 10 s on the store's lock (E201 traceback),
+    and the parent reported a worker "killed, or out of memory" (E140) with no word on the cause."""
+    import subprocess
+    import sys
+
+    (tmp_path / "demo.py").write_text(_UNGUARDED_SCRIPT)
+    done = subprocess.run([sys.executable, "demo.py"], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert done.returncode == 1
+    assert "locked by another process" not in done.stderr
+    e141 = [ln for ln in done.stderr.splitlines() if ln.startswith("error [E141]: ")]
+    assert e141 and all("demo.py again" in ln and 'if __name__ == "__main__":' in ln for ln in e141), done.stderr[-3000:]
+    assert done.stderr.rstrip().splitlines()[-1].startswith("ror_annotate.errors.WorkerError: ")
+    assert "E141 above" in done.stderr.rstrip().splitlines()[-1]
+
+
+_GUARDED_README_EXAMPLE = '''
+import ror_annotate as ror
+from ror_annotate.sample import sample_path
+
+if __name__ == "__main__":
+    with ror.Store("ror.duckdb") as store:
+        summary = ror.pipeline.run(store, sample_path(), out="exports/demo", workers=2)
+        print(summary.segment.segments, summary.label.labeled, summary.export.n_rows)
+'''
+
+
+def test_the_readme_python_example_runs_as_a_script(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    assert 'if __name__ == "__main__":   # needed in a script' in readme
+    (tmp_path / "demo.py").write_text(_GUARDED_README_EXAMPLE)
+    done = subprocess.run([sys.executable, "demo.py"], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    segments, labeled, rows = done.stdout.split(" ", 2)
+    assert int(segments) == int(labeled) > 0 and "'segments':" in rows
