@@ -413,3 +413,31 @@ def test_the_readme_python_example_runs_as_a_script(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr[-3000:]
     segments, labeled, rows = done.stdout.split(" ", 2)
     assert int(segments) == int(labeled) > 0 and "'segments':" in rows
+
+
+# ----------------------------------------------------------------------------- configuration files
+def _config_loaders():
+    from ror_annotate.codebook import load_codebook_file
+    from ror_annotate.crosswalks import load_crosswalk
+    from ror_annotate.judge.pricing import load_prices
+
+    return {"prices": load_prices, "codebook": load_codebook_file, "crosswalk": load_crosswalk}
+
+
+@pytest.mark.parametrize("what", ["prices", "codebook", "crosswalk"])
+def test_a_configuration_path_that_is_no_small_file_is_refused_before_it_is_read(what: str, tmp_path: Path) -> None:
+    """Before: ``--prices /dev/zero`` was read whole (the kernel killed ``ror`` for memory), a FIFO
+    blocked forever, a 5 MiB file was read and parsed whole."""
+    from ror_annotate.errors import RorError
+
+    load = _config_loaders()[what]
+    big = tmp_path / f"big@v1.{'json' if what == 'prices' else 'yaml'}"
+    big.write_text("# " + "x" * (5 * 2**20) + "\n")
+    with pytest.raises(RorError, match=r"larger than 4 MiB"):
+        load(big)
+    if what == "crosswalk":
+        return  # a path that is not a file is taken as a crosswalk name there ("unknown crosswalk ...")
+    for device in ("/dev/zero", tmp_path):
+        name = Path(device)
+        with pytest.raises(RorError, match=r"is (a device, pipe or socket|a directory), not a regular file"):
+            load(name)
