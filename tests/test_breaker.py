@@ -441,3 +441,15 @@ def test_a_configuration_path_that_is_no_small_file_is_refused_before_it_is_read
         name = Path(device)
         with pytest.raises(RorError, match=r"is (a device, pipe or socket|a directory), not a regular file"):
             load(name)
+
+
+@pytest.mark.parametrize(("option", "value", "bound"), [("samples", 10**20, 100), ("concurrency", 100_000, 4096), ("max_attempts", 1000, 100)])
+def test_judge_options_beyond_any_use_are_refused(option: str, value: int, bound: int) -> None:
+    """Before: ``--samples 99999999999999999999`` built one annotator per sample until killed (a
+    minute of CPU and counting), ``--concurrency 100000`` opened a connection per request in flight,
+    ``--max-attempts 1000`` retried a dead endpoint for about 16 hours."""
+    from ror_annotate.judge.config import JudgeConfig
+
+    with pytest.raises(ConfigError, match=rf"must be <= {bound}, got {value}") as info:
+        JudgeConfig.from_options({option: value})
+    assert info.value.code == "E110"
