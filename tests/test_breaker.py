@@ -453,3 +453,20 @@ def test_judge_options_beyond_any_use_are_refused(option: str, value: int, bound
     with pytest.raises(ConfigError, match=rf"must be <= {bound}, got {value}") as info:
         JudgeConfig.from_options({option: value})
     assert info.value.code == "E110"
+
+
+@pytest.mark.parametrize("n_bins", [0, 1001, 10**9, 10**20])
+def test_a_number_of_calibration_bins_beyond_use_is_a_coded_error(n_bins: int) -> None:
+    """Before: 10**9 bins asked for a 298 GiB array (MemoryError traceback), 10**20 overflowed."""
+    import numpy as np
+
+    from ror_annotate.agreement.reliability import CalibrationOptions, calibration_error
+    from ror_annotate.errors import AgreementError
+
+    c = np.linspace(0.3, 1.0, 40)
+    with pytest.raises(AgreementError, match=r"--n-bins .*from 1 to 1000") as info:
+        calibration_error(c, c > 0.6, n_bins=n_bins, n_resamples=0)
+    assert info.value.code == "E777"
+    with pytest.raises(ConfigError):
+        CalibrationOptions.from_options({"n_bins": n_bins})
+    assert calibration_error(c, c > 0.6, n_bins=1000, n_resamples=0)["n_bins"] == 1000

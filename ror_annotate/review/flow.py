@@ -41,6 +41,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import urlsplit
 
+from pydantic import Field
+
 from ..errors import ReviewError
 from ..options import Resamples, Seed, StageOptions
 from ..provenance import scrub_url
@@ -103,7 +105,7 @@ class ReviewFinishOptions(StageOptions):
     n_resamples: Resamples = 1000
     confidence_level: float = 0.95
     seed: Seed = 0
-    n_bins: int = 10
+    n_bins: int = Field(10, ge=1, le=1000)  # reliability.MAX_BINS
     report: Path | None = None
 
 
