@@ -470,3 +470,31 @@ def test_a_number_of_calibration_bins_beyond_use_is_a_coded_error(n_bins: int) -
     with pytest.raises(ConfigError):
         CalibrationOptions.from_options({"n_bins": n_bins})
     assert calibration_error(c, c > 0.6, n_bins=1000, n_resamples=0)["n_bins"] == 1000
+
+
+_SIGTERM_AT_TEARDOWN = """
+import atexit, os, signal, sys, time
+sys.argv = ["/venv/bin/ror", "codebook", "show", "--format", "summary"]
+from ror_annotate.cli import app
+
+
+def late_sigterm():  # runs while the interpreter tears down, after the command finished
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(0.5)
+    print("teardown went on", file=sys.stderr)
+
+
+atexit.register(late_sigterm)
+app(prog_name="ror")
+"""
+
+
+def test_a_sigterm_after_the_command_finished_ends_it_with_its_own_status() -> None:
+    """Before: a KeyboardInterrupt traceback from the teardown ("Exception ignored in atexit callback"),
+    or status -15 once CPython had put the default handler back (seen at the end of ``ror run``)."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _SIGTERM_AT_TEARDOWN], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "six-behaviors" in done.stdout
+    assert "Traceback" not in done.stderr and "KeyboardInterrupt" not in done.stderr and "teardown went on" not in done.stderr, done.stderr

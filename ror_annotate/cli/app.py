@@ -128,6 +128,37 @@ def _sigterm_as_interrupt() -> None:
             signal.signal(signal.SIGINT, signal.default_int_handler)  # the command runs: Ctrl-C is KeyboardInterrupt again
 
 
+def _settled(status: int) -> None:
+    """The command is over (its outcome printed, its store closed): from here to the process's end, an
+    interrupt ends the process at once with ``status`` (the command's own exit status).
+
+    Interpreter teardown (joining the worker pools' threads, atexit callbacks) runs Python code where
+    the interrupt handler raised ``KeyboardInterrupt`` ("Exception ignored in: <module 'threading'>"
+    and a traceback), and once CPython has put the default handlers back, a SIGTERM killed the
+    finished command (status -15, seen at the end of `ror run --workers 2` on the 201 shared traces).
+    Only in the ``ror`` process itself (a program that runs the CLI in-process keeps its handlers).
+    """
+    import signal
+    import threading
+
+    from . import _is_command_process
+
+    if threading.current_thread() is not threading.main_thread() or not _is_command_process():
+        return
+
+    def finish(signum: int, frame: Any) -> None:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(status)
+
+    for sig in (signal.SIGINT, getattr(signal, "SIGTERM", None)):
+        if sig is not None:
+            signal.signal(sig, finish)
+
+
 def _forget_unhandled_interrupt() -> None:
     """Clear CPython's note that a KeyboardInterrupt went unhandled, once the CLI has handled it.
 
@@ -196,6 +227,7 @@ class RorGroup(TyperGroup):
         try:
             result = super().invoke(ctx)
             sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's last flush
+            _settled(0)
             return result
         except BrokenPipeError:
             # `ror agree ... | head -1`: the reader has all it wants; like other Unix tools, stop quietly.
@@ -209,6 +241,7 @@ class RorGroup(TyperGroup):
         except BaseException as exc:
             if isinstance(exc, RorError) and not _is_interrupt(exc):
                 print_error(exc)
+                _settled(exc.exit_status)
                 raise typer.Exit(exc.exit_status) from None  # typer vendors click: click.exceptions.Exit is not caught
             if not _is_interrupt(exc):
                 raise
@@ -216,6 +249,7 @@ class RorGroup(TyperGroup):
 
             err_console.print(INTERRUPTED, highlight=False, soft_wrap=True)
             _forget_unhandled_interrupt()
+            _settled(130)
             raise typer.Exit(130) from None
 
 
