@@ -498,3 +498,15 @@ def test_a_sigterm_after_the_command_finished_ends_it_with_its_own_status() -> N
     done = subprocess.run([sys.executable, "-c", _SIGTERM_AT_TEARDOWN], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and "six-behaviors" in done.stdout
     assert "Traceback" not in done.stderr and "KeyboardInterrupt" not in done.stderr and "teardown went on" not in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("url", ["http://u:pw@[::1:9/v1", "http://127.0.0.1:99999/v1", "http://127.0.0.1:abc/v1", "http://127.0.0.1:9/v1 --x",
+                                 "http://127.0.0.1:9/v1\n"])
+def test_a_base_url_that_cannot_be_parsed_is_one_coded_line(url: str) -> None:
+    """Before: ``ValueError: Invalid IPv6 URL`` / ``Port out of range`` tracebacks; a URL with a space
+    was sent requests. The password stays out of the message."""
+    from ror_annotate.judge.client import check_base_url
+
+    with pytest.raises(ConfigError, match=r"cannot be read as a URL \(") as info:
+        check_base_url(url)
+    assert info.value.code == "E778" and "pw" not in info.value.message

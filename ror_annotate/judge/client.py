@@ -108,11 +108,22 @@ def check_base_url(base_url: str | None) -> None:
     Raises
     ------
     ConfigError
-        Not an http or https URL with a host.
+        Not an http or https URL with a host; E778: a URL that cannot be parsed (an unclosed IPv6
+        bracket, a port outside 0-65535, whitespace or control characters), which was a ``ValueError``
+        traceback or a request sent to a URL with a space in it.
     """
     if base_url is None:
         return
-    parsed = urlparse(base_url)
+    try:
+        parsed = urlparse(base_url)
+        parsed.port  # noqa: B018  (raises ValueError for a port that is not a number in 0-65535)
+        if any(ch.isspace() or ord(ch) < 32 or ord(ch) == 127 for ch in base_url):
+            raise ValueError("it holds whitespace or a control character")
+    except ValueError as exc:
+        raise ConfigError(
+            f"--base-url {_redact_url(base_url)!r} cannot be read as a URL ({exc}); give the endpoint root, e.g. "
+            "http://127.0.0.1:8000/v1 (an IPv6 host in brackets: http://[::1]:8000/v1)", code="E778",
+        ) from None
     if parsed.scheme not in ("http", "https") or not parsed.hostname:
         raise ConfigError(
             f"--base-url {_redact_url(base_url)!r} is not an http(s) URL; give the endpoint root, e.g. http://127.0.0.1:8000/v1"
@@ -120,8 +131,11 @@ def check_base_url(base_url: str | None) -> None:
 
 
 def _redact_url(url: str) -> str:
-    # Error messages must not echo a password written into the URL.
-    return scrub_url(url)
+    # Error messages must not echo a password written into the URL (even in one that cannot be parsed).
+    try:
+        return scrub_url(url)
+    except ValueError:
+        return re.sub(r"//[^/@]*@", "//***@", url)
 
 
 def resolve_api_key(base_url: str | None) -> str:
