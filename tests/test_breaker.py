@@ -510,3 +510,17 @@ def test_a_base_url_that_cannot_be_parsed_is_one_coded_line(url: str) -> None:
     with pytest.raises(ConfigError, match=r"cannot be read as a URL \(") as info:
         check_base_url(url)
     assert info.value.code == "E778" and "pw" not in info.value.message
+
+
+@pytest.mark.parametrize("url", ["http://[::1:8080", "http://127.0.0.1:99999", "http://u:pw@[::1", "http://127.0.0.1:8080 x"])
+def test_a_label_studio_url_that_cannot_be_parsed_is_one_coded_line(url: str, monkeypatch) -> None:
+    """Before: ``InvalidURL: Invalid port`` / ``ValueError: Port out of range`` tracebacks from
+    ``ror review start`` with such a ``LABEL_STUDIO_URL``."""
+    from ror_annotate.review.labelstudio import public_url, server_url
+
+    monkeypatch.delenv("LABEL_STUDIO_PUBLIC_URL", raising=False)
+    monkeypatch.setenv("LABEL_STUDIO_URL", url)
+    for call in (server_url, public_url):
+        with pytest.raises(ConfigError, match=r"^LABEL_STUDIO_URL / --url '.*' cannot be read as a URL \(") as info:
+            call()
+        assert info.value.code == "E778" and "pw" not in info.value.message
