@@ -524,3 +524,23 @@ def test_a_label_studio_url_that_cannot_be_parsed_is_one_coded_line(url: str, mo
         with pytest.raises(ConfigError, match=r"^LABEL_STUDIO_URL / --url '.*' cannot be read as a URL \(") as info:
             call()
         assert info.value.code == "E778" and "pw" not in info.value.message
+
+
+_DISPOSITION_AT_EXIT = """
+import atexit, signal, sys
+sys.argv = ["/venv/bin/ror", "codebook", "show", "--format", "summary"]
+# registered before ror's own exit callback, so it runs after it: what CPython's late teardown sees
+atexit.register(lambda: print("at exit:", signal.getsignal(signal.SIGTERM) is signal.SIG_IGN, signal.getsignal(signal.SIGINT) is signal.SIG_IGN, file=sys.stderr))
+from ror_annotate.cli import app
+app(prog_name="ror")
+"""
+
+
+def test_interrupts_are_ignored_for_the_last_of_a_finished_commands_teardown() -> None:
+    """Before: CPython put the default handler back late in its finalization and a SIGTERM then killed
+    the finished command (status -15, 2 of 55 SIGTERMs sent at random moments of ``ror run``)."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _DISPOSITION_AT_EXIT], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stderr.strip().splitlines()[-1] == "at exit: True True", done.stderr

@@ -29,10 +29,25 @@ def _is_command_process() -> bool:
     return _os.path.basename(argv0) in ("ror", "ror.exe") or tail.endswith(("ror_annotate/__main__.py", "ror_annotate/cli/__main__.py"))
 
 
+def _ignore_interrupts_at_exit() -> None:
+    """The last exit callback (registered first): once the command has settled (cli/app.py's
+    ``_settled``), interrupts are ignored for the rest of the teardown. CPython puts the default
+    handlers back late in its finalization, and a SIGTERM then killed the finished command (-15)."""
+    from .app import _SETTLED  # its value now (the package's ``app`` is the Typer application)
+
+    if _SETTLED is not None:
+        for sig in (_signal.SIGINT, getattr(_signal, "SIGTERM", None)):
+            if sig is not None:
+                _signal.signal(sig, _signal.SIG_IGN)
+
+
 if _threading.current_thread() is _threading.main_thread() and _is_command_process():
     for _sig in (_signal.SIGINT, getattr(_signal, "SIGTERM", None)):
         if _sig is not None and _signal.getsignal(_sig) in (_signal.SIG_DFL, _signal.default_int_handler):
             _signal.signal(_sig, _interrupted_while_starting)
+    import atexit as _atexit
+
+    _atexit.register(_ignore_interrupts_at_exit)  # first registered, so run last
 
 from .app import app  # noqa: F401,E402
 from . import core  # noqa: F401,E402  (registers ingest, segment, label, run, status)

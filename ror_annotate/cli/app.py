@@ -128,6 +128,10 @@ def _sigterm_as_interrupt() -> None:
             signal.signal(signal.SIGINT, signal.default_int_handler)  # the command runs: Ctrl-C is KeyboardInterrupt again
 
 
+#: The command's exit status once it has settled (:func:`_settled`), else None.
+_SETTLED: int | None = None
+
+
 def _settled(status: int) -> None:
     """The command is over (its outcome printed, its store closed): from here to the process's end, an
     interrupt ends the process at once with ``status`` (the command's own exit status).
@@ -145,6 +149,8 @@ def _settled(status: int) -> None:
 
     if threading.current_thread() is not threading.main_thread() or not _is_command_process():
         return
+    global _SETTLED
+    _SETTLED = status
 
     def finish(signum: int, frame: Any) -> None:
         for stream in (sys.stdout, sys.stderr):
