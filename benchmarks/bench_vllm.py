@@ -104,6 +104,8 @@ def plain(args: argparse.Namespace, ckpt: Path, extra: dict) -> dict:
         out[f"gen_{b}"] = b * args.new_tokens / _timed(args.rounds, llm.generate, prompts, gen, use_tqdm=False)
         _prefill(llm, _prompts(b, args.prompt_len), pre)  # warm-up
         out[f"prefill_{b}"] = b * args.prompt_len / _timed(args.rounds, _prefill, llm, _prompts(b, args.prompt_len), pre)
+    if args.tensor_parallel_size > 1:  # the ranks' processes exit with the engine (os._exit would orphan them)
+        llm.llm_engine.engine_core.shutdown()
     return out
 
 
@@ -115,7 +117,7 @@ def hooked(args: argparse.Namespace, ckpt: Path, extra: dict) -> dict:
     from vllm.inputs import TokensPrompt
 
     from ror_annotate.steer.steering import RoutingEdit
-    from ror_annotate.steer.vllm_engine import STATE, _set_edit, build_llm, capture_router_logits_vllm
+    from ror_annotate.steer.vllm_engine import _set_edit, build_llm, capture_router_logits_vllm
 
     engine = build_llm(ckpt, dtype=args.dtype, enforce_eager=args.eager, max_num_seqs=max(args.batch_sizes),
                        max_model_len=args.prompt_len + args.new_tokens + 8, **extra)
@@ -131,7 +133,7 @@ def hooked(args: argparse.Namespace, ckpt: Path, extra: dict) -> dict:
         for name, e in (("idle", None), ("steered", edit)):
             _set_edit(engine, e, "always")
             out[f"{name}_{b}"] = b * args.new_tokens / _timed(args.rounds, engine.llm.generate, prompts, gen, use_tqdm=False)
-            STATE.reset()
+            _set_edit(engine, None, "always")
         pre = SamplingParams(max_tokens=1, temperature=0.0)
         _prefill(engine.llm, _prompts(b, args.prompt_len), pre)
         out[f"idle_prefill_{b}"] = b * args.prompt_len / _timed(args.rounds, _prefill, engine.llm, _prompts(b, args.prompt_len), pre)
@@ -143,6 +145,8 @@ def hooked(args: argparse.Namespace, ckpt: Path, extra: dict) -> dict:
             size = sum(f.stat().st_size for f in (Path(tmp) / "cap").glob("*.bin"))
             out["bytes_per_token_on_disk"] = size / (b * args.prompt_len)
     del np
+    if args.tensor_parallel_size > 1:
+        engine.close()
     return out
 
 
@@ -189,11 +193,17 @@ def main() -> None:
     parser.add_argument("--eager", action="store_true", help="enforce_eager (default: compiled)")
     parser.add_argument("--plain-child", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--workdir", default=None)
+    parser.add_argument("--tensor-parallel-size", type=int, default=1,
+                        help="tensor-parallel ranks of both the plain and the hooked engine (worker processes)")
     args = parser.parse_args()
     if args.requests:
         args.batch_sizes = [1, args.requests]
     work = Path(args.workdir or tempfile.mkdtemp(prefix="bench_vllm_"))
     ckpt, extra = _checkpoint(args, work)
+    if args.tensor_parallel_size > 1:
+        extra["tensor_parallel_size"] = args.tensor_parallel_size
+        # vLLM's CPU build binds each rank to a NUMA node of its own (as build_llm does for a CPU with fewer nodes)
+        os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
     if args.plain_child:
         Path(args.plain_child).write_text(json.dumps(plain(args, ckpt, extra)))
         sys.stdout.flush()
@@ -203,13 +213,14 @@ def main() -> None:
            "--batch-sizes", ",".join(map(str, args.batch_sizes)), "--prompt-len", str(args.prompt_len),
            "--new-tokens", str(args.new_tokens), "--rounds", str(args.rounds), "--family", args.family] \
         + (["--config", args.config] if args.config else []) \
-        + (["--eager"] if args.eager else [])
+        + (["--eager"] if args.eager else []) + ["--tensor-parallel-size", str(args.tensor_parallel_size)]
     subprocess.run(cmd, check=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     base = json.loads(child_out.read_text())
     hf = hf_engine(args, ckpt) if args.config is None else {}
     ours = hooked(args, ckpt, extra)
     print(f"model: {args.config or 'tiny ' + args.family}  ({ours['n_layers']} MoE layers x {ours['n_experts']} experts, top-{ours['top_k']}), "
-          f"dtype {args.dtype}, {'eager' if args.eager else 'compiled'}, prompt {args.prompt_len}, new {args.new_tokens}")
+          f"dtype {args.dtype}, {'eager' if args.eager else 'compiled'}, prompt {args.prompt_len}, new {args.new_tokens}, "
+          f"tensor parallel {args.tensor_parallel_size}")
     print(f"{'batch':>5} {'plain tok/s':>12} {'idle hooks':>11} {'steered':>9} {'steer/idle':>11} {'prefill tok/s':>14} "
           f"{'capture':>9} {'cap/idle':>9}" + (f" {'HF steered':>11} {'HF capture':>11}" if hf else ""))
     for b in args.batch_sizes:

@@ -169,10 +169,18 @@ def confusion_figure(d: dict[str, Any]) -> "Figure | None":
                         color="white" if share[i, j] > 0.6 else "black")
         ax.set_xticks(range(len(cats)), cats, rotation=45, ha="right", fontsize=8)
         ax.set_yticks(range(len(cats)), cats, fontsize=8)
-        ax.set_xlabel(ann)
-        ax.set_ylabel(f"reference: {d['per_class']['reference']}")
+        ax.set_title(ann, fontsize=9)
+        ax.set_xlabel("rater's label")
+        ax.set_ylabel(f"reference label ({_reference_name(d)})")
     fig.colorbar(images[-1], ax=axes[0].tolist(), shrink=0.8, label="share of reference row")
+    fig.suptitle(f"Confusion matrices vs {_reference_name(d)} (numbers: segments; colour: share of the reference row)", fontsize=10)
     return fig
+
+
+def _reference_name(d: dict[str, Any]) -> str:
+    """The per-class reference as a reader says it: "majority" is the majority of the *other* annotators."""
+    ref = d["per_class"]["reference"]
+    return "majority of the other annotators" if ref == "majority" else ref
 
 
 def per_class_figure(d: dict[str, Any]) -> "Figure | None":
@@ -182,23 +190,43 @@ def per_class_figure(d: dict[str, Any]) -> "Figure | None":
         return None
     import numpy as np
 
+    from matplotlib.patches import Patch
+
     cats = d["categories"]
     width = 0.8 / len(pc)
     fig = _figure(max(6, 1.3 * len(cats)), 3.8)
     ax = fig.add_subplot()
     x = np.arange(len(cats))
-    for n, (ann, entry) in enumerate(pc.items()):
+    for n, entry in enumerate(pc.values()):
         f1 = [entry["classes"][c]["f1"] for c in cats]
         vals = np.array([e["value"] if e["value"] is not None else np.nan for e in f1], dtype=float)
         lo = np.array([e["ci_low"] if e["ci_low"] is not None else np.nan for e in f1], dtype=float)
         hi = np.array([e["ci_high"] if e["ci_high"] is not None else np.nan for e in f1], dtype=float)
         # a percentile interval need not contain the estimate on tiny data; matplotlib wants yerr >= 0
         err = np.clip(np.vstack([np.nan_to_num(vals - lo), np.nan_to_num(hi - vals)]), 0, None)
-        ax.bar(x + n * width - 0.4 + width / 2, np.nan_to_num(vals), width, yerr=err, capsize=2, label=ann)
+        # an undefined F1 (class absent from the reference and never predicted) is no bar and an "n/a" mark,
+        # never a bar of height 0 (that reads as F1 = 0)
+        ok = ~np.isnan(vals)
+        pos = x + n * width - 0.4 + width / 2
+        colour = f"C{n % 10}"
+        if ok.any():
+            # yerr as two lists: a (2, 1) array makes matplotlib call math.isfinite on an array (NumPy deprecation)
+            ax.bar(pos[ok], vals[ok], width, yerr=[list(e) for e in err[:, ok]], capsize=2, color=colour)
+        for p in pos[~ok]:
+            ax.text(p, 0.01, "n/a", rotation=90, ha="center", va="bottom", fontsize=7, color=colour)
+
     ax.set_xticks(x, cats, rotation=30, ha="right")
+    ax.set_xlim(-0.5, len(cats) - 0.5)  # the "n/a" marks do not widen the axis as bars do
     ax.set_ylim(0, 1.05)
-    ax.set_ylabel(f"F1 vs {d['per_class']['reference']}")
-    ax.legend(fontsize=8)
+    undefined = any(t.get_text() == "n/a" for t in ax.texts)
+    ax.set_xlabel("behavior" + (" (n/a: F1 undefined, the class is absent from the reference and never labelled)" if undefined else ""))
+    ax.set_ylabel("F1")
+    level = (d.get("bootstrap") or {}).get("confidence_level") or 0.95
+    ax.set_title(f"Per-class F1 vs {_reference_name(d)} (error bars: {level:.0%} trace-bootstrap interval)", fontsize=9)
+    # outside the axes, right of the bars: inside it covered the bars of the first classes
+    # one entry per rater, also for a rater whose every F1 is undefined (no bar to take the entry from)
+    handles = [Patch(facecolor=f"C{n % 10}", label=ann) for n, ann in enumerate(pc)]
+    ax.legend(handles=handles, fontsize=8, title="rater", loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
     return fig
 
 

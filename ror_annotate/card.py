@@ -86,6 +86,11 @@ def agreement_figures(store: "Store") -> tuple[bool, dict[str, Any], list[str]]:
         if not studies:
             notes.append("- humans + LLM judge: no figures (the human labels belong to no review study)")
     figures: dict[str, Any] = {}
+    human_names = sorted({lab.annotator for lab in humans})
+    if len(human_names) == 1:  # the agreement stage's refusal speaks of judges and selections: say it for a card reader
+        del pools["humans"]
+        notes.append(f"- humans: no figures (one human annotator, {human_names[0]}: agreement between humans needs a second "
+                     "annotator on the same segments, e.g. a review study with two: `ror review start NAME -a A -a B`)")
     for name, selection in pools.items():
         try:
             fig = agreement_summary(store, n_resamples=200, **selection)

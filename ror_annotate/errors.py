@@ -286,9 +286,11 @@ class CaptureCheckError(SteerError):
     unbatched forward of the same tokens. The message names the family, the layer and the check.
     Nothing of the failing batch is written. The vLLM engine adds E920 (a request's captured rows
     are not exactly positions 0..T-1) and E921 (a MoE layer's or a residual-stream layer's hook did not
-    fire in a forward step); its other errors are :class:`SteerError` with E922 (vLLM missing, tensor
-    parallel asked), E923 (no MoE layer routed through vLLM's router), E924 (an option only the HF
-    engine has) and E955 (a router rule the vLLM engine does not define).
+    fire in a forward step); its other errors are :class:`SteerError` with E922 (vLLM missing),
+    E923 (no MoE layer routed through vLLM's router), E924 (an option only the HF engine has), E955
+    (a router rule the vLLM engine does not define), E963 (expert parallelism asked), E964 (pipeline
+    or data parallelism asked), E965 (a tensor-parallel size below 1) and E966 (a tensor-parallel
+    size given to the HF engine).
     """
 
     code = "E910"

@@ -11,22 +11,27 @@ alone misses ``value of x. Then``), and tokenizing every line cost more than all
    (```` ``` ```` / ``~~~``), display math (``$$...$$``, ``\\[...\\]``,
    ``\\begin{env}...\\end{env}``), inline math (``\\(...\\)``, ``$...$`` with Pandoc's
    delimiter rule) and inline code. Math may not run over a blank line (LaTeX rejects a
-   paragraph break inside math), so one unclosed delimiter cannot swallow the trace. Line
-   ends are LF, CRLF or a lone CR everywhere.
+   paragraph break inside math), so one unclosed delimiter cannot swallow the trace, except
+   display math whose delimiters stand on lines of their own (``\\[``, blank line, equation,
+   blank line, ``\\]``, as some models write it), within 3,000 characters and, for the
+   segmenter, the soft limit of rule 4. Line ends are LF, CRLF or a lone CR everywhere.
 2. **Line breaks** outside protected spans end a segment (paragraphs, list items, headings,
    display equations each start their own segment), except where the next line continues the
    unit (:meth:`Segmenter._join_lines`): a line starting with ``=`` continues the equation above
    it, a Markdown table rule (``---|---``) its header row, and lines of symbols (no word of three
-   letters or more: table rows, a column of values) one line end apart form one piece, while the
-   piece stays within the soft limit of rule 4.
+   letters or more: table rows, a column of values; not a line that opens display math, which is
+   its own equation) one line end apart form one piece, while the piece stays within the soft
+   limit of rule 4.
 3. **Sentence ends**: a sentence mark of any script (``.!?…``, ``।``, ``؟`` ...) with closing
    quotes or brackets, then whitespace; full-width CJK enders (``。！？``) need no whitespace.
    A candidate is dropped when it would cut inside a protected span, between an enumerator and
-   its item (``1.``, ``(a)``, ``- ``), after an abbreviation (spaCy's English tokenizer
+   its item (``1.``, ``(a)``, ``- ``; on any line of a joined piece), before an equation number
+   that closes its line (``x = 2y. (1)``), after an abbreviation (spaCy's English tokenizer
    exceptions plus a list for technical prose: ``approx.``, ``incl.``, ``e.g.``, ``Eq. 3``
    ...), before a lowercase word (except after a bare question mark: ``is it? yes`` ends a
    sentence, ``"is it?" and`` does not; and a formula after a period, ``2.45 rad. cos(2.45)``,
-   ``100%. g1 is``, starts one), and when no whitespace separates the two sides
+   ``100%. g1 is``, ``σ_x also``, ``∂f/∂z = 2z``, ``|a|^2 = 0.25``, ``z was found``, starts one),
+   and when no whitespace separates the two sides
    (decimals, file names).
 4. **Clauses**, at the method's granularity (a sentence stays whole unless it is long or a new
    reasoning step starts inside it): a cue that opens a new step (``, wait``, ``; hmm``,
@@ -91,9 +96,15 @@ __all__ = [
 #: Versioned id of the rule set below; change it whenever a rule changes the output (the store
 #: compares it to skip re-segmenting traces already segmented by the same rules). v4 (from v3):
 #: line joins of rule 2, formula sentence starts of rule 3, soft limit 100 (was 80) approximate
-#: tokens. Only the current rule set is implemented: `ror segment` re-segments a trace segmented
-#: by v3 (refused while labels refer to it, as after any rule change).
-SEGMENTER_NAME = "ror-clause-v4"
+#: tokens. v5 (from v4): display math lines are not joined as lines of symbols, display math with
+#: its delimiters on lines of their own may hold blank lines (up to the soft limit), an enumerator
+#: on an inner line of a joined piece keeps its item, an equation number closing a line stays with
+#: its equation, and formulas opened by a letter of any script (``σ_x``), a math operator (``∂``,
+#: ``∇``, ``√``, ``|a|``) or a lone variable before a verb (``z was``) start a sentence after a
+#: period. Only the current rule set is implemented: `ror segment` re-segments a trace segmented
+#: by v4 (refused while labels refer to it, as after any rule change; a trace whose spans are the
+#: same under v5 keeps its labels and only its provenance changes).
+SEGMENTER_NAME = "ror-clause-v5"
 #: The method's hard cap on a segment's length, in tokens of the subject model's tokenizer.
 MAX_SEGMENT_TOKENS = 125
 #: Segment length profile of the method's corpus (tokens; Wang, Fayyaz, Peng, arXiv:2611.05919):
@@ -155,6 +166,13 @@ _NO_BLANK = rf"(?:(?!{_EOL}[ \t]*{_EOL}).)"  # any char, but never across a blan
 _PROTECTED = re.compile(
     rf"(?P<fence>(?:^|(?<=\r))[ \t]*(?P<ticks>`{{3,}}|~{{3,}})[^\r\n]*"
     rf"(?:{_EOL}.*?(?:{_EOL}[ \t]*(?P=ticks)[ \t]*(?=[\r\n]|\Z))|.*\Z))"
+    # v5: display math whose delimiters stand on lines of their own may hold blank lines (some models
+    # write "\\[", a blank line, the equation, a blank line, "\\]"): it opens a line, holds no other
+    # delimiter of its kind and closes within 3,000 characters, so a stray delimiter swallows little.
+    rf"|(?P<ownbrk>(?<![^\r\n])\\\[[ \t]*{_EOL}(?:(?!\\[\[\]]).){{1,3000}}?{_EOL}[ \t]*\\\](?=[ \t]*(?:[\r\n]|\Z)))"
+    rf"|(?P<owndd>(?<![^\r\n])\$\$[ \t]*{_EOL}(?:(?!\$\$).){{1,3000}}?{_EOL}[ \t]*\$\$(?=[ \t]*(?:[\r\n]|\Z)))"
+    rf"|(?P<ownenv>(?<![^\r\n])\\begin\{{(?P<ownname>[A-Za-z]+\*?)\}}[ \t]*{_EOL}(?:(?!\\(?:begin|end)\{{(?P=ownname)\}}).){{1,3000}}?"
+    rf"{_EOL}[ \t]*\\end\{{(?P=ownname)\}}(?=[ \t]*(?:[\r\n]|\Z)))"
     rf"|(?P<dd>\$\${_NO_BLANK}+?\$\$)"
     rf"|(?P<brk>\\\[{_NO_BLANK}+?\\\])"
     rf"|(?P<env>\\begin\{{(?P<envname>[A-Za-z]+\*?)\}}{_NO_BLANK}*?\\end\{{(?P=envname)\}})"
@@ -181,8 +199,10 @@ def find_protected_spans(text: str) -> list[tuple[int, int]]:
         Sorted, non-overlapping half-open ``[start, end)`` spans (characters) of code fences,
         display math (``$$..$$``, ``\\[..\\]``, ``\\begin{env}..\\end{env}``), inline math
         (``\\(..\\)``, ``$..$``) and inline code. An unclosed code fence runs to the end of the
-        text (Markdown's rule); math delimiters are matched within one paragraph, and inline
-        ``$`` follows Pandoc's rule (no space inside the delimiters, closing ``$`` not followed
+        text (Markdown's rule); math delimiters are matched within one paragraph (except display
+        math whose opening and closing delimiters each stand on a line of their own, closed within
+        3,000 characters with no other delimiter of its kind inside: it may hold blank lines), and
+        inline ``$`` follows Pandoc's rule (no space inside the delimiters, closing ``$`` not followed
         by a digit), so prices such as ``$5 and $10`` are not math.
     """
     # Same result as ``[m.span() for m in _PROTECTED.finditer(text)]``, about 20x faster: a match
@@ -433,7 +453,19 @@ _TABLE_RULE = re.compile(r"\|?[ \t]*:?-{2,}:?[ \t]*(?:\|[ \t]*:?-{2,}:?[ \t]*)+\
 # A formula opening a sentence after a period: "... ≈ 1.617 rad. cos(1.617) ≈ ...", "... is 100%. g1 is 75%".
 # A lowercase letter (or a short name: cos, sin, log) directly followed by a subscript, prime,
 # bracket, digit, superscript or relation, or a letter then a spaced relation ("x = 3").
-_FORMULA_START = re.compile(r"[a-z][A-Za-z]{0,4}(?:[_^'′(=≈<>≤≥≡∈→|²³⁴¹⁰⁵⁶⁷⁸⁹\d]|\s*[=≈<>≤≥≡]\s)")
+_FORMULA_START = re.compile(
+    r"[^\W\d_][A-Za-z]{0,4}(?:[_^'′(=≈<>≤≥≡∈→|²³⁴¹⁰⁵⁶⁷⁸⁹\d]|\s*[=≈<>≤≥≡]\s)"  # v5: any script's letter (σ_x, ψ(t))
+    r"|[a-z]\s+(?:is|was|are|were|has|had|equals|becomes|must|can|should|will|would|gives|satisfies|ranges)\b"
+)
+# v5: a formula opened by a math operator that names a quantity (∂f/∂z, ∇f, √2, Σ, ∫) or an
+# absolute value (|a|^2 = 0.25) starts a sentence after a period like a formula opened by a letter.
+_SYMBOL_FORMULA_START = re.compile(r"[∂∇√∑∏∫]\S|\|[^|\s]{1,12}\|(?:[\^_²³=<>≤≥≈]|\s*[=<>≤≥≈]\s)")
+# v5: an equation number closing a line ("... = λ (ρ - R). (1)"): the label of the equation before it.
+_EQUATION_TAG = re.compile(r"\((?:\d{1,3}[a-z]?'?|[*†‡]{1,3})\)[ \t]*(?:[\r\n]|\Z)")
+# A blank line (any line end style): a display span holding one was matched by an own-line rule.
+_BLANK_LINE = re.compile(rf"{_EOL}[ \t]*{_EOL}")
+# v5: a line that opens display math (its own display equation, rule 2): never joined as a line of symbols.
+_DISPLAY_OPEN = ("\\[", "$$", "\\begin{")
 
 
 class Segmenter:
@@ -518,7 +550,7 @@ class Segmenter:
 
     def _spans_with_counts(self, text: str) -> list[tuple[int, int, int]]:
         """``(char_start, char_end, n_tokens)`` of every segment, before the invariant check."""
-        protected = _Spans(find_protected_spans(text))
+        protected = _Spans(self._protected_spans(text))
         lines = self._lines(text, protected)
         out: list[tuple[int, int, int]] = []
         for line_start, line_end, sentence_starts in self._sentences(text, lines, protected):
@@ -534,6 +566,20 @@ class Segmenter:
         for (s, e, _), n in zip(out, counts):
             self._cap(text, s, e, n, protected, capped)
         return capped
+
+    def _protected_spans(self, text: str) -> list[tuple[int, int]]:
+        """:func:`find_protected_spans`, less display math over blank lines longer than the soft limit.
+
+        Such a display (delimiters on lines of their own, blank lines inside) is one unit up to
+        ``soft_max_tokens`` approximate tokens; a longer one is cut at its line ends as in v4, so its
+        rows stay within the method's length profile rather than reaching the hard cap whole.
+        """
+        spans = find_protected_spans(text)
+        count = self._approx.count
+        return [
+            (s, e) for s, e in spans
+            if not (text.startswith(_DISPLAY_OPEN, s) and _BLANK_LINE.search(text, s, e) and count(text[s:e]) > self.soft_max_tokens)
+        ]
 
     # ------------------------------------------------------------------ lines
     def _lines(self, text: str, protected: _Spans) -> list[tuple[int, int]]:
@@ -571,11 +617,11 @@ class Segmenter:
             return lines
         count = self._approx.count
         out = [lines[0]]
-        prev_symbols = _WORD3.search(text, *lines[0]) is None
+        prev_symbols = _WORD3.search(text, *lines[0]) is None and not text.startswith(_DISPLAY_OPEN, lines[0][0])
         piece_tokens = count(text[lines[0][0]:lines[0][1]])
         for s, e in lines[1:]:
             ps, pe = out[-1]
-            symbols = _WORD3.search(text, s, e) is None
+            symbols = _WORD3.search(text, s, e) is None and not text.startswith(_DISPLAY_OPEN, s)
             n = count(text[s:e])
             continues = (
                 text[s] == "="
@@ -604,11 +650,17 @@ class Segmenter:
                 continue
             enum = _ENUMERATOR.match(text, s, e)
             enum_end = enum.end() if enum else s
+            joined = text.find("\n", s, e) >= 0 or text.find("\r", s, e) >= 0  # lines joined by rule 2
             accepted: list[int] = []
             for pos in sorted(candidates | cjk):
                 cut = pos if pos in cjk else self._sentence_cut(text, pos, s, e)
                 if cut is None or cut <= enum_end or cut >= e or protected.inside(cut):
                     continue
+                if joined and (inner := max(text.rfind("\n", s, cut), text.rfind("\r", s, cut))) >= 0:
+                    # v5: an enumerator opening a later line of a joined piece keeps its item too ("1. x = 2\n2. y = 3")
+                    item = _ENUMERATOR.match(text, inner + 1, e)
+                    if item is not None and cut <= item.end():
+                        continue
                 if not accepted or cut > accepted[-1]:
                     accepted.append(cut)
             yield s, e, accepted
@@ -658,7 +710,11 @@ class Segmenter:
                 word = token.rstrip(".")
                 if (in_chain or cue) and len(word) > 1 and word.lower() not in self._starters:
                     return None
+        if prev[-1] == "." and _EQUATION_TAG.match(text, gap, line_end):
+            return None  # v5: "... = λ (ρ - R). (1)": the equation's number, not a sentence
         if not (nxt[0].isalnum() or nxt[0] in _OPENERS or nxt[0] in "\\$¿¡"):
+            if prev[-1] == "." and _SYMBOL_FORMULA_START.match(nxt) and prev[:-1].lstrip(_OPENERS).lower() not in self._abbrev_num:
+                return gap  # v5: "∂f/∂y = 2z. ∂f/∂z = 2z", "b = 0.5. |a|^2 = 0.25": a formula opens a sentence
             return None  # "8! / 2", "x? = y": an operator cannot open a sentence
         if (
             nxt[0].isalpha()

@@ -110,28 +110,26 @@ def _pool_of(results: object) -> object:
     return results.gi_frame.f_locals["pool"]  # type: ignore[attr-defined]
 
 
-def test_a_killed_baseline_worker_is_one_coded_error() -> None:
-    results = classify_many(iter(_items(300)), workers=2, task_segments=3)
-    next(results)
-    pool = _pool_of(results)
-    for pid in list(pool._processes):  # type: ignore[attr-defined]
+def _kill_workers_after_first(results: object) -> WorkerError:
+    """Take one result of a pool generator, SIGKILL every worker of its pool, read on: the coded error raised."""
+    next(results)  # type: ignore[call-overload]
+    for pid in list(_pool_of(results)._processes):  # type: ignore[attr-defined]
         os.kill(pid, signal.SIGKILL)
     with pytest.raises(WorkerError) as caught:
-        list(results)
-    assert caught.value.code == "E140"
-    assert "run the same command again" in str(caught.value)
+        list(results)  # type: ignore[call-overload]
+    return caught.value
+
+
+def test_a_killed_baseline_worker_is_one_coded_error() -> None:
+    error = _kill_workers_after_first(classify_many(iter(_items(300)), workers=2, task_segments=3))
+    assert error.code == "E140"
+    assert "run the same command again" in str(error)
 
 
 def test_a_killed_segment_worker_is_one_coded_error() -> None:
     items = [(f"t{i}", "So x = 4. Wait, that is wrong. Let me redo it. " * 10) for i in range(300)]
-    results = segment_spans_many(iter(items), segmenter=Segmenter(), workers=2, task_chars=400)
-    next(results)
-    pool = _pool_of(results)
-    for pid in list(pool._processes):  # type: ignore[attr-defined]
-        os.kill(pid, signal.SIGKILL)
-    with pytest.raises(WorkerError) as caught:
-        list(results)
-    assert caught.value.code == "E140"
+    error = _kill_workers_after_first(segment_spans_many(iter(items), segmenter=Segmenter(), workers=2, task_chars=400))
+    assert error.code == "E140"
 
 
 def test_huge_workers_start_no_more_processes_than_cores_and_give_the_serial_labels() -> None:

@@ -704,8 +704,8 @@ def test_segments_equal_validated_records(eol: str) -> None:
 # Expected values by hand. Each rule was measured on the ReasoningFlow clause segmentations
 # (benchmarks/compare_boundaries.py --half dev): the joined line ends were boundaries there in
 # fewer than one case in four, the formula sentence starts in most cases.
-def test_segmenter_id_is_v4() -> None:
-    assert SEGMENTER_NAME == "ror-clause-v4" == Segmenter().name
+def test_segmenter_id_is_v5() -> None:
+    assert SEGMENTER_NAME == "ror-clause-v5" == Segmenter().name
 
 
 def test_line_starting_with_equals_continues_the_equation(eol: str) -> None:
@@ -774,3 +774,74 @@ def test_sentence_between_old_and_new_soft_limit_stays_whole(eol: str) -> None:
     text = f"{a}, and {a}, so {a}, and {a}."  # 87 approx tokens: cut under v3 (soft limit 80), whole under v4
     assert 80 < ApproxTokenCounter().count(text) == 87 <= SOFT_MAX_TOKENS
     assert texts(seg(text, eol)) == [text]
+
+
+# --------------------------------------------------------------------------- ror-clause-v5 rules
+# Expected values by hand. Each rule fixes a kind of cut that breaks a unit the rules above define
+# (a display equation, an enumerated item, an equation and its number, a sentence opened by a
+# formula); each is paired with the cases it must not change.
+def test_each_display_equation_line_is_its_own_segment(eol: str) -> None:
+    # Two display equations one line end apart have no word of three letters, but each is delimited
+    # display math (rule 2): not joined as lines of symbols. Nor is a short "So:" with the display below.
+    text = "We have:\n\\[ 18 = 1.6 s (s + 2) \\]\n\\[ 18 = 1.6 s^2 + 3.2 s \\]\nSo:\n$$ s = 2.5 $$"
+    assert texts(seg(text, eol)) == ["We have:", "\\[ 18 = 1.6 s (s + 2) \\]", "\\[ 18 = 1.6 s^2 + 3.2 s \\]", "So:", "$$ s = 2.5 $$"]
+    # must not change: lines of symbols without display delimiters are still one piece
+    plain = "x = 2^(-7/24)\ny = 2^(-3/8)"
+    assert texts(seg(plain, eol)) == [plain]
+
+
+def test_an_enumerator_on_an_inner_line_of_a_joined_piece_keeps_its_item(eol: str) -> None:
+    # v4 cut after "2." and "3." (a formula after a period starts a sentence), leaving "...\n2." behind.
+    items = "1. x = yz * 2^(1/2)\n2. y = xz * 2^(1/3)\n3. z = xy * 2^(1/4)"
+    text = f"The three equations:\n\n{items}\n\nThese are the three."
+    assert texts(seg(text, eol)) == ["The three equations:", items, "These are the three."]
+    # must not change: a sentence end inside an item, after its enumerator, still cuts
+    assert texts(seg("1. x = 2. y = 3\n2. z = 4", eol)) == ["1. x = 2.", "y = 3\n2. z = 4"]
+
+
+def test_an_equation_number_closing_a_line_stays_with_its_equation(eol: str) -> None:
+    text = "x = sqrt2 * y z. (1)\n\ny = 2^{1/3} * x z.   (2)\n\nPlug (1) into (2)."
+    assert texts(seg(text, eol)) == ["x = sqrt2 * y z. (1)", "y = 2^{1/3} * x z.   (2)", "Plug (1) into (2)."]
+    # must not change: a bracketed number that opens a sentence (not alone on the rest of its line)
+    assert texts(seg("It holds. (1) is the first case.", eol)) == ["It holds.", "(1) is the first case."]
+
+
+def test_formula_sentence_starts_of_any_script_and_math_operators() -> None:
+    cases = {
+        "Similarly ∂f/∂y = 2(ρ - R). ∂f/∂z = 2z.": ["Similarly ∂f/∂y = 2(ρ - R).", "∂f/∂z = 2z."],
+        "Here a=0.5, b=sqrt(3)/2. |a|^2=0.25, so it is small.": ["Here a=0.5, b=sqrt(3)/2.", "|a|^2=0.25, so it is small."],
+        "This is standard. σ_x also flips the spin.": ["This is standard.", "σ_x also flips the spin."],
+        "Let me check that exponent again. z was found to be 2^(-5/12).": ["Let me check that exponent again.", "z was found to be 2^(-5/12)."],
+        # must not split: a table row's cells, a lone letter before a non-verb, an abbreviation, a factorial
+        "| Step 1. | x | y |": ["| Step 1. | x | y |"],
+        "So x = 3. a lot of work remains.": ["So x = 3. a lot of work remains."],
+        "It costs approx. σ_x times two.": ["It costs approx. σ_x times two."],
+        "It would be 8! / 2 ways.": ["It would be 8! / 2 ways."],
+    }
+    for text, expected in cases.items():
+        assert texts(seg(text)) == expected, text
+
+
+def test_display_math_with_delimiters_on_their_own_lines_holds_blank_lines(eol: str) -> None:
+    # Some models write "\[", a blank line, the equation, a blank line, "\]": one display equation,
+    # with no cut inside (not even after "4c." before "Then", which would be a sentence end outside math).
+    display = "\\[\n\nD = 36 - 4c. Then\n\n\\]"
+    aligned = "\\begin{aligned}\n\na &= 1, \\\\\n\nb &= 2.\n\n\\end{aligned}"
+    text = f"The discriminant is:\n\n{display}\n\nSo c < 9.\n{aligned}\nDone."
+    assert texts(seg(text, eol)) == ["The discriminant is:", display, "So c < 9.", aligned, "Done."]
+    written = text.replace("\n", eol)
+    assert [written[s:e] for s, e in find_protected_spans(written)] == [display.replace("\n", eol), aligned.replace("\n", eol)]
+
+
+def test_display_math_over_blank_lines_needs_own_line_delimiters_and_a_close(eol: str) -> None:
+    # must not change: an opener that is not alone on its line, an unclosed opener, a closer too far away
+    assert texts(seg("We get \\[\n\nx = 1\n\n\\]", eol)) == ["We get \\[", "x = 1", "\\]"]
+    assert texts(seg("\\[\n\nno close here.\n\nText. More.", eol)) == ["\\[", "no close here.", "Text.", "More."]
+    far = "\\[\n\n" + "x = 1.\n\n" * 500 + "\\]"  # 3,500 characters between the delimiters
+    assert find_protected_spans(far.replace("\n", eol)) == []
+    # a display over blank lines longer than the soft limit is cut at its line ends, as without the rule
+    rows = [f"a_{{{i}}} &= {i}, \\\\" for i in range(30)]
+    long = "\\[\n\n" + "\n\n".join(rows) + "\n\n\\]"
+    assert ApproxTokenCounter().count(long) > SOFT_MAX_TOKENS
+    assert len(find_protected_spans(long.replace("\n", eol))) == 1  # found, then released by the segmenter
+    assert texts(seg(long, eol)) == ["\\[", *rows, "\\]"]

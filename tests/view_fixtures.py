@@ -53,3 +53,22 @@ def build_store(tmp: Path, n_sample: int = 4) -> Path:
                                    annotator="ds", codebook_version="v1", confidence=max(p), distribution=p))
         store.upsert_labels(extra)
     return db
+
+
+#: The one trace of :func:`tiny_store`: four segments under the clause segmenter.
+TINY_TEXT = "Let me think. First, 2 + 2 = 4. Wait, check: 2 + 2 = 4 indeed. So the answer is 4."
+
+
+def tiny_store(db: Path, *, human: str | None = None) -> Path:
+    """A store of one trace (``"only"``) labelled by the offline baseline; with ``human``, also by that human
+    annotator, who keeps the baseline's label on odd segments and takes the next behavior on even ones."""
+    with Store(db) as store:
+        store.upsert_traces([Trace(trace_id="only", text=TINY_TEXT)])
+        pipeline.segment(store)
+        pipeline.label(store, judge="baseline")
+        if human:
+            store.upsert_labels([
+                Label(trace_id=lab.trace_id, segment_index=lab.segment_index, source="human", annotator=human, codebook_version="v1",
+                      label=lab.label if lab.segment_index % 2 else BEHAVIORS[(BEHAVIORS.index(lab.label) + 1) % len(BEHAVIORS)])
+                for lab in store.labels()])
+    return db

@@ -58,12 +58,15 @@ def prompts(n: int, seed: int = 0) -> list[list[int]]:
 
 def main() -> None:
     family, mode, workdir = sys.argv[1], sys.argv[2], Path(sys.argv[3])
+    # "eager" / "compiled", optionally "-tpN": N tensor-parallel ranks (worker processes)
+    mode, _, tp = mode.partition("-tp")
+    tp_size = int(tp or 1)
     import numpy as np
     import torch
 
     from ror_annotate.steer.capture import forward_router_logits, load_model
     from ror_annotate.steer.steering import RoutingEdit
-    from ror_annotate.steer.vllm_engine import STATE, _capture_batch, build_llm, generate_vllm
+    from ror_annotate.steer.vllm_engine import _capture_batch, _workers, build_llm, generate_vllm
 
     ckpt = make_checkpoint(family, workdir / family)
     seqs = prompts(8)
@@ -82,25 +85,25 @@ def main() -> None:
     del hf
     extra = {"gpu_memory_utilization": 0.1} if torch.cuda.is_available() else {}
     engine = build_llm(ckpt, dtype="float32", enforce_eager=(mode == "eager"), max_num_seqs=8, max_model_len=512,
-                       residual_layers="all" if family in RESIDUAL else None, **extra)
-    out: dict = {"family": engine.family, "layers": [s.layer for s in engine.sites],
+                       residual_layers="all" if family in RESIDUAL else None, tensor_parallel_size=tp_size, **extra)
+    out: dict = {"ranks": len(_workers(engine, "ror_configure", {})), "family": engine.family, "layers": [s.layer for s in engine.sites],
                  "expected_layers": engine.expected_layers, "n_experts": engine.sites[0].n_experts,
                  "top_k": engine.sites[0].top_k}
     from vllm import SamplingParams
 
     params = SamplingParams(max_tokens=1, temperature=0.0)
-    STATE.reset()
-    STATE.capture_layers = out["layers"]
-    STATE.capture_dtype = torch.float32
+    _workers(engine, "ror_configure", {"capture_layers": out["layers"], "capture_dtype": "float32"})
     batch1 = [_capture_batch(engine, [s], params)[0] for s in seqs[:2]]
     batch8 = _capture_batch(engine, seqs, params)
-    STATE.reset()
+    _workers(engine, "ror_configure", {})
     out["batch1_max_diff"] = max(float(np.abs(lg - reference[i]).max()) for i, (lg, *_) in enumerate(batch1))
     out["batch8_max_diff"] = max(float(np.abs(lg - reference[i]).max()) for i, (lg, *_) in enumerate(batch8))
     out["first_row_max_diff"] = max(float(np.abs(lg[0] - reference[i][0]).max()) for i, (lg, *_) in enumerate(batch8))
     # batching itself: each request's rows at batch 8 equal its rows alone (vLLM against vLLM)
     out["batch8_vs_batch1_max_diff"] = max(float(np.abs(batch8[i][0] - lg).max()) for i, (lg, *_) in enumerate(batch1))
     out["batch8_rows"] = [int(lg.shape[0]) for lg, *_ in batch8]
+    # kept for comparisons across runs (tensor parallel against one process)
+    np.savez(workdir / f"{family}-{mode}-tp{tp_size}-batch8.npz", *[lg for lg, *_ in batch8])
     out["lengths"] = [len(s) for s in seqs]
     # selections: vLLM's chosen set equals the HF top-k set wherever the k-th and (k+1)-th logits are apart
     agree = total = 0
@@ -167,7 +170,7 @@ def main() -> None:
     from tests.test_steer_capture import make_tokens
 
     dd = make_tokens({"train": [9, 30, 17, 5, 22], "test": [12, 8]}, vocab=300)
-    vdir, hdir = workdir / f"{family}-{mode}-cap-vllm", workdir / f"{family}-{mode}-cap-hf"
+    vdir, hdir = workdir / f"{family}-{mode}-tp{tp_size}-cap-vllm", workdir / f"{family}-{mode}-tp{tp_size}-cap-hf"
     from ror_annotate.errors import CaptureCheckError
 
     hf = load_model(str(ckpt), dtype="float32")
@@ -221,6 +224,8 @@ def main() -> None:
     rows = run_evaluation_vllm(engine, [Problem("p1", "1+1?", "2"), Problem("p2", "2+3?", "5")], edit, max_new_tokens=6)
     out["evaluation_rows"] = [(r["condition"], r["problem_id"], r["generated_tokens"] > 0) for r in rows]
     print("RESULT " + json.dumps(out), flush=True)
+    if tp_size > 1:  # the ranks' worker processes exit with the engine (os._exit below would orphan them)
+        engine.close()
 
 
 if __name__ == "__main__":

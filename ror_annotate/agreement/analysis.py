@@ -192,9 +192,11 @@ def agreement(  # noqa: C901  (one branch per statistic family and per reference
         raise AgreementError(f"confidence_level must be in (0, 1), got {confidence_level}")
     active = [a for j, a in enumerate(ratings.annotators) if np.any(ratings.codes[:, j] >= 0)]
     if len(active) < 2:
+        who = f"only {active[0]} has labels" if active else "no annotator has labels"
         raise AgreementError(
-            f"agreement needs labels from at least two annotators; annotators with labels: {active or 'none'} "
-            f"(of {list(ratings.annotators)}). Add another annotator's labels or widen the selection"
+            f"agreement needs labels from at least two annotators, and {who} "
+            f"(selected: {', '.join(ratings.annotators) or 'none'}): there is nothing to compare. Add a second annotator's labels "
+            "(another judge: `ror label --judge openai:MODEL`; human labels: `ror review pull`) or widen the selection"
         )
     if reference is not None and reference != "majority" and reference not in ratings.annotators:
         raise AgreementError(f"unknown reference {reference!r}: use 'majority' or one of {list(ratings.annotators)}")

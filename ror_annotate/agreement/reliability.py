@@ -364,9 +364,10 @@ def reliability_figure(summary: dict[str, Any]) -> "Figure | None":
         return None
     from ..agreement_report import _figure
 
-    fig = _figure(6.4, 7.0)
-    top = fig.add_axes((0.12, 0.36, 0.84, 0.58))
-    bottom = fig.add_axes((0.12, 0.07, 0.84, 0.2))
+    # the legend stands right of the diagram: inside it, any corner can hold a bin's point
+    fig = _figure(9.6, 7.0)
+    top = fig.add_axes((0.08, 0.36, 0.56, 0.58))
+    bottom = fig.add_axes((0.08, 0.07, 0.56, 0.2))
     top.plot([0, 1], [0, 1], linestyle="--", color="grey", linewidth=1, label="perfect calibration")
     n_bins = raters[0]["n_bins"]
     width = 1.0 / n_bins / (len(raters) + 1)
@@ -383,10 +384,10 @@ def reliability_figure(summary: dict[str, Any]) -> "Figure | None":
     top.set_xlabel("mean confidence in bin")
     top.set_ylabel("accuracy vs human reference")
     top.set_title(f"Reliability diagram ({n_bins} equal-width bins; {summary.get('reference', '')})", fontsize=9)
-    top.legend(fontsize=7, loc="upper left")
+    top.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
     bottom.set_xlim(0, 1)
     bottom.set_xlabel("confidence")
-    bottom.set_ylabel("labels")
+    bottom.set_ylabel("labels per bin")
     return fig
 
 
@@ -398,7 +399,7 @@ def write_reliability_png(summary: dict[str, Any], out_dir: str | Path) -> Path 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     path = out / "reliability.png"
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=120, bbox_inches="tight")  # the legend beside the diagram sets the width
     return path
 
 

@@ -19,14 +19,16 @@ _OUT = "Output"
 
 def _fmt_estimate(est: dict[str, Any]) -> tuple[str, str]:
     if est.get("value") is None:
-        return f"undefined ({est.get('reason')})", ""
+        return f"undefined ({str(est.get('reason')).replace('_', ' ')})", ""  # fewer_than_two_raters: fewer than two raters
     ci = f"[{est['ci_low']:.3f}, {est['ci_high']:.3f}]" if est.get("ci_low") is not None else ""
     return f"{est['value']:.3f}", ci
 
 
 def _print_tables(d: dict[str, Any]) -> None:
     token = d.get("token_weighted") or {}
-    table = Table(title=f"Agreement: {d['n_items']} items ({d.get('n_pairable_items', '?')} labeled by two or more), {d.get('n_traces', '?')} traces, {d['n_annotators']} annotators")
+    n_traces = d.get("n_traces")
+    traces = "? traces" if n_traces is None else f"{n_traces} trace{'' if n_traces == 1 else 's'}"
+    table = Table(title=f"Agreement: {d['n_items']} items ({d.get('n_pairable_items', '?')} labelled by two or more), {traces}, {d['n_annotators']} annotators")
     # Token-weighted columns only when there are token counts (not for a CSV without weights).
     for col in ("statistic", "segment", "CI", *(("token", "CI") if token else ())):
         table.add_column(col)
@@ -38,6 +40,9 @@ def _print_tables(d: dict[str, Any]) -> None:
     ):
         table.add_row(name, *_fmt_estimate(d[key]), *(_fmt_estimate(token[key]) if token else ()))
     console.print(table)
+    if n_traces == 1 and (d.get("bootstrap") or {}).get("unit") == "trace" and (d.get("bootstrap") or {}).get("n_resamples"):
+        # resampling whole traces from one trace draws that trace every time: every interval is one point
+        console.print("note: one trace, so the trace-level bootstrap intervals have zero width; label more traces for intervals")
     pairs = Table(title="Cohen's kappa per pair")
     for col in ("A", "B", "items", "kappa", "CI"):
         pairs.add_column(col)
@@ -99,17 +104,36 @@ def _print_by_kind(kinds: dict[str, Any]) -> None:
     console.print(t)
 
 
+def _by_rater(title: str, raters: list[str], rows: list[tuple[str, list[str]]]) -> Table:
+    """A table with one row per statistic and one column per rater: at 80 columns a rater's name and an
+    estimate with its interval stay whole (one column per statistic cut them into 4-letter pieces)."""
+    t = Table(title=title)
+    t.add_column("")
+    for name in raters:
+        t.add_column(name, justify="right", overflow="fold")
+    for label, cells in rows:
+        t.add_row(label, *cells)
+    return t
+
+
+def _with_ci(est: dict[str, Any]) -> str:
+    value, ci = _fmt_estimate(est)
+    return f"{value} {ci}".strip()
+
+
 def _print_calibration(cal: dict[str, Any]) -> None:
     if not cal["raters"]:
         console.print(f"calibration: {cal.get('note', 'no raters')}", highlight=False)
         return
-    t = Table(title=f"Calibration vs human reference ({cal['n_reference_items']} reviewed segments; {cal['raters'][0]['n_bins']} bins)")
-    for col in ("rater", "confidence", "items", "accuracy", "mean conf.", "ECE", "CI", "Brier", "CI", "Brier kind"):
-        t.add_column(col, overflow="fold")
-    for r in cal["raters"]:
-        t.add_row(r["name"], r["confidence_kind"], str(r["n_items"]), f"{r['accuracy']:.3f}", f"{r['mean_confidence']:.3f}",
-                  *_fmt_estimate(r["ece"]), *_fmt_estimate(r["brier"]), r["brier_kind"])
-    console.print(t)
+    rs = cal["raters"]
+    console.print(_by_rater(
+        f"Calibration vs human reference ({cal['n_reference_items']} reviewed segments; {rs[0]['n_bins']} bins)",
+        [r["name"] for r in rs],
+        [("confidence", [r["confidence_kind"] for r in rs]), ("segments", [str(r["n_items"]) for r in rs]),
+         ("accuracy", [f"{r['accuracy']:.3f}" for r in rs]), ("mean confidence", [f"{r['mean_confidence']:.3f}" for r in rs]),
+         ("calibration error (ECE)", [_with_ci(r["ece"]) for r in rs]), ("Brier score", [_with_ci(r["brier"]) for r in rs]),
+         ("Brier kind", [r["brier_kind"] for r in rs])],
+    ))
 
 
 def _print_drift(drift: dict[str, Any]) -> None:
@@ -125,15 +149,17 @@ def _print_drift(drift: dict[str, Any]) -> None:
 
 def _print_weighted(wt: dict[str, Any]) -> None:
     strata = ", ".join(f"{s} {n} (pi {', '.join(f'{p:.3g}' for p in wt['inclusion_probabilities'][s])})" for s, n in wt["strata"].items())
-    t = Table(title=f"Weighted estimates, study {wt['study']}: {wt['n_reviewed']} reviewed of N = {wt['population']}; {strata}")
-    for col in ("rater", "items", "accuracy (Hajek)", "CI", "kappa (Hajek)", "CI", "macro-F1", "CI", "accuracy (HT)", "unweighted accuracy"):
-        t.add_column(col, overflow="fold")
     scored = [r for r in wt["raters"] if r.get("n_items")]
-    for r in scored:
-        w_, ht, uw = r["weighted"], r["horvitz_thompson"], r["unweighted"]
-        t.add_row(r["rater"], str(r["n_items"]), *_fmt_estimate(w_["accuracy"]), *_fmt_estimate(w_["cohen_kappa"]),
-                  *_fmt_estimate(w_["macro_f1"]), _fmt_estimate(ht["accuracy"])[0], " ".join(_fmt_estimate(uw["accuracy"])))
-    console.print(t)
+    console.print(_by_rater(
+        f"Weighted estimates, study {wt['study']}: {wt['n_reviewed']} reviewed of N = {wt['population']}; {strata}",
+        [r["rater"] for r in scored],
+        [("segments", [str(r["n_items"]) for r in scored]),
+         ("accuracy (Hajek)", [_with_ci(r["weighted"]["accuracy"]) for r in scored]),
+         ("Cohen's kappa (Hajek)", [_with_ci(r["weighted"]["cohen_kappa"]) for r in scored]),
+         ("macro-F1 (Hajek)", [_with_ci(r["weighted"]["macro_f1"]) for r in scored]),
+         ("accuracy (Horvitz-Thompson)", [_fmt_estimate(r["horvitz_thompson"]["accuracy"])[0] for r in scored]),
+         ("unweighted accuracy", [_with_ci(r["unweighted"]["accuracy"]) for r in scored])],
+    ))
     e = Table(title="Errors found per 100 reviewed segments, by stratum (control = what random sampling finds)")
     e.add_column("rater", overflow="fold")
     for s in wt["strata"]:

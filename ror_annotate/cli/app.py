@@ -8,6 +8,7 @@ judge labelled nothing or too little (E506); a traceback means a bug in ror_anno
 
 from __future__ import annotations
 
+import inspect
 import io
 import os
 from contextlib import contextmanager
@@ -19,6 +20,7 @@ from typing import Annotated, Any
 import click
 import typer
 from rich.console import Console
+from rich.table import Table
 from rich.markup import escape  # messages may contain [brackets] (paths, lists, extras)
 from typer.core import TyperGroup
 
@@ -211,8 +213,72 @@ def _quiet_on_broken_pipe(self: Console) -> None:
 Console.on_broken_pipe = _quiet_on_broken_pipe  # type: ignore[method-assign]
 
 
+class _FoldingTable(Table):
+    """Rich's table whose columns fold a word too long for its cell onto the next line.
+
+    typer's help tables add their columns with rich's default overflow, "ellipsis": at 80 columns an
+    option's own name (``--no-retry-fail…``), a URL default (``http://127.0.0.1…``) or an environment
+    variable (``LABEL_STUDIO_API_K…``) was cut and could not be read. Folded, every character shows.
+    """
+
+    def add_row(self, *renderables: Any, **kwargs: Any) -> None:
+        super().add_row(*renderables, **kwargs)
+        for column in self.columns:
+            column.overflow = "fold"
+
+
+def _fold_help_tables() -> None:
+    try:
+        import typer.rich_utils as rich_utils
+    except ImportError:  # pragma: no cover - typer without rich: plain click help, never cut
+        return
+    rich_utils.Table = _FoldingTable  # type: ignore[attr-defined,misc]
+    rich_utils.Columns = _folded_help  # type: ignore[attr-defined,misc,assignment]
+
+
+def _folded_help(items: list[Any], *args: Any, **kwargs: Any) -> Any:
+    """An option's help, its ``[env var: ...]`` and ``[default: ...]`` one under the other, long words folded.
+
+    typer lays them out with rich's ``Columns``, whose cells cut a word wider than the cell with "…"."""
+    from rich.console import Group
+    from rich.text import Text
+
+    for item in items:
+        if isinstance(item, Text):
+            item.overflow = "fold"
+    return Group(*items)
+
+
+_fold_help_tables()
+
+
+def one_line_short_help(group: Any) -> None:
+    """Give every command under ``group`` (subgroups included) help paragraphs that the terminal wraps.
+
+    typer's rich help keeps a docstring's own line breaks, so a docstring wrapped at 120 characters
+    showed as cut lines at 80 columns ("... Krippendorff's alpha," then "Gwet's AC1, ..." on a line of
+    its own; "links again. With" then "--adjudicator EMAIL ..."). Each paragraph becomes one line
+    (``short_help``: the first paragraph), except a paragraph marked ``\\b`` or a list (lines starting
+    ``-``, ``*``), kept as written. A ``short_help`` already set stays.
+    """
+    for command in group.commands.values():
+        if command.help:
+            paragraphs = inspect.cleandoc(command.help).split("\n\n")
+            joined = [p if p.startswith("\b") or any(line.lstrip()[:2] in ("- ", "* ") for line in p.splitlines()) else " ".join(p.split())
+                      for p in paragraphs]
+            command.help = "\n\n".join(joined)
+            if command.short_help is None:
+                command.short_help = joined[0]
+        if isinstance(getattr(command, "commands", None), dict):  # a group (typer may vendor its own click)
+            one_line_short_help(command)
+
+
 class RorGroup(TyperGroup):
     """Top-level command group: a :class:`RorError` or a usage error becomes one clear line and exit code 2."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        one_line_short_help(self)
 
     def make_context(self, info_name: str | None, args: list[str], parent: Any = None, **extra: Any) -> Any:
         # `ror --bogus` fails while parsing the group's own options, before invoke

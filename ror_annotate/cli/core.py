@@ -385,7 +385,7 @@ def _print_summary(store, summary) -> None:
     stats = summary.export.segment_length
     table = Table(title="ror run: summary", show_header=False)
     table.add_column("what")
-    table.add_column("value")
+    table.add_column("value", overflow="fold")  # a long path folds onto the next line, never cut to "…"
     table.add_row("input traces", f"{len(ids)} ({summary.ingest.inserted} new, {summary.ingest.skipped} skipped as invalid)")
     if stats:
         table.add_row("segment tokens median / p5 / p95 / max", f"{stats['median']:g} / {stats['p5']:g} / {stats['p95']:g} / {stats['max']:g}")
@@ -449,7 +449,7 @@ def _print_judge_counts(counts: dict[str, Any]) -> None:
 def status(db: DbOption = DEFAULT_DB_PATH, lock_timeout: LockTimeoutOption = 10.0) -> None:
     """What the store holds: traces, segments, labels per annotator, recent runs, and a running job's progress.
 
-    Opens the store read-only (works on read-only media). While another ``ror`` process writes the
+    Opens the store read-only (works on read-only media). While another `ror` process writes the
     store (DuckDB then refuses even a read-only open), shows that job's progress instead.
     """
     from ..errors import StoreLockedError

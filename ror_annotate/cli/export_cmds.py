@@ -48,7 +48,7 @@ def export_cmd(
         site = pipeline.view(store, out_dir / "view") if view else None
     table = Table(title=f"ror export: {name}", show_header=False)
     table.add_column("what")
-    table.add_column("value")
+    table.add_column("value", overflow="fold")  # a long path folds onto the next line, never cut to "…"
     for k, v in summary.table_rows():
         table.add_row(k, v)
     if site is not None:

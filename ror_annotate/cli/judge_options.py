@@ -40,7 +40,7 @@ JudgeBaseUrlOption = Annotated[
 ]
 JudgeChunkSizeOption = Annotated[
     int | None,
-    typer.Option("--chunk-size", min=1, help="Segments labeled per request in chunked mode (default 24).", rich_help_panel=_PANEL),
+    typer.Option("--chunk-size", min=1, help="Segments labelled per request in chunked mode (default 24).", rich_help_panel=_PANEL),
 ]
 JudgeModeOption = Annotated[
     str | None,

@@ -40,7 +40,7 @@ def import_cmd(
         summary = pipeline.import_labels(store, file, options)
     table = Table(title=f"ror labels import: {summary.file}", show_header=False)
     table.add_column("what")
-    table.add_column("value")
+    table.add_column("value", overflow="fold")  # a long path folds onto the next line, never cut to "…"
     for k, v in summary.table_rows():
         table.add_row(k, v)
     console.print(table)

@@ -24,6 +24,8 @@ ModelOption = Annotated[str, typer.Option("--model", help="Local checkpoint dire
 DeviceOption = Annotated[str, typer.Option("--device", help="torch device: cpu, cuda, cuda:1...")]
 DtypeOption = Annotated[str, typer.Option("--dtype", help="Model dtype: auto, float32, bfloat16, float16.")]
 EngineOption = Annotated[str, typer.Option("--engine", help="hf (transformers) or vllm (its own venv: scripts/setup_vllm.sh).")]
+TensorParallelOption = Annotated[int, typer.Option(
+    "--tensor-parallel-size", min=1, help="vLLM engine: tensor-parallel ranks (GPUs); capture reads rank 0, edits apply on every rank.")]
 _NOISE = "Label noise"
 ResamplesOption = Annotated[int, typer.Option(
     "--label-resamples", min=0, max=RESAMPLES_MAX, rich_help_panel=_NOISE,
@@ -134,6 +136,15 @@ def _model_identity(model: str) -> str:
     return str(path.resolve()) if path.exists() else model
 
 
+
+#: The Jaccard statistics of ``ror experts`` as a reader names them (keys of ``ExpertReport.jaccard``).
+_JACCARD_NAMES = {
+    "observed": "Jaccard of top-k sets across datasets (observed)",
+    "null_mean": "Jaccard under the label-permutation null (mean)",
+    "null_std": "Jaccard under the label-permutation null (std)",
+    "p_value": "Jaccard permutation p-value",
+}
+
 @app.command("capture", rich_help_panel=_PANEL)
 def capture_cmd(
     tokens: Annotated[Path, typer.Argument(help="Export directory (with tokens/) or the tokens dataset directory.")],
@@ -152,6 +163,7 @@ def capture_cmd(
     residual_layers: Annotated[Optional[str], typer.Option(
         "--residual-layers", help="Also store the residual stream after these decoder layers (e.g. 8-16 or all), for the probe's residual control.")] = None,
     engine: EngineOption = "hf",
+    tensor_parallel_size: TensorParallelOption = 1,
 ) -> None:
     """Capture router logits (tokens x layers x experts, before top-k) and the selected experts of every trace."""
     _writable_output(out)
@@ -180,6 +192,8 @@ def capture_cmd(
             options.update(max_batch_tokens=max_batch_tokens, padding_side=padding_side)
         elif padding_side != "right":
             options["padding_side"] = padding_side  # refused by the vLLM engine (E924)
+        if tensor_parallel_size != 1:
+            options["tensor_parallel_size"] = tensor_parallel_size  # refused by the HF engine (E966)
         report = spec.capture(model, dd, out, dtype=dtype, device=device, options=options)
     rate = report.tokens / report.seconds if report.seconds else 0.0
     console.print(f"captured {report.captured} traces ({report.tokens} tokens, {rate:,.0f} tokens/s), "
@@ -230,14 +244,14 @@ def probe_cmd(
     draws = _label_draws(table, tokens, label_resamples, label_confusion, label_confusion_rater, label_seed)
     rows, curves = run_probes(cap, table, level=level, windows=window_sizes, controls=control_list,
                               embeddings=embeddings, max_train=max_train, seed=seed,
-                              progress=lambda msg: err_console.print(f"probe {msg}", highlight=False), label_draws=draws)
+                              progress=lambda msg: err_console.print(f"probe {msg}", highlight=False, soft_wrap=True), label_draws=draws)
     title = f"behavior probes ({level} level, macro-F1; C and layer chosen on validation)"
     if draws is not None:
         title += (f"; \\[lo, hi] = {100 * draws.confidence_level:g}% percentile interval over {draws.n_resamples} "
                   "label resamples (label noise only)")
     shown = Table(title=title)
     for col in PROBE_COLUMNS:
-        shown.add_column(col)
+        shown.add_column(col, overflow="fold")  # at 80 columns "input embeddings" folds, never "embeddi…"
     for r in format_table(rows):
         shown.add_row(*r)
     console.print(shown)
@@ -311,11 +325,13 @@ def experts_cmd(
     summary = Table(title="expert association" + (
         "" if noise is None else f" (\\[lo, hi] = {100 * noise.level():g}% percentile interval over {noise.draws.n_resamples} "
                                  "label resamples, label noise only)"))
-    summary.add_column("statistic")
-    summary.add_column("value")
+    summary.add_column("statistic", overflow="fold")
+    summary.add_column("value", overflow="fold")
     if noise is None:
-        for key, value in {**report.jaccard, **{f"profile corr {k}": v for k, v in report.corr_summary.items()}}.items():
-            summary.add_row(key.replace("_", " "), f"{value:.3f}")
+        for key, value in report.jaccard.items():
+            summary.add_row(_JACCARD_NAMES.get(key, key.replace("_", " ")), f"{value:.3f}")
+        for key, value in report.corr_summary.items():
+            summary.add_row(f"RD-profile correlation, {key.replace('_', ' ')} (mean Pearson r)", f"{value:.3f}")
         if report.transfer:
             cross = [r["auc"] for r in report.transfer if r["source"] != r["target"]]
             if cross:
@@ -323,7 +339,7 @@ def experts_cmd(
     else:
         for key, value in report.jaccard.items():
             if key != "observed":
-                summary.add_row(key.replace("_", " ") + " (stored labels)", f"{value:.3f}")
+                summary.add_row(_JACCARD_NAMES.get(key, key.replace("_", " ")) + " (stored labels)", f"{value:.3f}")
         for row in noise.headline(report):
             summary.add_row(row["statistic"], fmt_interval(row["value"], row["interval"]))
     console.print(summary)
@@ -345,6 +361,7 @@ def steer_cmd(
     seed: Annotated[int, typer.Option("--seed", min=0, max=SEED_MAX, help="Seed of the random-expert control.")] = 0,
     out: Annotated[Optional[Path], typer.Option("--out", help="Write per-generation rows as JSONL here.")] = None,
     engine: EngineOption = "hf",
+    tensor_parallel_size: TensorParallelOption = 1,
 ) -> None:
     """Generate with steered routing vs the unmodified model and controls; print token counts and accuracy."""
     from ..steer import require_torch
@@ -373,10 +390,11 @@ def steer_cmd(
     rows = spec_engine.evaluate(model, items, edit, dtype=dtype, device=device,
                                 conditions=[c.strip() for c in conditions.split(",") if c.strip()],
                                 schedule=schedule, max_new_tokens=max_new_tokens, seed=seed,
-                                progress=lambda msg: err_console.print(f"generating {msg}", highlight=False))
+                                progress=lambda msg: err_console.print(f"generating {msg}", highlight=False, soft_wrap=True),
+                                **({"tensor_parallel_size": tensor_parallel_size} if tensor_parallel_size != 1 else {}))
     shown = Table(title=f"steering evaluation ({len(items)} problems, schedule {schedule})")
     for col in ("condition", "n", "median tokens", "mean tokens", "accuracy", "median change vs unmodified", "steered rows", "steered tokens"):
-        shown.add_column(col)
+        shown.add_column(col, overflow="fold")  # "unmodified", "concise_prompt" whole at 80 columns, never "unmodif…"
     summary = summarize(rows)
     for s in summary:
         steered = s["steered_rows"] is not None

@@ -40,7 +40,7 @@ def verify(
     of: Annotated[str | None, typer.Option("--of", help="Rater to audit (default: the latest aggregate:* rater, else the single judge rater).")] = None,
     trace: Annotated[list[str] | None, typer.Option("--trace", help="Verify only these trace ids (repeatable).")] = None,
     report: Annotated[bool, typer.Option("--report", help="Print the verification report: revisions per verifier and rater, "
-                                         "per class, from->to matrix, kappa and accuracy vs humans before/after.")] = False,
+                                         "per class, from->to matrix, Cohen's kappa and accuracy vs humans before/after.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the run's summary and the report as JSON.")] = False,
     base_url: JudgeBaseUrlOption = None,
     chunk_size: JudgeChunkSizeOption = None,

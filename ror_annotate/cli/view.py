@@ -24,6 +24,7 @@ def view_cmd(
     reference: Annotated[str | None, typer.Option("--reference", help="Reference of the confusion matrices, as `ror agree --reference`.", rich_help_panel=_D)] = None,
     resamples: Annotated[int | None, typer.Option("--resamples", help="Bootstrap resamples of the agreement intervals (as `ror agree`).", rich_help_panel=_D)] = None,
     seed: Annotated[int | None, typer.Option("--seed", help="Bootstrap seed (as `ror agree`).", rich_help_panel=_D)] = None,
+    cell_examples: Annotated[int | None, typer.Option("--cell-examples", min=0, help="At most this many segments listed behind one confusion-matrix cell (default 500).", rich_help_panel=_D)] = None,
     agreement: Annotated[bool, typer.Option("--agreement/--no-agreement", help="Compute the agreement figures (from integer label codes; off: the dashboard says so).", rich_help_panel=_D)] = True,
     title: Annotated[str | None, typer.Option("--title", help="Title shown on every page.")] = None,
     db: DbOption = DEFAULT_DB_PATH,
@@ -37,11 +38,12 @@ def view_cmd(
 
     options = ViewOptions.from_options({
         "batch_size": batch_size, "low_confidence": low_confidence, "reference": reference, "resamples": resamples,
-        "seed": seed, "title": title, "agreement": agreement,
+        "seed": seed, "title": title, "agreement": agreement, "cell_examples": cell_examples,
     })
     if from_export is not None:
-        if reference is not None or resamples is not None or seed is not None or not agreement:
-            raise UsageError("--reference, --resamples, --seed and --no-agreement set the agreement figures, which need the store; drop them with --from-export")
+        if reference is not None or resamples is not None or seed is not None or cell_examples is not None or not agreement:
+            raise UsageError("--reference, --resamples, --seed, --cell-examples and --no-agreement set the agreement figures, which need the store; "
+                             "drop them with --from-export")
         summary = pipeline.view(from_export, out, options)
     else:
         with open_store(db, lock_timeout, must_exist=True, read_only=True) as store:

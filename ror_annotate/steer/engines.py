@@ -37,7 +37,8 @@ class EngineSpec:
     description : str
     capture : callable
         ``capture(model, tokens, out_dir, *, dtype, device, options) -> CaptureReport`` where
-        ``options`` are the keyword arguments shared by both engines' capture functions.
+        ``options`` are the keyword arguments shared by both engines' capture functions (plus
+        ``tensor_parallel_size`` for vLLM; the HF engine refuses a value above 1 with ``E966``).
     evaluate : callable
         ``evaluate(model, problems, edit, *, dtype, device, conditions, schedule, max_new_tokens,
         seed, progress) -> list of dict`` (rows as :func:`~ror_annotate.steer.evaluate.run_evaluation`).
@@ -53,16 +54,27 @@ class EngineSpec:
 ENGINES: Registry[EngineSpec] = Registry("engines", what="engine")
 
 
+def _no_parallel(options: dict[str, Any]) -> None:
+    """Refuse a vLLM-only parallel option given to the HF engine (``E966``)."""
+    if int(options.pop("tensor_parallel_size", 1) or 1) != 1:
+        raise SteerError("--tensor-parallel-size is an option of the vLLM engine (--engine vllm); the HF engine runs "
+                         "on one --device", code="E966")
+
+
 def _hf_capture(model: str, tokens: Any, out_dir: str | Path, *, dtype: str = "auto", device: str = "cpu",
                 options: dict[str, Any]) -> Any:
     from .capture import capture_router_logits, load_model
 
+    options = dict(options)
+    _no_parallel(options)
     return capture_router_logits(load_model(model, device=device, dtype=dtype), tokens, out_dir, **options)
 
 
 def _hf_evaluate(model: str, problems: Sequence[Any], edit: Any, *, dtype: str = "auto", device: str = "cpu",
                  **kwargs: Any) -> list[dict[str, Any]]:
     from ..tokenizer import load_tokenizer
+
+    _no_parallel(kwargs)
     from .capture import load_model
     from .evaluate import run_evaluation
 
@@ -86,7 +98,9 @@ def _vllm_capture(model: str, tokens: Any, out_dir: str | Path, *, dtype: str = 
     if given:
         raise SteerError(f"the vLLM engine does not support {', '.join(given)}; use --engine hf for them", code="E924")
     options = {k: v for k, v in options.items() if k not in HF_ONLY_CAPTURE}
-    engine = build_llm(model, dtype=dtype, residual_layers=options.get("residual_layers"))  # instrumented before compiling
+    tp = int(options.pop("tensor_parallel_size", 1) or 1)
+    engine = build_llm(model, dtype=dtype, residual_layers=options.get("residual_layers"),  # instrumented before compiling
+                       tensor_parallel_size=tp)
     return capture_router_logits_vllm(engine, tokens, out_dir, **options)
 
 
@@ -94,7 +108,8 @@ def _vllm_evaluate(model: str, problems: Sequence[Any], edit: Any, *, dtype: str
                    **kwargs: Any) -> list[dict[str, Any]]:
     from .vllm_engine import build_llm, run_evaluation_vllm
 
-    return run_evaluation_vllm(build_llm(model, dtype=dtype), problems, edit, **kwargs)
+    tp = int(kwargs.pop("tensor_parallel_size", 1) or 1)
+    return run_evaluation_vllm(build_llm(model, dtype=dtype, tensor_parallel_size=tp), problems, edit, **kwargs)
 
 
 ENGINES.register("hf", EngineSpec("hf", "transformers forward/generate with router hooks", _hf_capture, _hf_evaluate))

@@ -436,6 +436,8 @@ def profile_labels(report: ExpertReport) -> list[str]:
 
 def _plots(report: ExpertReport, out: Path) -> list[Path]:
     # figures with their own Agg canvas: no pyplot, no global backend switch (a notebook's stays as it was)
+    import matplotlib
+
     from ..agreement_report import _figure
 
     paths = []
@@ -447,11 +449,16 @@ def _plots(report: ExpertReport, out: Path) -> list[Path]:
         fig = _figure(max(6, rd.shape[3] * 0.12), 3.2)
         ax = fig.subplots()
         lim = float(np.nanmax(np.abs(rd[d, :, li]))) if not np.isnan(rd[d, :, li]).all() else 1.0
-        im = ax.imshow(rd[d, :, li], aspect="auto", cmap="RdBu_r", vmin=-lim, vmax=lim, interpolation="nearest")
+        lim = lim or 1.0  # all zero: a symmetric scale still
+        # a behavior absent from the dataset (RD NaN) is grey, never the white of RD = 0
+        cmap = matplotlib.colormaps["RdBu_r"].with_extremes(bad="#b0b0b0")
+        im = ax.imshow(rd[d, :, li], aspect="auto", cmap=cmap, vmin=-lim, vmax=lim, interpolation="nearest")
         ax.set_yticks(range(len(BEHAVIORS)), BEHAVIORS)
-        ax.set_xlabel("expert")
-        ax.set_title(f"risk difference, {name}, layer {report.layers[li]}")
-        fig.colorbar(im, ax=ax, label="RD")
+        ax.set_ylabel("behavior")
+        absent = [BEHAVIORS[b] for b in range(len(BEHAVIORS)) if np.isnan(rd[d, b, li]).all()]
+        ax.set_xlabel("expert" + (f" (grey: {', '.join(absent)} absent from this dataset)" if absent else ""))
+        ax.set_title(f"Risk difference per expert, {name}, layer {report.layers[li]} (the layer of largest |RD|)", fontsize=9)
+        fig.colorbar(im, ax=ax, label="RD = P(expert | behavior) - P(expert)")
         fig.tight_layout()
         path = out / f"rd_{stem}.png"
         fig.savefig(path, dpi=120)

@@ -573,7 +573,7 @@ def format_table(rows: Sequence[ProbeRow]) -> list[list[str]]:
     return out
 
 
-PROBE_COLUMNS = ("features", "layers", "level", "n_features", "C", "dev macro-F1", "test macro-F1", "majority baseline")
+PROBE_COLUMNS = ("features", "layers", "level", "width", "C", "dev macro-F1", "test macro-F1", "majority baseline")
 
 __all__ = [
     "DEFAULT_CS",

@@ -32,7 +32,8 @@ position of their first row); a wrapper of ``_model_forward`` moves the step's b
 once per step (no per-layer host synchronisation) and files the rows under their requests. Steps
 without that state (vLLM's warm-up and profiling runs) are ignored.
 
-The engine runs in-process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) so the hooks' state is shared.
+The engine core runs in the calling process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``), its workers in it or in
+their own processes (tensor parallel).
 Prefix caching stays on: each capture request gets its own ``cache_salt``, so no prompt token is
 ever served from the cache (cached tokens never reach the router and their logits would be
 missing). A request whose rows are not exactly positions ``0..T-1`` is error ``E920``; a MoE layer
@@ -41,20 +42,26 @@ run on every batch before it is written, as on the HF engine.
 
 On CUDA, graphs captured by vLLM replay kernels without running Python, so the ops' bodies would
 not run: the engine is built with CUDA graphs off (``cudagraph_mode="NONE"``), compilation kept.
-Tensor and expert parallelism need the hooks in every worker process; this engine supports one
-process (``tensor_parallel_size=1``): larger values are refused with ``E922`` (README: what it would take).
+Every engine is built with ``worker_extension_cls`` :data:`WORKER_EXTENSION`: importing it in a worker
+process installs the hooks there before vLLM builds the model, and the driver reaches the hooks' state
+through ``LLM.collective_rpc`` (:class:`RorWorkerExtension`), in-process at ``tensor_parallel_size=1``
+and in every rank's process above it. Under tensor parallelism every rank holds all of a step's tokens
+and the replicated gate, so all ranks compute the same router logits: each applies the same edit from
+the same configuration and batch state, and rank 0's rows are captured. Expert, pipeline and data
+parallelism are refused (:func:`check_parallel`, ``E963``/``E964``).
 A router rule the engine does not define (:func:`router_rule`) is ``E955``.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Sequence, cast
+from typing import Any, Callable, ClassVar, Mapping, Sequence, cast
 
 import numpy as np
 
@@ -120,9 +127,51 @@ class _HookState:
         self.eps = 1e-2
         self.schedule: Callable[[Any, str], bool] | None = None  # (runner, req_id) -> steer this request now?
         self.steered: set[str] = set()
+        self.failure: tuple[str, str] | None = None  # (code, message) of a capture that went wrong in a step
 
     def reset(self) -> None:
         self.__init__()  # type: ignore[misc]
+
+    def configure(self, config: dict[str, Any], tokenizer: Callable[[], Any]) -> None:
+        """Reset, then arm this process's hooks from a plain ``config`` (what :func:`_set_edit` and the capture
+        send to every worker: picklable data, no closures).
+
+        Parameters
+        ----------
+        config : dict
+            ``capture_layers`` / ``residual_layers`` (lists of int), ``capture_dtype`` (torch dtype name),
+            ``edit`` (``{layer: (n_experts, activate ids, suppress ids)}``), ``eps`` (float), ``schedule``
+            (``None``, ``"always"``, ``"after_first_answer"``), ``pattern`` (regex or ``None``); all optional.
+        tokenizer : callable
+            Returns the worker's tokenizer (``after_first_answer`` decodes the generated tokens with it).
+        """
+        torch = _torch()
+        self.reset()
+        self.capture_layers = [int(x) for x in config.get("capture_layers", [])]
+        self.residual_layers = [int(x) for x in config.get("residual_layers", [])]
+        self.capture_dtype = getattr(torch, config["capture_dtype"]) if config.get("capture_dtype") else None
+        for layer, (n_experts, act, sup) in (config.get("edit") or {}).items():
+            self.edit_masks[int(layer)] = (_mask(torch, n_experts, act), _mask(torch, n_experts, sup))
+        self.eps = float(config.get("eps", 1e-2))
+        schedule = config.get("schedule")
+        if not self.edit_masks or schedule is None:
+            return
+        if schedule == "always":
+            self.schedule = lambda runner, rid: True
+            return
+        from .steering import AfterFirstAnswer
+
+        regex = re.compile(config.get("pattern") or AfterFirstAnswer.DEFAULT_PATTERN, re.IGNORECASE)
+        tok = tokenizer()
+
+        def after_first_answer(runner: Any, rid: str, window: int = 48) -> bool:
+            state = runner.requests.get(rid)
+            generated = list(getattr(state, "output_token_ids", []) or [])
+            if not generated:
+                return False
+            return bool(regex.search(tok.decode(generated[-window:], skip_special_tokens=True)))
+
+        self.schedule = after_first_answer
 
     # -- step bookkeeping (host side, once per step) --
     def begin(self, runner: Any, num_scheduled_tokens: Any) -> None:
@@ -149,14 +198,19 @@ class _HookState:
         step, self.step = self.step, None
         if step is None or self.capture is None:
             return
+        # a failure is kept, not raised inside vLLM's forward (in a worker process it would kill the engine
+        # without its code): the driver raises it when it takes the capture (RorWorkerExtension.ror_take_capture)
         missing = [layer for layer in self.capture_layers if layer not in step.logits]
         if missing:
-            raise CaptureCheckError(f"vLLM engine: the router hook did not fire for MoE layer(s) {missing} in a forward step "
-                                    f"(fired: {sorted(step.logits)}); nothing was written", code="E921")
+            self.failure = ("E921", f"vLLM engine: the router hook did not fire for MoE layer(s) {missing} in a forward "
+                                    f"step (fired: {sorted(step.logits)}); nothing was written")
         missing = [layer for layer in self.residual_layers if layer not in step.residual]
-        if missing:
-            raise CaptureCheckError(f"vLLM engine: the residual-stream hook did not fire for decoder layer(s) {missing} in a "
-                                    f"forward step (fired: {sorted(step.residual)}); nothing was written", code="E921")
+        if missing and self.failure is None:
+            self.failure = ("E921", f"vLLM engine: the residual-stream hook did not fire for decoder layer(s) {missing} "
+                                    f"in a forward step (fired: {sorted(step.residual)}); nothing was written")
+        if self.failure is not None:
+            self.capture = None  # the rest of the batch is not recorded
+            return
         torch = _torch()
         n = step.n_rows
         logits = torch.stack([step.logits[layer][:n] for layer in self.capture_layers], dim=1).cpu().numpy()
@@ -241,8 +295,10 @@ class _HookState:
         step = self.step
         if step is None or self.capture is None or layer not in self.capture_layers:
             return
-        step.logits[layer] = logits.detach().to(self.capture_dtype)
-        step.selected[layer] = selected.detach().to(_torch().int16)
+        # always a copy: ``.to`` of a tensor already in the dtype returns the tensor itself, and under torch.compile
+        # its buffer is reused by later ops of the same step (float32 logits stored as float32 came back overwritten)
+        step.logits[layer] = logits.detach().to(self.capture_dtype, copy=True)
+        step.selected[layer] = selected.detach().to(_torch().int16, copy=True)
 
 
 def _on_device(masks: tuple[Any, Any], device: Any) -> tuple[Any, Any]:
@@ -367,6 +423,8 @@ def _mark_residual_layers(model: Any, torch: Any) -> None:
     its capture fails with ``E921``.
     """
     wanted = RESIDUAL_BUILD["layers"]
+    if wanted is None and os.environ.get(RESIDUAL_ENV):  # a worker process spawned by build_llm
+        wanted = json.loads(os.environ[RESIDUAL_ENV])
     found: dict[int, Any] = {}
     for name, module in model.named_modules():
         match = _DECODER_RE.search(name)
@@ -395,21 +453,44 @@ def _mark_residual_layers(model: Any, torch: Any) -> None:
         cls._ror_wrapped = True
 
 
+def _custom_op(torch: Any, name: str, schema: str, impl: Callable[..., Any], *, like: tuple[int, ...]) -> None:
+    """Register ``ror_annotate::<name>`` as an opaque ``torch.library`` custom op with its fake (meta) function.
+
+    ``torch.compile`` keeps an opaque op as one node of the graph, so the Python behind it runs on every
+    forward (an instance patch is inlined away, see the module notes). The fake function gives the
+    compiler the outputs' shapes and dtypes: ``torch.empty_like`` of the arguments at ``like``.
+
+    Parameters
+    ----------
+    torch : module
+    name : str
+        The op's name in the ``ror_annotate`` namespace (called as ``torch.ops.ror_annotate.<name>``).
+    schema : str
+        Its schema, e.g. ``"(Tensor logits, int layer) -> Tensor"``.
+    impl : callable
+        What it runs, with the schema's arguments in order; returns new tensors (never an input itself).
+    like : tuple of int
+        Positions of the arguments each output has the shape and dtype of (one output per position).
+    """
+    op = torch.library.custom_op(f"ror_annotate::{name}", mutates_args=(), schema=schema)(impl)
+
+    def fake(*args: Any) -> Any:
+        out = tuple(torch.empty_like(args[k]) for k in like)
+        return out[0] if len(out) == 1 else out
+
+    op.register_fake(fake)
+
+
 def _patch_loader(torch: Any) -> None:
     """Register ``ror_annotate::residual_record`` and wrap vLLM's model loader so that the decoder layers asked
     for (:data:`RESIDUAL_BUILD`) are flagged after the model is built, before it is compiled."""
     from vllm.model_executor.model_loader.base_loader import BaseModelLoader
 
-    @torch.library.custom_op("ror_annotate::residual_record", mutates_args=(),
-                             schema="(Tensor hidden, Tensor residual, int layer) -> Tensor")
     def residual_record(hidden: Any, residual: Any, layer: int) -> Any:
         STATE.record_residual(hidden, residual, layer)
         return hidden.clone()
 
-    @residual_record.register_fake
-    def _residual_fake(hidden: Any, residual: Any, layer: int) -> Any:
-        return torch.empty_like(hidden)
-
+    _custom_op(torch, "residual_record", "(Tensor hidden, Tensor residual, int layer) -> Tensor", residual_record, like=(0,))
     original_load = BaseModelLoader.load_model
 
     def load_model(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -439,32 +520,13 @@ def install() -> None:
     from vllm.model_executor.layers.fused_moe.runner.moe_runner import MoERunner
     from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
-    @torch.library.custom_op("ror_annotate::route_edit", mutates_args=(), schema="(Tensor logits, int layer) -> Tensor")
-    def route_edit(logits: Any, layer: int) -> Any:
-        return STATE.edit(logits, layer)
-
-    @route_edit.register_fake
-    def _edit_fake(logits: Any, layer: int) -> Any:
-        return torch.empty_like(logits)
-
-    @torch.library.custom_op("ror_annotate::route_record", mutates_args=(),
-                             schema="(Tensor logits, Tensor selected, int layer) -> Tensor")
     def route_record(logits: Any, selected: Any, layer: int) -> Any:
         STATE.record(logits, selected, layer)
         return selected.clone()
 
-    @route_record.register_fake
-    def _record_fake(logits: Any, selected: Any, layer: int) -> Any:
-        return torch.empty_like(selected)
-
-    @torch.library.custom_op("ror_annotate::route_grouped", mutates_args=(),
-                             schema="(Tensor logits, Tensor weights, Tensor ids, int layer) -> (Tensor, Tensor)")
-    def route_grouped(logits: Any, weights: Any, ids: Any, layer: int) -> tuple[Any, Any]:
-        return STATE.regroup(logits, weights, ids, layer)
-
-    @route_grouped.register_fake
-    def _grouped_fake(logits: Any, weights: Any, ids: Any, layer: int) -> tuple[Any, Any]:
-        return torch.empty_like(weights), torch.empty_like(ids)
+    _custom_op(torch, "route_edit", "(Tensor logits, int layer) -> Tensor", STATE.edit, like=(0,))
+    _custom_op(torch, "route_record", "(Tensor logits, Tensor selected, int layer) -> Tensor", route_record, like=(1,))
+    _custom_op(torch, "route_grouped", "(Tensor logits, Tensor weights, Tensor ids, int layer) -> (Tensor, Tensor)", STATE.regroup, like=(1, 2))
 
     original_select = FusedMoERouter.select_experts
 
@@ -506,6 +568,124 @@ def install() -> None:
     GPUModelRunner._prepare_inputs = prepare_inputs  # type: ignore[method-assign]
     GPUModelRunner._model_forward = model_forward  # type: ignore[method-assign]
     _INSTALLED = True
+
+
+#: ``worker_extension_cls`` of every engine :func:`build_llm` builds: importing it installs the hooks in the
+#: worker process (before vLLM builds the model there) and adds the ``ror_*`` methods reached by ``collective_rpc``.
+WORKER_EXTENSION = "ror_annotate.steer.vllm_ext.RorWorkerExtension"
+#: Environment variable that carries ``build_llm(residual_layers=...)`` to worker processes (JSON).
+RESIDUAL_ENV = "ROR_VLLM_RESIDUAL_LAYERS"
+
+
+class RorWorkerExtension:
+    """Methods vLLM mixes into each of its workers (``worker_extension_cls``), called from the driver through
+    ``LLM.collective_rpc(name)``: one worker in-process at ``tensor_parallel_size=1``, one per rank otherwise.
+
+    Every rank computes the same router logits (the gate is a replicated layer and every rank holds all of the
+    step's tokens under tensor parallelism), so every rank applies the same edit from the same configuration
+    and batch state, and only rank 0 keeps captured rows.
+    """
+
+    rank: int
+    model_config: Any
+    model_runner: Any
+
+    def ror_configure(self, config: dict[str, Any]) -> None:
+        """Arm this worker's hooks (:meth:`_HookState.configure`); an empty ``config`` disarms them."""
+        def tokenizer() -> Any:
+            from vllm.tokenizers import cached_tokenizer_from_config
+
+            return cached_tokenizer_from_config(self.model_config)
+
+        STATE.configure(config, tokenizer)
+
+    def ror_start_capture(self) -> None:
+        """Collect the next steps' rows (rank 0 only; the other ranks' rows are the same)."""
+        STATE.capture = {} if self.rank == 0 else None
+        STATE.failure = None
+
+    def ror_take_capture(self) -> dict[str, Any] | None:
+        """Stop collecting; rank 0 returns ``{"chunks": {request id: [(positions, logits, selected, residual),
+        ...]}, "failure": None or (code, message)}``, the other ranks ``None``."""
+        chunks, failure, STATE.capture, STATE.failure = STATE.capture, STATE.failure, None, None
+        return {"chunks": chunks, "failure": failure} if self.rank == 0 else None
+
+    def ror_describe(self) -> dict[str, Any]:
+        """The MoE layers of this worker's model: ``sites`` ``{layer: (n_experts, top_k)}``, ``rules`` ``{layer:
+        None | {n_experts, top_k, n_group, topk_group, renormalize, scaling, bias}}`` (bias float32 numpy),
+        ``dtype``, parameter names ``params``, ``decoder_layers``; fills this process's :data:`GROUPED_RULES`.
+
+        Raises
+        ------
+        SteerError
+            ``E955`` a router rule the engine does not define (:func:`router_rule`).
+        """
+        from vllm.model_executor.layers.fused_moe.runner.moe_runner import MoERunner
+
+        model = self.model_runner.get_model()
+        found, rules = {}, {}
+        for _name, module in model.named_modules():
+            if isinstance(module, MoERunner):
+                router = module.router
+                layer = int(router._ror_layer)
+                found[layer] = (int(router.global_num_experts), int(router.top_k))
+                rules[layer] = router_rule(router)
+        GROUPED_RULES.clear()
+        GROUPED_RULES.update({layer: rule for layer, rule in rules.items() if rule is not None})
+        plain = {layer: None if r is None else {"n_experts": r.n_experts, "top_k": r.top_k, "n_group": r.n_group,
+                                                "topk_group": r.topk_group, "renormalize": r.renormalize,
+                                                "scaling": r.scaling, "bias": r.bias.detach().float().cpu().numpy()}
+                 for layer, r in rules.items()}
+        return {"sites": found, "rules": plain, "dtype": str(next(model.parameters()).dtype),
+                "params": [name for name, _ in model.named_parameters()], "rank": int(self.rank),
+                "decoder_layers": list(RESIDUAL_BUILD.get("decoder_layers", []))}
+
+
+def _workers(engine: Any, method: str, *args: Any) -> list[Any]:
+    """``method`` of :class:`RorWorkerExtension` run on every worker of ``engine``; their results in rank order."""
+    return list(engine.llm.collective_rpc(method, args=args))
+
+
+def _rank0(results: list[Any]) -> Any:
+    """The one result a rank-0-only call returns (the other ranks return ``None``)."""
+    return next((r for r in results if r is not None), None)
+
+
+def _take_capture(engine: Any) -> dict[str, list]:
+    """Stop the capture on every worker and return rank 0's rows by request id.
+
+    Raises
+    ------
+    CaptureCheckError
+        The failure a worker recorded during the capture (``E921``: a hook did not fire in a step).
+    """
+    got = _rank0(_workers(engine, "ror_take_capture")) or {"chunks": None, "failure": None}
+    if got["failure"] is not None:
+        code, message = got["failure"]
+        raise CaptureCheckError(message, code=code)
+    return got["chunks"] or {}
+
+
+@dataclass(frozen=True)
+class RuleSummary:
+    """What the driver keeps of a worker's :class:`GroupedRule` (plain data: it crosses processes).
+
+    Attributes
+    ----------
+    n_experts, top_k, n_group, topk_group : int
+    renormalize : bool
+    scaling : float
+    bias : numpy.ndarray
+        ``[n_experts]`` float32 score-correction bias.
+    """
+
+    n_experts: int
+    top_k: int
+    n_group: int
+    topk_group: int
+    renormalize: bool
+    scaling: float
+    bias: np.ndarray
 
 
 @dataclass(frozen=True)
@@ -586,6 +766,10 @@ class VllmEngine:
     def tokenizer(self) -> Any:
         return self.llm.get_tokenizer()
 
+    def close(self) -> None:
+        """Shut the engine down now: its worker processes (tensor parallel) exit (else at interpreter exit)."""
+        self.llm.llm_engine.engine_core.shutdown()
+
 
 def _family_spec(model_type: str) -> Any:
     """The registered :class:`~ror_annotate.steer.families.FamilySpec` of ``model_type``, or ``None``."""
@@ -603,12 +787,12 @@ def _family_name(model_type: str) -> str:
     return model_type if spec is None else spec.name
 
 
-def _groups(rule: "GroupedRule | None") -> tuple[int, int]:
+def _groups(rule: "GroupedRule | RuleSummary | None") -> tuple[int, int]:
     """``(n_group, topk_group)`` of a router rule (``1, 1`` for softmax top-k)."""
     return (1, 1) if rule is None else (rule.n_group, rule.topk_group)
 
 
-def check_family_rule(family: Any, model_type: str, rules: dict[int, "GroupedRule | None"]) -> None:
+def check_family_rule(family: Any, model_type: str, rules: "Mapping[int, GroupedRule | RuleSummary | None]") -> None:
     """Refuse a model whose vLLM routers and registered family disagree on the routing rule.
 
     Parameters
@@ -616,7 +800,7 @@ def check_family_rule(family: Any, model_type: str, rules: dict[int, "GroupedRul
     family : FamilySpec or None
         The registered family of ``model_type``.
     model_type : str
-    rules : dict of int to GroupedRule or None
+    rules : dict of int to GroupedRule, RuleSummary or None
         Per MoE layer, :func:`router_rule` of its vLLM router.
 
     Raises
@@ -637,6 +821,46 @@ def check_family_rule(family: Any, model_type: str, rules: dict[int, "GroupedRul
                          f"layer(s) {plain}: not the family's rule", code="E955")
 
 
+def _numa_nodes() -> int:
+    """NUMA nodes of this machine (1 where ``/sys`` does not say)."""
+    return max(1, len(list(Path("/sys/devices/system/node").glob("node[0-9]*"))))
+
+
+def check_parallel(tensor_parallel_size: int, options: dict[str, Any]) -> None:
+    """Refuse the parallel modes capture and steering are not defined or not tested for.
+
+    Tensor parallelism is supported (every rank holds all tokens and the replicated gate, so the router
+    logits are the same on every rank: rank 0's are captured, the edit is applied on every rank).
+
+    Parameters
+    ----------
+    tensor_parallel_size : int
+        Ranks of the tensor-parallel group (>= 1).
+    options : dict
+        The other ``vllm.LLM`` keywords.
+
+    Raises
+    ------
+    SteerError
+        ``E963`` expert parallelism (``enable_expert_parallel``): vLLM 0.32's CPU MoE kernel crashes under
+        it (so it could not be tested here) and, with EPLB, ids become physical slots; ``E964`` pipeline
+        or data parallelism: a rank then holds only some layers, or only some requests, while capture
+        reads rank 0; ``E965`` a ``tensor_parallel_size`` below 1.
+    """
+    if int(tensor_parallel_size) < 1:
+        raise SteerError(f"tensor_parallel_size must be >= 1, got {tensor_parallel_size}", code="E965")
+    if options.get("enable_expert_parallel") or options.get("enable_eplb"):
+        raise SteerError("the vLLM engine does not support expert parallelism (enable_expert_parallel / enable_eplb): "
+                         "vLLM 0.32's CPU MoE kernel crashes under it, so capture and steering could not be tested; use "
+                         "tensor_parallel_size=N without it (every rank then holds every expert's slice), or shard the "
+                         "prompts over several engines", code="E963")
+    for key in ("pipeline_parallel_size", "data_parallel_size"):
+        if int(options.get(key) or 1) > 1:
+            raise SteerError(f"the vLLM engine does not support {key}={options[key]}: capture reads rank 0, which would "
+                             "hold only some layers (pipeline) or only some requests (data parallel); use "
+                             "tensor_parallel_size=N, or shard the prompts over several engines", code="E964")
+
+
 def build_llm(model: str | Path, *, dtype: str = "auto", enforce_eager: bool = False, max_num_seqs: int = 64,
               max_model_len: int | None = None, seed: int = 0, tensor_parallel_size: int = 1,
               residual_layers: Sequence[int] | str | None = None, **kwargs: Any) -> VllmEngine:
@@ -655,7 +879,9 @@ def build_llm(model: str | Path, *, dtype: str = "auto", enforce_eager: bool = F
     max_model_len : int, optional
     seed : int
     tensor_parallel_size : int
-        Must be 1 (see the module docstring).
+        Ranks of vLLM's tensor-parallel group (worker processes when > 1; every rank runs the hooks,
+        rank 0's rows are captured). On a CPU with fewer NUMA nodes than ranks, ``VLLM_CPU_OMP_THREADS_BIND``
+        defaults to ``nobind`` (vLLM's CPU build refuses to start otherwise).
     residual_layers : sequence of int or "all", optional
         Decoder layers whose output (the residual stream after the layer) capture may store too:
         they are instrumented while the model is built, before compilation (others cost nothing).
@@ -669,7 +895,8 @@ def build_llm(model: str | Path, *, dtype: str = "auto", enforce_eager: bool = F
     Raises
     ------
     SteerError
-        ``E922`` vLLM missing or ``tensor_parallel_size > 1``; ``E901`` no such checkpoint; ``E923``
+        ``E922`` vLLM missing; ``E963``-``E965`` a parallel mode the engine does not support
+        (:func:`check_parallel`); ``E901`` no such checkpoint; ``E923``
         the model has no MoE layer vLLM routes through ``select_experts``; ``E955`` a router rule the
         engine does not define (:func:`router_rule`, :func:`check_family_rule`); residual layers that
         are not decoder layers of the model.
@@ -677,61 +904,50 @@ def build_llm(model: str | Path, *, dtype: str = "auto", enforce_eager: bool = F
     from .capture import check_model_source
 
     source, _ = check_model_source(model)
-    if tensor_parallel_size != 1:
-        raise SteerError("the vLLM engine captures and steers in one process; tensor/expert parallel "
-                         f"(tensor_parallel_size={tensor_parallel_size}) is not supported yet", code="E922")
+    check_parallel(tensor_parallel_size, kwargs)
     vllm = require_vllm()
     install()
     torch = _torch()
     options: dict[str, Any] = {"dtype": dtype, "enforce_eager": enforce_eager, "max_num_seqs": max_num_seqs,
-                               "seed": seed, "enable_prefix_caching": True}
+                               "seed": seed, "enable_prefix_caching": True, "tensor_parallel_size": tensor_parallel_size,
+                               "worker_extension_cls": WORKER_EXTENSION}
     if max_model_len is not None:
         options["max_model_len"] = max_model_len
     if torch.cuda.is_available() and not enforce_eager:
         options["compilation_config"] = {"cudagraph_mode": "NONE"}
+    elif not torch.cuda.is_available() and tensor_parallel_size > _numa_nodes():
+        # vLLM's CPU build binds each rank's OpenMP threads to a NUMA node of its own and refuses to start
+        # with fewer nodes than ranks; unbound threads work (an explicit binding set by the user is kept)
+        os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
     options.update(kwargs)
     if isinstance(residual_layers, str) and residual_layers != "all":
         raise SteerError(f"residual_layers must be a list of decoder layers or 'all', got {residual_layers!r}")
     RESIDUAL_BUILD["layers"] = residual_layers if isinstance(residual_layers, str) or residual_layers is None \
         else sorted({int(x) for x in residual_layers})
+    os.environ[RESIDUAL_ENV] = json.dumps(RESIDUAL_BUILD["layers"])  # spawned workers read it
     try:
         llm = vllm.LLM(model=source, **options)
     finally:
         wanted, RESIDUAL_BUILD["layers"] = RESIDUAL_BUILD["layers"], None
-    decoder = list(RESIDUAL_BUILD.get("decoder_layers", []))
+        os.environ.pop(RESIDUAL_ENV, None)
+
+    info = llm.collective_rpc("ror_describe")[0]
+    if not info["sites"]:
+        raise SteerError(f"{model}: vLLM built no MoE layer routed through select_experts; not an MoE model "
+                         "(or a monolithic MoE kernel that bypasses the router)", code="E923")
+    decoder = list(info["decoder_layers"])
     if wanted and wanted != "all" and set(wanted) - set(decoder):
         raise SteerError(f"residual layers {sorted(set(wanted) - set(decoder))} are not decoder layers of the model "
                          f"(0..{max(decoder) if decoder else -1})")
     res_layers = decoder if wanted == "all" else list(wanted or [])
-
-    def describe(m: Any) -> dict:
-        from vllm.model_executor.layers.fused_moe.runner.moe_runner import MoERunner
-
-        found, rules = {}, {}
-        for _name, module in m.named_modules():
-            if isinstance(module, MoERunner):
-                router = module.router
-                layer = int(router._ror_layer)
-                found[layer] = (int(router.global_num_experts), int(router.top_k))
-                rules[layer] = router_rule(router)  # E955 for a rule the engine does not define
-        dtype_name = str(next(m.parameters()).dtype)
-        names = [name for name, _ in m.named_parameters()]
-        return {"sites": found, "rules": rules, "dtype": dtype_name, "params": names}
-
-    (info,) = llm.apply_model(describe)
-    if not info["sites"]:
-        raise SteerError(f"{model}: vLLM built no MoE layer routed through select_experts; not an MoE model "
-                         "(or a monolithic MoE kernel that bypasses the router)", code="E923")
     model_type = getattr(llm.llm_engine.model_config.hf_config, "model_type", "")
     family = _family_spec(model_type)
-    rules: dict[int, GroupedRule | None] = info["rules"]
+    rules: dict[int, RuleSummary | None] = {layer: None if r is None else RuleSummary(**r) for layer, r in info["rules"].items()}
     check_family_rule(family, model_type, rules)
-    GROUPED_RULES.clear()
-    GROUPED_RULES.update({layer: rule for layer, rule in rules.items() if rule is not None})
     sites = [VllmSite(layer, e, k, i, family, *_groups(rules[layer])) for i, (layer, (e, k)) in enumerate(sorted(info["sites"].items()))]
     expected = sorted({int(m.group(1)) for name in info["params"]
                        if (m := re.search(r"(?:^|\.)layers\.(\d+)\.(?:.*\.)?experts(?:\.|$)", name))})
-    bias = {layer: rule.bias.detach().float().cpu().numpy() for layer, rule in GROUPED_RULES.items()}
+    bias = {layer: np.asarray(rule.bias, dtype=np.float32) for layer, rule in rules.items() if rule is not None}
     hf_config = llm.llm_engine.model_config.hf_config
     text_config = hf_config.get_text_config() if hasattr(hf_config, "get_text_config") else hf_config
     return VllmEngine(llm, source, sites, expected, info["dtype"], model_type if family is None else family.name, bias,
@@ -842,10 +1058,8 @@ def capture_router_logits_vllm(engine: VllmEngine, tokens: Any, out_dir: str | P
     start = time.perf_counter()
     threaded = torch.cuda.is_available() if o.background_writer is None else o.background_writer
     background = _BackgroundWriter(writer, threaded=threaded)  # checks run before submit, in this thread
-    STATE.reset()
-    STATE.capture_layers = meta.layers
-    STATE.residual_layers = res_layers
-    STATE.capture_dtype = getattr(torch, logits_dtype)
+    _workers(engine, "ror_configure", {"capture_layers": meta.layers, "residual_layers": res_layers,
+                                       "capture_dtype": logits_dtype})
     try:
         for split in splits:
             rows_of = _SplitRows(tokens[split])
@@ -876,7 +1090,7 @@ def capture_router_logits_vllm(engine: VllmEngine, tokens: Any, out_dir: str | P
         _drop_if_empty(writer, created)
         raise
     finally:
-        STATE.reset()
+        _workers(engine, "ror_configure", {})
         if background.thread is not None and background.thread.is_alive():
             background.queue.put(None)
             background.thread.join()
@@ -958,10 +1172,14 @@ def _capture_batch(engine: VllmEngine, sequences: Sequence[Any], params: Any) ->
     float16 or None)`` in order."""
     from vllm.inputs import TokensPrompt
 
-    STATE.capture = {}
+    _workers(engine, "ror_start_capture")
     prompts = [TokensPrompt(prompt_token_ids=[int(t) for t in seq], cache_salt=uuid.uuid4().hex) for seq in sequences]
-    outputs = engine.llm.generate(prompts, params, use_tqdm=False)
-    chunks, STATE.capture = STATE.capture, None
+    try:
+        outputs = engine.llm.generate(prompts, params, use_tqdm=False)
+    except BaseException:
+        _workers(engine, "ror_take_capture")
+        raise
+    chunks = _take_capture(engine)
     by_prompt: list[tuple[np.ndarray, np.ndarray, Any]] = []
     for seq, out in zip(sequences, outputs):
         parts = chunks.get(out.request_id) or _match_request(chunks, out.request_id)
@@ -1004,37 +1222,30 @@ def _mask(torch: Any, n_experts: int, ids: Sequence[int]) -> Any:
     return out
 
 
-def _set_edit(engine: VllmEngine, edit: Any, schedule: str, tokenizer: Any = None, pattern: str | None = None) -> None:
-    """Arm the edit for the next ``generate`` calls (``edit`` None or empty: no edit)."""
-    torch = _torch()
-    STATE.reset()
-    if edit is None or edit.empty:
-        return
-    edit.validate(engine.sites)  # type: ignore[arg-type]
-    for site in engine.sites:
-        act, sup = edit.activate.get(site.layer, ()), edit.suppress.get(site.layer, ())
-        if not act and not sup:
-            continue
+def _set_edit(engine: VllmEngine, edit: Any, schedule: str, pattern: str | None = None,
+              record: bool = False) -> None:
+    """Arm the edit (``edit`` None or empty: no edit) and, with ``record``, a float32 capture of every MoE
+    layer, on every worker, for the next ``generate`` calls.
 
-        STATE.edit_masks[site.layer] = (_mask(torch, site.n_experts, act), _mask(torch, site.n_experts, sup))
-    STATE.eps = float(edit.eps)
-    if schedule == "always":
-        STATE.schedule = lambda runner, rid: True
-    elif schedule == "after_first_answer":
-        from .steering import AfterFirstAnswer
-
-        regex = re.compile(pattern or AfterFirstAnswer.DEFAULT_PATTERN, re.IGNORECASE)
-
-        def after_first_answer(runner: Any, rid: str, window: int = 48) -> bool:
-            state = runner.requests.get(rid)
-            generated = list(getattr(state, "output_token_ids", []) or [])
-            if not generated:
-                return False
-            return bool(regex.search(tokenizer.decode(generated[-window:], skip_special_tokens=True)))
-
-        STATE.schedule = after_first_answer
-    else:
+    Raises
+    ------
+    SteerError
+        An edit the engine's sites refuse; an unknown schedule.
+    """
+    if schedule not in ("always", "after_first_answer"):
         raise SteerError(f"unknown schedule {schedule!r}; choose 'always' or 'after_first_answer'")
+    config: dict[str, Any] = {}
+    if record:
+        config.update(capture_layers=[s.layer for s in engine.sites], capture_dtype="float32")
+    if edit is not None and not edit.empty:
+        edit.validate(engine.sites)  # type: ignore[arg-type]
+        masks = {}
+        for site in engine.sites:
+            act, sup = edit.activate.get(site.layer, ()), edit.suppress.get(site.layer, ())
+            if act or sup:
+                masks[site.layer] = (site.n_experts, sorted(int(x) for x in act), sorted(int(x) for x in sup))
+        config.update(edit=masks, eps=float(edit.eps), schedule=schedule, pattern=pattern)
+    _workers(engine, "ror_configure", config)
 
 
 def generate_vllm(engine: VllmEngine, prompts: Sequence[Sequence[int]], *, max_new_tokens: int, edit: Any = None,
@@ -1068,18 +1279,16 @@ def generate_vllm(engine: VllmEngine, prompts: Sequence[Sequence[int]], *, max_n
     from vllm.inputs import TokensPrompt
 
     tokenizer = engine.tokenizer
-    _set_edit(engine, edit, schedule, tokenizer, pattern)
-    if record:
-        STATE.capture = {}
-        STATE.capture_layers = [s.layer for s in engine.sites]
-        STATE.capture_dtype = _torch().float32
+    _set_edit(engine, edit, schedule, pattern, record=record)
     params = SamplingParams(max_tokens=max_new_tokens, temperature=0.0)
     try:
+        if record:
+            _workers(engine, "ror_start_capture")
         outputs = engine.llm.generate([TokensPrompt(prompt_token_ids=list(map(int, p)), cache_salt=uuid.uuid4().hex)
                                        for p in prompts], params, use_tqdm=False)
-        chunks = STATE.capture or {}
+        chunks = _take_capture(engine) if record else {}
     finally:
-        STATE.reset()
+        _workers(engine, "ror_configure", {})
     eos = tokenizer.eos_token_id
     rows = []
     for out in outputs:
@@ -1140,5 +1349,5 @@ def run_evaluation_vllm(engine: VllmEngine, problems: Sequence[Any], edit: Any, 
     return rows
 
 
-__all__ = ["ENGINE_ENV", "STATE", "VllmEngine", "VllmSite", "VllmCaptureOptions", "build_llm", "capture_router_logits_vllm", "generate_vllm",
-           "install", "require_vllm", "run_evaluation_vllm"]
+__all__ = ["ENGINE_ENV", "STATE", "WORKER_EXTENSION", "RorWorkerExtension", "VllmEngine", "VllmSite", "VllmCaptureOptions", "build_llm", "capture_router_logits_vllm", "generate_vllm",
+           "check_parallel", "install", "require_vllm", "run_evaluation_vllm"]

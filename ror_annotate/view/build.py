@@ -622,7 +622,7 @@ def build_view(store: "Store", out: str | Path, options: ViewOptions | None = No
         agreement_json = view_agreement(store, reference=ref, n_resamples=options.resamples, confidence_level=0.95, seed=options.seed,
                                         batch_size=options.batch_size)
     except AgreementError as exc:
-        why = exc.message
+        why = why_no_agreement([r for r in raters if r.source != "adjudicated"], exc.message)
     dashboard: dict[str, Any] = {
         "agreement": agreement_json, "agreement_missing": why,
         "agree_command": f"ror agree --json --reference {options.reference} --resamples {options.resamples} --seed {options.seed}",
@@ -633,6 +633,30 @@ def build_view(store: "Store", out: str | Path, options: ViewOptions | None = No
                          cells=lambda: cells.result(agreement_json), agreement_json=agreement_json, origin=str(store.path))
     summary.agreement = why
     return summary
+
+
+def why_no_agreement(raters: Sequence[Rater], message: str) -> str:
+    """The dashboard's one line when there are no agreement figures.
+
+    Parameters
+    ----------
+    raters : sequence of Rater
+        The raters that could be compared (adjudications left out: they are a reference, not a rater).
+    message : str
+        The :class:`~ror_annotate.errors.AgreementError`'s message, said as is when two or more raters exist.
+
+    Returns
+    -------
+    str
+        With no rater or one rater: why there is nothing to compare and what to do; else ``message``.
+    """
+    if not raters:
+        return "No labels yet, so there is nothing to compare. Label the segments (`ror label`), then build this site again."
+    if len(raters) == 1:
+        return (f"One rater ({raters[0].name}) labelled this store, so there is nothing to compare: Cohen's kappa, macro-F1 "
+                "and the confusion matrices need a second rater. Label with a second judge (`ror label --judge openai:MODEL`) "
+                "or pull human labels (`ror review pull`), then build this site again.")
+    return message
 
 
 def _labels_by_segment(bundle: TraceBundle, rater_index: dict[str, int]) -> list[list[list[Any]]]:

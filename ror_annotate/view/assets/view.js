@@ -58,6 +58,7 @@ var ROR = (function () {
     }
     return out;
   }
+  function plural(n, word) { return n + " " + word + (n === 1 ? "" : "s"); }
   function pct(v) { return v === null || v === undefined ? "n/a" : (100 * v).toFixed(1) + "%"; }
   function shardPath(n) { return "data/t/" + Math.floor(n / S.index.shard_dir_size) + "/" + n + ".js"; }
   function loadShard(n, done) {
@@ -95,11 +96,12 @@ var ROR = (function () {
     // DOM, the rest of the list's height is padding on its wrapper, so 10,000 or 1,000,000 rows scroll alike.
     var M = S.index, cols = M.columns, rows = [], hits = [], key = "n", dir = 1, loaded = 0, rowH = 0, queued = false;
     var wrap = $("traces-wrap"), table = $("traces"), body = table.tBodies[0], OVER = 30;
-    $("summary").textContent = M.n_traces + " traces, " + M.raters.length + " raters (" +
-      M.raters.map(function (r) { return r.name; }).join(", ") + ")" + (M.origin ? " from " + M.origin : "");
+    $("summary").textContent = plural(M.n_traces, "trace") + ", " + plural(M.raters.length, "rater") + (M.raters.length ? " (" +
+      M.raters.map(function (r) { return r.name; }).join(", ") + ")" : "") + (M.origin ? " from " + M.origin : "") +
+      (M.raters.length < 2 ? " · " + (M.raters.length ? "one rater" : "no labels") + ": no agreement or disagreements to show" : "");
     function rowEl(t) {
       var tr = el("tr", { "data-n": t.n });
-      var td = el("td"); td.appendChild(el("a", { href: "trace.html" + hash({ t: t.n }) }, t.id)); tr.appendChild(td);
+      var td = el("td"); td.appendChild(el("a", { href: "trace.html" + hash({ t: t.n }), title: t.id }, t.id)); tr.appendChild(td);  // a long id is cut with "…": whole on hover
       tr.appendChild(el("td", null, t.model || ""));
       tr.appendChild(el("td", null, t.dataset || ""));
       tr.appendChild(el("td", { "class": "num" }, t.chars));
@@ -245,6 +247,7 @@ var ROR = (function () {
     if (p.low) $("low-only").checked = true;
     var raterB = d.raters.filter(function (r) { return String(r) !== sel.value; })[0];
     $("compare-link").setAttribute("href", "compare.html" + hash({ t: d.n, a: sel.value, b: raterB === undefined ? "" : raterB }));
+    $("compare-link").hidden = d.raters.length < 2;
     // text: gaps as text nodes, segments as spans whose textContent is exactly the segment's text
     var box = $("text"), frag = document.createDocumentFragment(), spans = [];
     for (var i = 0; i < d.segs.length; i++) {
@@ -330,6 +333,7 @@ var ROR = (function () {
   function analytics(d, r) {
     var box = $("analytics"), a = d.analytics;
     box.textContent = "";
+    if (!d.raters.length) { box.appendChild(el("p", { "class": "muted" }, "No rater labelled this trace, so there are no tokens per behavior or first-answer analytics. Label it (`ror label`), then build the site again.")); return; }
     if (r !== d.primary) { box.appendChild(el("p", { "class": "muted" }, "Analytics are computed from " + raterName(d.primary) + "'s labels.")); }
     var t = el("table", { "class": "grid small" }), head = el("tr"), row = el("tr");
     S.index.behaviors.forEach(function (b) { head.appendChild(el("th", { "class": "num" }, b)); row.appendChild(el("td", { "class": "num" }, a.tokens_per_behavior[b] || 0)); });
@@ -361,6 +365,17 @@ var ROR = (function () {
       joined($("meta"), [d.model, d.dataset, d.segs.length + " segments"]);
       $("trace-link").setAttribute("href", "trace.html" + hash({ t: d.n }));
       var A = $("rater-a"), B = $("rater-b");
+      if (d.raters.length < 2) {
+        // comparing a rater with itself would show 100% and kappa 1: say why there is nothing to compare instead
+        $("stats").textContent = (d.raters.length ? "One rater (" + raterName(d.raters[0]) + ") labelled this trace, so there is nothing to compare. Label it with a second judge"
+          : "No rater labelled this trace, so there is nothing to compare. Label it with two judges") +
+          " (`ror label --judge openai:MODEL`) or pull human labels (`ror review pull`), then build the site again.";
+        $("stats").className = "stats muted";
+        $("pairs").hidden = true;
+        $("legend").hidden = true;
+        Array.prototype.forEach.call(document.querySelectorAll(".controls label"), function (c) { c.hidden = true; });
+        return;
+      }
       d.raters.forEach(function (r) { A.appendChild(el("option", { value: r }, raterLabel(r))); B.appendChild(el("option", { value: r }, raterLabel(r))); });
       A.value = p.a !== undefined && p.a !== "" ? p.a : String(d.raters[0]);
       B.value = p.b !== undefined && p.b !== "" ? p.b : String(d.raters[1] === undefined ? d.raters[0] : d.raters[1]);
@@ -425,12 +440,18 @@ var ROR = (function () {
   }
   function pageDashboard() {
     var D = S.dashboard, A = D.agreement;
-    $("origin").textContent = S.index.n_traces + " traces" + (S.index.origin ? " · " + S.index.origin : "");
+    $("origin").textContent = plural(S.index.n_traces, "trace") + (S.index.origin ? " · " + S.index.origin : "");
     if (!A) {
+      // one line says why (one rater: nothing to compare, and what to do); no empty kappa / F1 / confusion panels
       $("agree-missing").hidden = false;
       $("agree-missing").textContent = "No agreement figures: " + (D.agreement_missing || "fewer than two raters.");
+      $("agree-figures").hidden = true;
+      $("confusion-section").hidden = true;
+      if (!Object.keys(D.calibration || {}).length) $("calibration-section").hidden = true;
     } else {
-      $("agree-cmd").textContent = "Identical to `" + D.agree_command + "` (also in data/agreement.json): " + A.n_items + " segments, " + A.n_pairable_items + " labelled by two or more, " + A.n_traces + " traces, " + A.n_annotators + " raters.";
+      $("agree-cmd").textContent = "Identical to `" + D.agree_command + "` (also in data/agreement.json): " + plural(A.n_items, "segment") + ", " + A.n_pairable_items + " labelled by two or more, " + plural(A.n_traces, "trace") + ", " + plural(A.n_annotators, "rater") + "." +
+        // resampling whole traces from one trace always draws the same trace: every interval is one point
+        (A.n_traces < 2 ? " With one trace the trace-level bootstrap intervals have zero width: label more traces for intervals that say something." : "");
       var tok = A.token_weighted || {};
       table("agree-table", ["statistic", "segments", "CI", "tokens", "CI"], STATS.map(function (s) {
         var tr = el("tr"); tr.appendChild(el("th", null, s[1]));
@@ -458,7 +479,7 @@ var ROR = (function () {
         names.forEach(function (a) { var e = pc[a].macro_f1; tr.appendChild(el("td", { "class": "num stat", "data-stat": "macro_f1/" + a, "data-value": e.value === null ? "" : String(e.value) }, e.value === null ? "n/a" : fmt(e.value) + (e.ci_low !== null ? " [" + fmt(e.ci_low) + ", " + fmt(e.ci_high) + "]" : ""))); });
         return tr;
       })()]));
-      $("conf-note").textContent = names.length ? "Rows: the reference (" + A.per_class.reference + "); columns: the rater. Click a count to list its segments." : "No reference to compare with.";
+      $("conf-note").textContent = names.length ? "Rows: the reference (" + (A.per_class.reference === "majority" ? "the majority of the other raters, ties skipped" : A.per_class.reference) + "); columns: the rater. Click a count to list its segments." : "No reference to compare with.";
       names.forEach(function (a) { confusion(a, pc[a].confusion_matrix, A.categories, A.per_class.reference); });
     }
     calibration(D.calibration || {});
@@ -475,7 +496,7 @@ var ROR = (function () {
       });
       tr.appendChild(el("td", { "class": "num" }, total));
       return tr;
-    }));
+    }).concat(counts.length ? [] : [(function () { var tr = el("tr"); tr.appendChild(el("td", { colspan: String(S.index.behaviors.length + 3), "class": "muted" }, "No labels yet: label the segments (`ror label`).")); return tr; })()]));
     var ledger = D.ledger || [];
     var sum = { requests: 0, input_tokens: 0, output_tokens: 0, cost_usd: 0 };
     var lrows = ledger.map(function (r) {
@@ -504,7 +525,7 @@ var ROR = (function () {
   }
   function confusion(a, m, cats, ref) {
     var card = el("div", { "class": "card" });
-    card.appendChild(el("h3", null, a + " vs " + ref));
+    card.appendChild(el("h3", null, a + " vs " + (ref === "majority" ? "the majority of the other raters" : ref)));
     var t = el("table", { "class": "grid confusion", "data-annotator": a });
     var hr = el("tr"); hr.appendChild(el("th", null, "ref \\ rater"));
     cats.forEach(function (c) { hr.appendChild(el("th", { "class": "num" }, SHORT[c] || c)); });
