@@ -185,8 +185,19 @@ class _HostileServer:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        import asyncio
+
+        async def shutdown() -> None:
+            self.server.close()
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+        asyncio.run_coroutine_threadsafe(shutdown(), self.loop).result(10)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(10)
+        self.loop.close()
 
 
 @pytest.mark.parametrize("fast", [True, False], ids=["aiohttp", "openai"])
