@@ -218,9 +218,13 @@ def load_codebook_file(path: "str | Path | Traversable") -> Codebook:
     if isinstance(path, str):
         path = Path(path)
     try:
-        raw: Any = yaml.safe_load(path.read_text(encoding="utf-8"))
+        from .configfile import read_config_text
+
+        raw: Any = yaml.safe_load(read_config_text(path))
     except OSError as exc:
         raise CodebookError(f"cannot read codebook {path}: {exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise CodebookError(f"codebook {path}: byte {exc.object[exc.start:exc.start + 1]!r} is not valid UTF-8; save it as UTF-8") from None
     except yaml.YAMLError as exc:
         raise CodebookError(f"codebook {path} is not valid YAML: {exc}") from exc
     if not isinstance(raw, dict):

@@ -178,7 +178,9 @@ def _read_yaml(path: Path) -> Any:
                     raise ValueError(f"key {str(key)[:80]!r} appears twice in one mapping (line {key_node.start_mark.line + 1}); keep one")
             return super().construct_mapping(node, deep=deep)
 
-    text = path.read_bytes().decode("utf-8-sig")
+    from .configfile import read_config_text
+
+    text = read_config_text(path)
     try:
         return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:

@@ -119,7 +119,48 @@ def result(future: Any) -> Any:
 
 
 def _worker_died() -> WorkerError:
+    hint = ""
+    if _running_a_script():
+        hint = ("; a script that calls ror_annotate must run it under `if __name__ == \"__main__\":` (worker processes "
+                "import the script again: E141 above)")
     return WorkerError(
         "a worker process ended abruptly (killed, or out of memory) while this command ran; everything committed before it "
-        "is stored: run the same command again to resume (with --workers 1 to run without worker processes)"
+        f"is stored: run the same command again to resume (with --workers 1 to run without worker processes){hint}"
     )
+
+
+def _running_a_script() -> bool:
+    """Whether ``__main__`` is a user's script file (not ``ror``, ``python -m ror_annotate``, ``-c`` or a REPL)."""
+    import sys
+
+    path = getattr(sys.modules.get("__main__"), "__file__", None)
+    return bool(path) and "ror_annotate" not in str(path).replace("\\", "/") and os.path.basename(str(path)) != "ror"
+
+
+#: Code of a store opened while a worker process imports the user's script (no main guard).
+UNGUARDED_SCRIPT = "E141"
+
+
+def refuse_in_worker_bootstrap() -> None:
+    """End a worker process that is importing the user's script and reached ror_annotate's work.
+
+    Worker processes (forkserver, spawn) import the ``__main__`` script again before they run
+    anything (Python's multiprocessing). A script that runs the pipeline at its top level, without
+    ``if __name__ == "__main__":`` (as the README's Python example did), ran it again in every
+    worker: each waited 10 s on the store's lock, failed with a traceback, and the parent reported a
+    worker "killed, or out of memory" (E140). Called where a store is opened; it prints one coded
+    line (``E141``) and exits the worker (:class:`SystemExit`, status 2) without a traceback.
+    Outside a worker's start-up it does nothing.
+    """
+    import multiprocessing.process
+    import sys
+
+    if getattr(multiprocessing.process.current_process(), "_inheriting", False):
+        sys.stderr.write(
+            f"error [{UNGUARDED_SCRIPT}]: a worker process started by ror_annotate imported your script "
+            f"{getattr(sys.modules.get('__mp_main__') or sys.modules.get('__main__'), '__file__', None) or ''} again and reached its pipeline code: put the code that "
+            "runs ror_annotate under `if __name__ == \"__main__\":` (worker processes import the main script; "
+            "https://docs.python.org/3/library/multiprocessing.html#the-spawn-and-forkserver-start-methods)\n"
+        )
+        sys.stderr.flush()
+        raise SystemExit(2)

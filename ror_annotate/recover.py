@@ -22,9 +22,11 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-import duckdb
-
 from .errors import StoreError
+from .pool import interrupts_deferred
+
+with interrupts_deferred():  # an interrupt inside its initialisation aborts (see ror_annotate.store)
+    import duckdb
 
 #: Core tables whose rows the report counts.
 COUNTED_TABLES = ("traces", "segments", "labels", "runs")

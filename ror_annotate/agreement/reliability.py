@@ -56,11 +56,17 @@ if TYPE_CHECKING:  # pragma: no cover
 _SAMPLE = re.compile(r"^(?P<base>.+)@s(?P<k>\d+)$")
 
 
+#: Most confidence bins of the ECE. Ten to twenty are usual (Guo et al. 2017 use 15); past a few
+#: hundred each bin holds one item and the "calibration error" is the mean |confidence - hit|.
+#: ``--n-bins 1000000000`` asked for a 298 GiB array (MemoryError traceback), ``10**20`` overflowed.
+MAX_BINS = 1000
+
+
 class CalibrationOptions(StageOptions):
     """Options of the calibration figures (``ror agree``)."""
 
     stage: ClassVar[str] = "calibration"
-    n_bins: int = Field(10, ge=1, description="Equal-width confidence bins of the ECE.")
+    n_bins: int = Field(10, ge=1, le=MAX_BINS, description="Equal-width confidence bins of the ECE.")
     n_resamples: Resamples = Field(1000, description="Trace bootstrap resamples (0: no intervals).")
     confidence_level: float = Field(0.95, gt=0.0, lt=1.0)
     seed: Seed | None = 0
@@ -155,8 +161,12 @@ def calibration_error(
     Raises
     ------
     AgreementError
-        E726: no items, sizes disagree, a confidence outside [0, 1].
+        E726: no items, sizes disagree, a confidence outside [0, 1]. E777: ``n_bins`` outside
+        ``[1, MAX_BINS]``.
     """
+    if not isinstance(n_bins, int) or not 1 <= n_bins <= MAX_BINS:
+        raise AgreementError(f"--n-bins {n_bins}: give a number of confidence bins from 1 to {MAX_BINS} (10 or 15 are usual)",
+                             code="E777")
     c = np.asarray(confidence, dtype=np.float64)
     y = np.asarray(correct, dtype=bool)
     n = len(c)

@@ -185,7 +185,7 @@ def agree(
     resamples: Annotated[int, typer.Option("--resamples", min=0, max=RESAMPLES_MAX, help="Trace-level bootstrap resamples (0: no intervals).")] = 1000,
     confidence: Annotated[float, typer.Option("--confidence", min=0.5, max=0.999, help="Confidence level of the intervals.")] = 0.95,
     seed: Annotated[int, typer.Option("--seed", min=0, max=SEED_MAX, help="Bootstrap seed.")] = 0,
-    n_bins: Annotated[int, typer.Option("--n-bins", min=1, help="Equal-width confidence bins of the calibration error (ECE).")] = 10,
+    n_bins: Annotated[int, typer.Option("--n-bins", min=1, max=1000, help="Equal-width confidence bins of the calibration error (ECE).")] = 10,
     by: Annotated[str | None, typer.Option("--by", help="Drift: agreement by rater kind per codebook version (codebook) or per week / month of the human labels.")] = None,
     weighted: Annotated[bool, typer.Option("--weighted", help="With --study: inverse-probability-weighted (Horvitz-Thompson / Hajek) estimates of each machine rater vs the humans; needs a study with inclusion probabilities and a control stratum.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the figures as JSON (NaN as null with a reason).", rich_help_panel=_OUT)] = False,

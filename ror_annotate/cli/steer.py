@@ -379,9 +379,11 @@ def steer_cmd(
         raise InputError(f"unknown schedule {schedule!r}; choose 'always' or 'after_first_answer'")
     if not spec.exists():
         raise InputError(f"{spec}: no such steering spec; `ror experts --steer-size N` writes steer_suppress_<behavior>.json")
+    from ..configfile import read_config_text
+
     try:
-        edit = RoutingEdit.from_json(json.loads(spec.read_text(encoding="utf-8")))
-    except (json.JSONDecodeError, ValueError, TypeError, AttributeError) as exc:
+        edit = RoutingEdit.from_json(json.loads(read_config_text(spec)))
+    except (OSError, json.JSONDecodeError, ValueError, TypeError, AttributeError) as exc:
         raise InputError(f"{spec}: not a steering spec ({exc})") from None
     items = load_problems(problems)
     check_model_source(model)

@@ -65,7 +65,8 @@ from ..errors import (  # re-exported: these names were defined here before erro
     TruncatedOutputError,
 )
 from ..provenance import register_secret, register_url_secrets, scrub_text, scrub_url
-from .plainhttp import PlainHttpPoster, RawResponse, fast_path_url
+from . import plainhttp
+from .plainhttp import PlainHttpPoster, RawResponse, ResponseTooLargeError, fast_path_url, too_large
 
 __all__ = [
     "ChatClient", "Completion", "RefusalError", "RequestRejectedError", "ResponseBodyError", "ResponseParseError",
@@ -107,11 +108,15 @@ def check_base_url(base_url: str | None) -> None:
     Raises
     ------
     ConfigError
-        Not an http or https URL with a host.
+        Not an http or https URL with a host; E778: a URL that cannot be parsed (an unclosed IPv6
+        bracket, a port outside 0-65535, whitespace or control characters), which was a ``ValueError``
+        traceback or a request sent to a URL with a space in it.
     """
     if base_url is None:
         return
-    parsed = urlparse(base_url)
+    from ..urls import check_http_url
+
+    parsed = check_http_url(base_url, option="--base-url", example="http://127.0.0.1:8000/v1")
     if parsed.scheme not in ("http", "https") or not parsed.hostname:
         raise ConfigError(
             f"--base-url {_redact_url(base_url)!r} is not an http(s) URL; give the endpoint root, e.g. http://127.0.0.1:8000/v1"
@@ -119,8 +124,10 @@ def check_base_url(base_url: str | None) -> None:
 
 
 def _redact_url(url: str) -> str:
-    # Error messages must not echo a password written into the URL.
-    return scrub_url(url)
+    # Error messages must not echo a password written into the URL (even in one that cannot be parsed).
+    from ..urls import redact_url
+
+    return redact_url(url)
 
 
 def resolve_api_key(base_url: str | None) -> str:
@@ -562,7 +569,7 @@ class ChatClient:
     max_attempts : int, default 4
         Calls per request in total (so ``max_attempts - 1`` retries).
     timeout : float, default 120.0
-        Seconds per call.
+        Seconds per call: the whole call (connect, send, answer), on both paths.
     backoff_base, backoff_cap : float
         Seconds: first backoff wait and the longest one.
     max_wait : float, default 600.0
@@ -578,8 +585,8 @@ class ChatClient:
         Send chat completions to a plain-``http`` endpoint through ``aiohttp`` (:mod:`.plainhttp`:
         same requests, same error classes, a fraction of the CPU); ``False`` always uses the
         ``openai`` client. URLs with credentials, a query or a proxy always use the ``openai``
-        client (:func:`.plainhttp.fast_path_url`). The whole call (connect, send, answer) then has
-        ``timeout`` seconds, where the ``openai`` client allows ``timeout`` seconds to each of its phases.
+        client (:func:`.plainhttp.fast_path_url`). On both paths an answer over
+        :data:`.plainhttp.MAX_RESPONSE_BYTES` is cut off and retried as a transport fault.
     """
 
     def __init__(
@@ -628,15 +635,18 @@ class ChatClient:
         if self._client is None:
             from openai import AsyncOpenAI
 
-            kwargs: dict[str, Any] = {}
-            if self.connections:
-                # One pool sized to the requests in flight, every connection kept alive between them
-                # (the client's default keeps 100 alive: at a concurrency of 256 the rest reconnect).
-                import openai
+            import openai
 
-                http_client: Any = getattr(openai, "DefaultAsyncHttpxClient", None)  # openai >= 1.17
-                if http_client is not None:
-                    kwargs["http_client"] = http_client(limits=_limits(self.connections), timeout=self.timeout)
+            kwargs: dict[str, Any] = {}
+            http_client: Any = getattr(openai, "DefaultAsyncHttpxClient", None)  # openai >= 1.17
+            if http_client is not None:
+                # The answer's size is capped as on the plain-http path (plainhttp.MAX_RESPONSE_BYTES).
+                options: dict[str, Any] = {"timeout": self.timeout, "event_hooks": {"response": [_cap_response_body]}}
+                if self.connections:
+                    # One pool sized to the requests in flight, every connection kept alive between them
+                    # (the client's default keeps 100 alive: at a concurrency of 256 the rest reconnect).
+                    options["limits"] = _limits(self.connections)
+                kwargs["http_client"] = http_client(**options)
             self._client = AsyncOpenAI(api_key=self._api_key, base_url=self.base_url, max_retries=0, timeout=self.timeout, **kwargs)
         return self._client
 
@@ -734,6 +744,8 @@ class ChatClient:
                                          timeout=self.timeout)
         try:
             response = await self._fast.post(data)
+        except ResponseTooLargeError as exc:
+            raise openai.APIConnectionError(message=str(exc), request=self._request_stub()) from exc
         except (TimeoutError, asyncio.TimeoutError):
             raise openai.APITimeoutError(request=self._request_stub()) from None
         except (aiohttp.ClientError, OSError) as exc:
@@ -783,7 +795,22 @@ class ChatClient:
             # ``post`` with ``cast_to=httpx.Response`` (the client's documented way to send a body as is):
             # ``chat.completions.create`` walks the whole body through its type transforms first, about
             # as long as the rest of the request on a zero-latency server.
-            response = await self.openai.post("/chat/completions", body=body, cast_to=httpx.Response)
+            import openai
+
+            try:
+                # The whole call within ``timeout`` seconds, as on the plain-http path: httpx's timeout is
+                # per read, so an answer that trickles a byte a second (a slowloris reply, a body that never
+                # ends) held the request, and the whole run, forever.
+                response = await asyncio.wait_for(
+                    self.openai.post("/chat/completions", body=body, cast_to=httpx.Response), self.timeout)
+            except (TimeoutError, asyncio.TimeoutError):
+                raise openai.APITimeoutError(request=self._request_stub()) from None
+            except ResponseTooLargeError as exc:  # from the response hook, which the client lets through
+                raise openai.APIConnectionError(message=str(exc), request=self._request_stub()) from exc
+            except openai.APIConnectionError as exc:
+                if isinstance(exc.__cause__, ResponseTooLargeError):  # the client says only "Connection error."
+                    raise openai.APIConnectionError(message=str(exc.__cause__), request=exc.request) from exc.__cause__
+                raise
             return completion_from_text(response.text, content_type=response.headers.get("content-type"))
 
         return await self.with_retries(call, what=what)
@@ -849,6 +876,54 @@ def _openai_http() -> Any:
         return sys.modules[type(DEFAULT_CONNECTION_LIMITS).__module__.split(".")[0]]
     except (ImportError, KeyError):  # pragma: no cover
         return httpx
+
+
+async def _cap_response_body(response: Any) -> None:
+    """httpx response hook (it runs before the body is read): cut the body off past
+    :data:`.plainhttp.MAX_RESPONSE_BYTES` (counted on the wire, before any decompression).
+
+    Raises
+    ------
+    ResponseTooLargeError
+        The announced length is over the limit, or the body grows past it while it is read.
+    """
+    limit = plainhttp.MAX_RESPONSE_BYTES
+    length = response.headers.get("content-length", "")
+    if length.isdigit() and int(length) > limit:
+        raise too_large(limit)
+    response.stream = _capped_stream_type()(response.stream, limit)
+
+
+_CAPPED: list[type] = []
+
+
+def _capped_stream_type() -> type:
+    """The byte-stream class of the HTTP library ``openai`` uses (``httpx`` or ``httpx2``: its
+    responses accept only their own library's async streams) that raises
+    :class:`ResponseTooLargeError` once more than ``limit`` bytes came."""
+    base = _openai_http().AsyncByteStream
+    for made in _CAPPED:
+        if issubclass(made, base):
+            return made
+
+    class CappedStream(base):  # type: ignore[misc,valid-type]
+        def __init__(self, inner: Any, limit: int) -> None:
+            self.inner = inner
+            self.limit = limit
+
+        async def __aiter__(self) -> Any:
+            seen = 0
+            async for chunk in self.inner:
+                seen += len(chunk)
+                if seen > self.limit:
+                    raise too_large(self.limit)
+                yield chunk
+
+        async def aclose(self) -> None:
+            await self.inner.aclose()
+
+    _CAPPED.append(CappedStream)
+    return CappedStream
 
 
 def _limits(connections: int) -> Any:

@@ -33,12 +33,12 @@ class JudgeConfig(StageOptions):
     codebook: str = DEFAULT_CODEBOOK
     mode: Literal["chunked", "per-segment"] = "chunked"
     chunk_size: int = Field(24, ge=1)
-    concurrency: int = Field(8, ge=1)
+    concurrency: int = Field(8, ge=1, le=4096)  # each request in flight holds a connection (a file descriptor)
     temperature: float | None = Field(None, ge=0.0)
     seed: int | None = None
     max_tokens: int | None = Field(None, ge=16)
-    samples: int = Field(1, ge=1)
-    max_attempts: int = Field(4, ge=1)
+    samples: int = Field(1, ge=1, le=100)  # one annotator per sample: --samples 10**20 built them for ever
+    max_attempts: int = Field(4, ge=1, le=100)  # more only retries a dead endpoint for days
     context_tokens: int = Field(128_000, ge=1024)
     prices: str | None = None
     retry_failed: bool = True

@@ -24,7 +24,25 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-__all__ = ["PlainHttpPoster", "RawResponse", "fast_path_url"]
+__all__ = ["MAX_RESPONSE_BYTES", "PlainHttpPoster", "RawResponse", "ResponseTooLargeError", "fast_path_url", "too_large"]
+
+#: Largest answer read, in bytes (after decompression). A chat completion is a few kB to a few MB
+#: (``max_tokens`` times a few bytes per token); an endpoint that sends more (a misrouted download, a
+#: hostile server) is cut off there instead of being read into memory whole (a 400 MB answer took
+#: 2.4 GB of memory through the ``openai`` client). Both paths of :class:`~.client.ChatClient` apply it.
+MAX_RESPONSE_BYTES = 64 * 2**20
+
+
+class ResponseTooLargeError(Exception):
+    """An answer over :data:`MAX_RESPONSE_BYTES` (the client retries it as a transport fault)."""
+
+
+def too_large(limit: int) -> ResponseTooLargeError:
+    """The :class:`ResponseTooLargeError` for a body over ``limit`` bytes."""
+    return ResponseTooLargeError(
+        f"the endpoint's answer is larger than {limit / 2**20:g} MiB, far beyond any chat completion; "
+        "check --base-url (it answers with something else than the chat-completions API)"
+    )
 
 
 @dataclass
@@ -94,9 +112,26 @@ class PlainHttpPoster:
         )
 
     async def post(self, body: bytes) -> RawResponse:
-        """POST ``body`` and return the answer, whatever its status."""
+        """POST ``body`` and return the answer, whatever its status.
+
+        Raises
+        ------
+        ResponseTooLargeError
+            The answer is over :data:`MAX_RESPONSE_BYTES` (read no further).
+        """
+        limit = MAX_RESPONSE_BYTES
         async with self._session.post(self.url, data=body, headers=self.headers) as response:
-            text = await response.text(errors="replace")
+            if response.content_length is not None and response.content_length > limit:
+                raise too_large(limit)
+            data = bytearray()
+            async for chunk in response.content.iter_chunked(2**16):
+                data += chunk
+                if len(data) > limit:
+                    raise too_large(limit)
+            try:
+                text = data.decode(response.charset or "utf-8", errors="replace")
+            except LookupError:  # a charset Python does not know
+                text = data.decode("utf-8", errors="replace")
             headers = {k.lower(): v for k, v in response.headers.items()}
             return RawResponse(response.status, headers, text)
 

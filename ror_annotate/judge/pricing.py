@@ -69,7 +69,9 @@ def load_prices(path: str | Path | None) -> dict[str, Price]:
         return prices
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        from ..configfile import read_config_text
+
+        text = read_config_text(path)
         raw: Any = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
     except (OSError, ValueError, yaml.YAMLError) as exc:
         raise ConfigError(f"cannot read the price table {path}: {exc}") from exc

@@ -18,7 +18,9 @@ from typing import TYPE_CHECKING
 from ..errors import ConfigError, ReviewError
 from ..reference import ReferenceLabel, reference_labels_from
 from .labelstudio import LabelStudioClient
-from .studies import Study, check_email, ensure_tables, load_study, pseudonym_for, register_person, study_items, update_study
+from .studies import (
+    Study, check_email, ensure_tables, load_study, person_email, pseudonym_for, register_person, study_items, update_study,
+)
 from .sync import (
     ADJUDICATION_ROLE, ANNOTATOR_ROLE, PullReport, _get_or_create_project, _project_refs, _record_tasks, _segment_task,
     _segments_by_trace, _server_tasks, _user_id, judge_labels_for, pull_study, study_status,
@@ -115,14 +117,34 @@ def check_adjudicator(store: "Store", name: str, adjudicator: str) -> str:
     InputError
         E100: not an e-mail.
     ConfigError
-        The study already has another adjudicator (one study has one adjudicator).
+        The study already has another adjudicator (one study has one adjudicator); E775: ``adjudicator``
+        is one of the study's annotators (adjudication must be independent).
     """
     email = check_email(adjudicator, role="adjudicator").lower()
     pseudonym = pseudonym_for(store, email)
     study = load_study(store, name)
+    annotators = {r[0] for r in store.execute(
+        "SELECT pseudonym FROM review_study_people WHERE study = ? AND role = 'annotator'", [name]).fetchall()}
+    if pseudonym in annotators:
+        raise adjudicator_is_annotator(email, name)
     if study.adjudicator and study.adjudicator != pseudonym:
         raise ConfigError(f"study {name!r} already has adjudicator {study.adjudicator}; one study has one adjudicator")
     return pseudonym
+
+
+def adjudicator_is_annotator(email: str, name: str) -> ConfigError:
+    """The error (E775) for an adjudicator who is also one of the study's annotators.
+
+    Adjudication settles the disagreements between the study's annotators, and its label becomes the
+    reference the judges and the annotators are measured against (:func:`reference_labels`): an
+    annotator who adjudicates would settle their own disagreements in their own favour, and their
+    agreement with the reference would be inflated. The adjudicator must be someone else.
+    """
+    return ConfigError(
+        f"adjudicator {email!r} is also an annotator of study {name!r}; adjudication must be independent of the "
+        "annotators it settles: pass --adjudicator with the e-mail of someone who does not annotate this study",
+        code="E775",
+    )
 
 
 def set_adjudicator(store: "Store", name: str, adjudicator: str) -> str:
@@ -182,6 +204,10 @@ def adjudicate_study(
         study = load_study(store, name)
     if not study.adjudicator:
         raise ConfigError(f"study {name!r} has no adjudicator: pass --adjudicator EMAIL (their Label Studio account)")
+    if study.adjudicator in {r[0] for r in store.execute(
+            "SELECT pseudonym FROM review_study_people WHERE study = ? AND role = 'annotator'", [name]).fetchall()}:
+        # a study stored before this was checked: the adjudicator named there annotates it too
+        raise adjudicator_is_annotator(person_email(store, study.adjudicator), name)
     if not _project_refs(store, name):
         raise ReviewError(f"study {name!r} has not been pushed yet: run `ror review push {name}` and `ror review pull {name}` first")
     client.whoami()

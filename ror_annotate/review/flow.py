@@ -41,10 +41,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import urlsplit
 
+from pydantic import Field
+
 from ..errors import ReviewError
 from ..options import Resamples, Seed, StageOptions
 from ..provenance import scrub_url
-from .adjudicate import check_adjudicator, set_adjudicator
+from .adjudicate import adjudicator_is_annotator, check_adjudicator, set_adjudicator
 from .labelstudio import KEY_ENV, LabelStudioClient, server_url, signup_annotator
 from .studies import StudyOptions, check_email, check_study_name, ensure_tables, load_study, person_email, pseudonym_for, study_design, study_people
 from .sync import ADJUDICATION_ROLE, PullReport, PushReport, _project_refs, pull_study, push_study, require_accounts
@@ -103,7 +105,7 @@ class ReviewFinishOptions(StageOptions):
     n_resamples: Resamples = 1000
     confidence_level: float = 0.95
     seed: Seed = 0
-    n_bins: int = 10
+    n_bins: int = Field(10, ge=1, le=1000)  # reliability.MAX_BINS
     report: Path | None = None
 
 
@@ -435,6 +437,8 @@ def review_start(store: "Store", name: str, options: ReviewStartOptions | None =
             check_adjudicator(store, name, o.adjudicator)  # another adjudicator: refused before a server is started
     elif not emails:
         raise ReviewError(f"study {name!r} is new: name its annotators with -a EMAIL (repeat), e.g. -a alice@lab.org -a bob@lab.org", code="E743")
+    elif o.adjudicator and check_email(o.adjudicator, role="adjudicator").lower() in emails:
+        raise adjudicator_is_annotator(o.adjudicator.strip().lower(), name)  # before a server is started
     if client is None:
         status = ensure_server(o.url, public=o.public_url, install=o.install, say=say)
         client = _client(status, o.public_url)

@@ -33,8 +33,18 @@ START_HINT = "start it with `bash scripts/labelstudio.sh start` (or `ror review 
 
 
 def server_url(url: str | None = None) -> str:
-    """The server URL: ``url``, else ``$LABEL_STUDIO_URL``, else :data:`DEFAULT_URL` (no trailing slash)."""
-    return (url or os.environ.get(URL_ENV) or DEFAULT_URL).rstrip("/")
+    """The server URL: ``url``, else ``$LABEL_STUDIO_URL``, else :data:`DEFAULT_URL` (no trailing slash).
+
+    Raises
+    ------
+    ConfigError
+        E778: the value cannot be read as a URL (:func:`ror_annotate.urls.check_http_url`).
+    """
+    from ..urls import check_http_url
+
+    value = (url or os.environ.get(URL_ENV) or DEFAULT_URL).rstrip("/")
+    check_http_url(value, option=f"{URL_ENV} / --url", example=DEFAULT_URL)
+    return value
 
 
 def public_url(public: str | None = None, *, server: str | None = None) -> str:
@@ -48,7 +58,10 @@ def public_url(public: str | None = None, *, server: str | None = None) -> str:
     ConfigError
         The value is not an ``http://`` or ``https://`` URL.
     """
+    from ..urls import check_http_url
+
     value = (public or os.environ.get(PUBLIC_URL_ENV) or server_url(server)).rstrip("/")
+    check_http_url(value, option=f"{PUBLIC_URL_ENV} / --public-url", example="https://label.lab.org")
     if not re.match(r"^https?://[^/\s]+", value):
         raise ConfigError(f"{PUBLIC_URL_ENV} / --public-url must be an http:// or https:// URL, got {scrub_url(value)!r}")
     # Links are printed and handed to people: never with the server's user:password in them.

@@ -751,6 +751,10 @@ def create_study(  # noqa: C901  (one branch per option check before anything is
     emails = list(dict.fromkeys(a.strip().lower() for a in annotators))
     if len(emails) != len(list(annotators)):
         raise InputError("the same annotator e-mail is given twice; each annotator must be a different Label Studio user")
+    if adjudicator and adjudicator.strip().lower() in emails:
+        from .adjudicate import adjudicator_is_annotator
+
+        raise adjudicator_is_annotator(adjudicator.strip().lower(), name)
     fn = get_strategy(strategy)
     cb = load_codebook(codebook)
     judge = resolve_judge_annotator(store, judge_annotator)

@@ -29,6 +29,15 @@ The package (generated from ``store.py`` by ``scripts/split_store.py``):
 
 from __future__ import annotations
 
+from ..pool import interrupts_deferred as _interrupts_deferred
+
+with _interrupts_deferred():
+    # DuckDB's extension builds its enums through Python while it initialises: an interrupt that lands
+    # then (a SIGTERM in the first seconds of a command) aborted the process ("Critical nanobind
+    # error", status -6) or broke the import. Held until the import is complete, it is a plain
+    # KeyboardInterrupt (the CLI's one line and 130).
+    import duckdb  # noqa: F401
+
 from ..errors import ConfigError, SchemaVersionError, StoreError, StoreLockedError, StoreReadOnlyError
 from ..provenance import scrub_secrets, scrub_text, scrub_url, scrub_value
 from ..records import SOURCE_KINDS, Annotator, Label, Run, Segment, Trace, utc_now

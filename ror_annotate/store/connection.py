@@ -88,11 +88,25 @@ def _is_lock_error(exc: BaseException) -> bool:
 
 
 @contextmanager
-def _signals_held() -> Iterator[None]:
-    """Ignore SIGINT/SIGTERM inside the block (main thread only): a few milliseconds of bookkeeping
-    that must complete once begun."""
+def _signals_held(*, deliver: bool = True) -> Iterator[None]:
+    """Hold SIGINT/SIGTERM inside the block (main thread only): a few milliseconds of bookkeeping
+    that must complete once begun.
+
+    ``deliver`` (default): the first signal held is acted on once the block is done
+    (:func:`ror_annotate.pool.interrupts_deferred`), so an interrupt that lands here still stops the
+    command (it was ignored: a SIGTERM arriving while a stage recorded its finished run was lost,
+    and ``ror run`` went on through every later stage to exit 0). ``deliver=False``: dropped, for the
+    block that records an interruption or a failure already under way (a second Ctrl-C must not
+    replace it).
+    """
     import signal
 
+    from ..pool import interrupts_deferred
+
+    if deliver:
+        with interrupts_deferred():
+            yield
+        return
     if threading.current_thread() is not threading.main_thread():
         yield
         return

@@ -72,6 +72,9 @@ class Store(SchemaMixin, TracesMixin, SegmentsMixin, LabelsMixin, AnnotatorsMixi
     def __init__(
         self, path: str | Path = DEFAULT_DB, *, lock_timeout: float = 10.0, read_only: bool = False, memory_limit: str | None = None
     ) -> None:
+        from ..pool import refuse_in_worker_bootstrap
+
+        refuse_in_worker_bootstrap()  # a worker importing an unguarded script: E141, not 10 s on the lock and E140
         self.path = str(path) if str(path) == ":memory:" else str(Path(path).expanduser().resolve())
         self.read_only = read_only and self.path != ":memory:"
         if self.read_only and not Path(self.path).is_file():

@@ -121,7 +121,9 @@ class RunsMixin(AccessMixin):
             raise
         finally:
             self._progress = outer
-            with _signals_held():  # a second Ctrl-C must not leave the run recorded as "running"
+            # a second Ctrl-C must not leave the run recorded as "running"; one that ends a run recorded
+            # "ok" stops the command once it is recorded (it was dropped, and the next stage ran)
+            with _signals_held(deliver=status == "ok"):
                 if status != "ok" and outside_transaction:
                     self._abandon_transaction()
                 try:
