@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 from datetime import datetime, timezone
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -119,6 +119,18 @@ class Segment(_Record):
     def segment_id(self) -> str:
         """``"<trace_id>#<segment_index>"``: the id shown to judges and annotators."""
         return f"{self.trace_id}#{self.segment_index}"
+
+
+def segments_of_rows(rows: Sequence[tuple[str, int, int, int, str, int]]) -> list[Segment]:
+    """:class:`Segment` records (validated) of rows ``(trace_id, segment_index, char_start, char_end, text,
+    n_tokens)`` as :meth:`~ror_annotate.store.Store.segment_rows_by_trace` returns them.
+
+    Raises
+    ------
+    pydantic.ValidationError
+        A row whose span does not match its text (a damaged store).
+    """
+    return [Segment(trace_id=r[0], segment_index=r[1], char_start=r[2], char_end=r[3], text=r[4], n_tokens=r[5]) for r in rows]
 
 
 class Label(_Record):

@@ -51,6 +51,23 @@ def test_roundtrip_non_ascii_and_idempotent(db_path: Path) -> None:
         assert [lab.label for lab in store.labels()] == ["planning", "execution"]
 
 
+def test_segment_rows_by_trace_are_the_stored_spans_and_build_validated_records(db_path: Path) -> None:
+    from pydantic import ValidationError
+
+    from ror_annotate.records import segments_of_rows
+
+    with Store(db_path) as store:
+        store.upsert_traces([_trace("t1"), _trace("t2")])
+        store.replace_segments("t1", _segments("t1"), segmenter="s", token_counter="c")
+        rows = store.segment_rows_by_trace(["t1", "t2", "absent"])
+        # the hand-made spans above, as plain tuples; traces without segments map to []
+        assert rows == {"t1": [("t1", 0, 0, 13, "Let me think.", 4), ("t1", 1, 14, 35, "3.14 × 2 = 6.28 🙂 答案。", 9)],
+                        "t2": [], "absent": []}
+        assert segments_of_rows(rows["t1"]) == store.segments_by_trace(["t1"])["t1"] == _segments("t1")
+        with pytest.raises(ValidationError, match="span length"):
+            segments_of_rows([("t1", 0, 0, 5, "Let me think.", 4)])
+
+
 def test_relabel_replaces_not_duplicates(db_path: Path) -> None:
     with Store(db_path) as store:
         store.upsert_traces([_trace()])

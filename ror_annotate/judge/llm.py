@@ -68,7 +68,7 @@ from typing import TYPE_CHECKING, Any
 from ..codebook import Codebook, load_codebook
 from ..errors import ConfigError, JudgeError
 from ..provenance import scrub_text, scrub_url
-from ..records import Annotator, Label, Segment, Trace, sha256_text, utc_now
+from ..records import Annotator, Label, Segment, Trace, segments_of_rows, sha256_text, utc_now
 from . import JudgeReport, register_judge
 from .client import (
     ChatClient,
@@ -755,20 +755,21 @@ class _Prefetch:
         self.own_failed = type(judge).failed_segments is LLMJudge.failed_segments
         self.traces: dict[str, Trace] = {}
         self.segments: dict[str, list[Segment]] = {}
+        self.rows: dict[str, list[tuple[str, int, int, int, str, int]]] = {}  # loaded, records not built yet
         self.done: dict[tuple[str, str], set[int]] = {}
         self.failed: dict[tuple[str, str], dict[int, tuple[int, str | None, str]]] = {}
         self.uses: dict[str, int] = {}
 
     def _load(self, trace_id: str) -> None:
         start = self.pos.get(trace_id, 0)
-        ids = [t for t in self.order[start : start + self.BLOCK] if t not in self.segments]
+        ids = [t for t in self.order[start : start + self.BLOCK] if t not in self.segments and t not in self.rows]
         if trace_id not in ids:
             ids.insert(0, trace_id)
         store, judge = self.store, self.judge
         self.traces.update((t.trace_id, t) for t in store.iter_traces(ids))
-        by_trace = store.segments_by_trace(ids)
+        by_trace = store.segment_rows_by_trace(ids)
         for tid in ids:
-            self.segments[tid] = by_trace.get(tid, [])
+            self.rows[tid] = by_trace.get(tid, [])
             self.uses[tid] = 0
         for annotator in self.annotators:
             if self.own_done:
@@ -787,7 +788,11 @@ class _Prefetch:
             No such trace in the store.
         """
         if trace_id not in self.segments:
-            self._load(trace_id)
+            if trace_id not in self.rows:
+                self._load(trace_id)
+            # a trace's records are built when it is taken: a block's thousands at once held the loop
+            # for 50-150 ms (pydantic validation), during which no answer was read and no request sent
+            self.segments[trace_id] = segments_of_rows(self.rows.pop(trace_id))
         trace = self.traces.get(trace_id) or self.store.get_trace(trace_id)
         segments = self.segments[trace_id]
         done = self.done.pop((trace_id, annotator), None)

@@ -11,7 +11,7 @@ from typing import Any, NamedTuple
 import pyarrow as pa
 
 from ..errors import StoreError
-from ..records import Segment, utc_now
+from ..records import Segment, segments_of_rows, utc_now
 
 from .schema import CORE_TABLES, DependentPolicy, to_naive_utc
 from .connection import duckdb_errors
@@ -340,14 +340,21 @@ class SegmentsMixin(AccessMixin):
         """The stored segments of several traces in one query: ``{trace_id: [Segment, ...]}`` in
         segment order; a trace without segments maps to ``[]``. For stages that work in batches
         (it reads only the table's row groups that hold these traces: :meth:`rows_of_traces`)."""
-        out: dict[str, list[Segment]] = {t: [] for t in trace_ids}
+        return {t: segments_of_rows(rows) for t, rows in self.segment_rows_by_trace(trace_ids).items()}
+
+    def segment_rows_by_trace(self, trace_ids: Sequence[str]) -> dict[str, list[tuple[str, int, int, int, str, int]]]:
+        """:meth:`segments_by_trace` as plain rows ``(trace_id, segment_index, char_start, char_end, text,
+        n_tokens)``: one query, no record built. A caller that reads many traces at once and uses them
+        one at a time (the LLM judge's prefetch) builds each trace's records when it needs them
+        (:func:`segments_of_rows`), so that no single step pays for thousands of records."""
+        out: dict[str, list[tuple[str, int, int, int, str, int]]] = {t: [] for t in trace_ids}
         with duckdb_errors(self.path, "read segments"):
             rows = self.rows_of_traces(
                 "segments", "trace_id, segment_index, char_start, char_end, text, n_tokens", trace_ids,
                 order_by="trace_id, segment_index",
             )
         for r in rows:
-            out[r[0]].append(Segment(trace_id=r[0], segment_index=r[1], char_start=r[2], char_end=r[3], text=r[4], n_tokens=r[5]))
+            out[r[0]].append(r)
         return out
 
     def segmented_trace_overview(self, trace_ids: Sequence[str] | None = None) -> list[tuple[str, str | None, str | None, str | None, int, str | None]]:
@@ -378,3 +385,4 @@ class SegmentsMixin(AccessMixin):
             params.append(list(trace_ids))
         with duckdb_errors(self.path, "read segments"):
             return [SegmentLength(r[0], int(r[1])) for r in self.con.execute(sql + " ORDER BY trace_id, segment_index", params).fetchall()]
+
