@@ -112,7 +112,9 @@ def _usage_error(exc: Exception) -> UsageError:
     """Our one-line error for a command-line usage error of click (no 4-line box)."""
     ctx = getattr(exc, "ctx", None)
     where = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
-    return UsageError(f"{exc.format_message()}{where}")  # type: ignore[attr-defined]
+    # click 8.2.0-8.2.1 name an option without an environment variable "(env var: 'None')" in the hint
+    message = exc.format_message().replace(" (env var: 'None')", "")  # type: ignore[attr-defined]
+    return UsageError(f"{message}{where}")
 
 
 def _sigterm_as_interrupt() -> None:
