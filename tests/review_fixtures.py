@@ -169,3 +169,15 @@ class FakeLabelStudio:
             if len(t["annotations"]) != n:
                 return True
         return False
+
+
+def two_segment_store(path: Path) -> Store:
+    """A store at ``path`` holding one trace ``t-1`` ("So x = 4. Wait, that is wrong.") cut by hand into
+    its two sentences (offsets 0-9 and 9-30), unlabelled: enough for a study of two segments."""
+    text = "So x = 4. Wait, that is wrong."
+    store = Store(path)
+    store.upsert_traces([Trace(trace_id="t-1", text=text)])
+    store.replace_segments("t-1", [Segment(trace_id="t-1", segment_index=0, char_start=0, char_end=9, text=text[:9], n_tokens=2),
+                                   Segment(trace_id="t-1", segment_index=1, char_start=9, char_end=len(text), text=text[9:], n_tokens=2)],
+                           segmenter="hand", token_counter="chars/4")
+    return store

@@ -13,10 +13,11 @@ from pathlib import Path
 import pytest
 
 from ror_annotate.errors import InputError, ReviewError
-from ror_annotate.records import Segment, Trace
 from ror_annotate.review import flow
 from ror_annotate.review.studies import check_email, create_study, load_study, person_email
 from ror_annotate.store import Store
+
+from .review_fixtures import two_segment_store
 
 REFUSED_BY_LABEL_STUDIO = ["a5@b.c", "a5@x_y.org", "a5@-x.org", "a5@x-.org", "a5@" + "d" * 70 + ".org", "a5..b@lab.org",
                            ".a5@lab.org", "a5@lab..org", "a5@123.45", "a5@lab.o-", "a" * 300 + "@lab.org"]
@@ -59,12 +60,7 @@ class _RefusingClient:
 
 
 def test_a_refused_adjudicator_signup_records_nothing_and_a_rerun_with_another_goes_on(tmp_path: Path, monkeypatch) -> None:
-    text = "So x = 4. Wait, that is wrong."
-    store = Store(tmp_path / "s.duckdb")
-    store.upsert_traces([Trace(trace_id="t-1", text=text)])
-    store.replace_segments("t-1", [Segment(trace_id="t-1", segment_index=0, char_start=0, char_end=9, text=text[:9], n_tokens=2),
-                                   Segment(trace_id="t-1", segment_index=1, char_start=9, char_end=len(text), text=text[9:], n_tokens=2)],
-                           segmenter="hand", token_counter="chars/4")
+    store = two_segment_store(tmp_path / "s.duckdb")
     create_study(store, "pilot-1", annotators=["ann1@lab.org", "ann2@lab.org"], strategy="random", n=2, overlap=2)
     client = _RefusingClient("bad@lab.org")
 

@@ -12,22 +12,17 @@ from pathlib import Path
 import pytest
 
 from ror_annotate.errors import ConfigError
-from ror_annotate.records import Segment, Trace
 from ror_annotate.review import flow
 from ror_annotate.review.adjudicate import adjudicate_study, check_adjudicator, set_adjudicator
 from ror_annotate.review.studies import create_study, load_study
 from ror_annotate.store import Store
 
+from .review_fixtures import two_segment_store
+
 
 # ----------------------------------------------------------------------------- adjudication is independent
 def _study_store(tmp_path: Path) -> Store:
-    text = "So x = 4. Wait, that is wrong."
-    store = Store(tmp_path / "s.duckdb")
-    store.upsert_traces([Trace(trace_id="t-1", text=text)])
-    store.replace_segments("t-1", [Segment(trace_id="t-1", segment_index=0, char_start=0, char_end=9, text=text[:9], n_tokens=2),
-                                   Segment(trace_id="t-1", segment_index=1, char_start=9, char_end=len(text), text=text[9:], n_tokens=2)],
-                           segmenter="hand", token_counter="chars/4")
-    return store
+    return two_segment_store(tmp_path / "s.duckdb")
 
 
 @pytest.mark.parametrize("given", ["ann1@lab.org", " ANN1@Lab.org "])
