@@ -51,6 +51,9 @@ class _Answerer:
         self._tokens: dict[str, int] = {}
         self.requests = 0
         self.busy_s = 0.0
+        #: Seconds answers went out after their due time (arrival + latency), summed: the server's own
+        #: queueing (a busy loop), which a client's figures would otherwise be blamed for.
+        self.late_s = 0.0
         self._n = 0
 
     def _block(self, block: str) -> tuple[dict[int, str], int, bool]:
@@ -144,21 +147,26 @@ class _Protocol(asyncio.Protocol):
 
     def _handle(self, method: str, path: str, body: bytes) -> None:
         if method == "GET" and path == "/stats":
-            data = json.dumps({"requests": self.answerer.requests, "busy_s": self.answerer.busy_s}).encode()
+            data = json.dumps({"requests": self.answerer.requests, "busy_s": self.answerer.busy_s, "late_s": self.answerer.late_s}).encode()
             return self._write(_response(200, data))
         if method == "POST" and path.endswith("/chat/completions"):
+            arrived = time.perf_counter()
             try:
                 data = self.answerer.answer(body)
             except (ValueError, KeyError, IndexError) as exc:
                 return self._write(_response(400, json.dumps({"error": {"message": str(exc), "type": "invalid_request_error"}}).encode()))
             out = _response(200, data)
             if self.latency > 0:
-                asyncio.get_running_loop().call_later(self.latency, self._write, out)
+                asyncio.get_running_loop().call_later(self.latency, self._write_due, out, arrived + self.latency)
             else:
-                self._write(out)
+                self._write_due(out, arrived)
             return None
         self._write(_response(404, json.dumps({"error": {"message": f"no route {path}"}}).encode()))
         return None
+
+    def _write_due(self, data: bytes, due: float) -> None:
+        self.answerer.late_s += time.perf_counter() - due
+        self._write(data)
 
     def _write(self, data: bytes) -> None:
         if self.transport is not None and not self.transport.is_closing():
@@ -211,7 +219,8 @@ class FastOpenAI:
         return f"http://127.0.0.1:{self.port}/v1"
 
     def stats(self) -> dict[str, Any]:
-        """``{"requests": chat completions answered, "busy_s": CPU-bound seconds spent answering}``."""
+        """``{"requests": chat completions answered, "busy_s": CPU-bound seconds spent answering,
+        "late_s": seconds the answers went out after arrival + latency, summed}``."""
         with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/stats", timeout=10) as r:
             return json.loads(r.read())
 

@@ -503,6 +503,7 @@ class LLMJudge:
             async with trace_sem:
                 await self._judge_trace(ctx, trace_id, sample)
 
+        ctx.prefetch.start()
         try:
             # A trace id given twice is judged once (two concurrent passes would send the same requests).
             unique = list(dict.fromkeys(trace_ids))
@@ -518,7 +519,10 @@ class LLMJudge:
                 try:
                     ctx.close_writer()
                 finally:
-                    ctx.publish(final=True)
+                    try:
+                        ctx.publish(final=True)
+                    finally:
+                        ctx.prefetch.close()
         return report
 
     def _count_pending(self, store: "Store", trace_ids: Sequence[str]) -> int:
@@ -533,8 +537,9 @@ class LLMJudge:
         return total
 
     async def _judge_trace(self, ctx: "_RunContext", trace_id: str, sample: int) -> None:
+        taken = await ctx.prefetch.take(trace_id, self.annotator_for(sample))
         await ctx.prep_slot()
-        prepared = self._prepare_trace(ctx, trace_id, sample)
+        prepared = self._prepare_trace(ctx, taken, sample)
         if prepared is None:
             return
         job, chunks = prepared
@@ -542,11 +547,12 @@ class LLMJudge:
         await self._judge_chunk(ctx, job, chunks[0])
         await asyncio.gather(*(self._judge_chunk(ctx, job, c) for c in chunks[1:]))
 
-    def _prepare_trace(self, ctx: "_RunContext", trace_id: str, sample: int) -> "tuple[_TraceJob, list[list[int]]] | None":
-        """The trace's job and its chunks of segment ids still to label (None: nothing to ask)."""
+    def _prepare_trace(self, ctx: "_RunContext", taken: "tuple[Trace, list[Segment], set[int], dict[int, tuple[int, str | None, str]]]",
+                       sample: int) -> "tuple[_TraceJob, list[list[int]]] | None":
+        """The trace's job and its chunks of segment ids still to label (None: nothing to ask), from
+        what :meth:`_Prefetch.take` gave."""
         store = ctx.store
-        annotator = self.annotator_for(sample)
-        trace, segments, done, failed = ctx.prefetch.take(trace_id, annotator)
+        trace, segments, done, failed = taken
         if not segments:
             ctx.usage.report.extra["unsegmented_traces"] += 1
             return None
@@ -738,74 +744,140 @@ class _TraceJob:
             self.trace_sha256 = self.trace.text_sha256
 
 
+@dataclass
+class _Block:
+    """What :class:`_Prefetch` read for one block of takes: traces, their segments (records built),
+    and per ``(trace_id, annotator)`` the labelled and the judge-failed segments (own hooks only)."""
+
+    traces: dict[str, Trace]
+    segments: dict[str, list[Segment]]
+    done: dict[tuple[str, str], set[int]]
+    failed: dict[tuple[str, str], dict[int, tuple[int, str | None, str]]]
+    #: Takes of this block not made yet (the block is dropped at zero).
+    left: int
+
+
 class _Prefetch:
-    """The per-trace reads of a run, done for blocks of :attr:`BLOCK` traces in one query each: the
-    trace, its segments, and per annotator its labelled and judge-failed segments (taken once, then
-    dropped). Hooks a subclass overrides (``labeled_segments``, ``failed_segments``) are called per
-    trace instead."""
+    """The per-trace reads of a run, on a reader thread ahead of their use.
+
+    A run takes each trace once per sample, in a known order (every trace for sample 1, then for
+    sample 2, ...). The takes are cut into blocks of :attr:`BLOCK`; a block is read in one query per
+    table (the traces, their segments with their records built, and per annotator the labelled and
+    judge-failed segments) by one reader thread with its own store handle
+    (:meth:`~ror_annotate.store.Store.thread_handle`), and the next block is read while this one is
+    used. The event loop never runs a read: a block read on the loop's thread (64 traces, 50-100 ms
+    of DuckDB fetch and records) held back every answer and every send meanwhile, which added about
+    20 ms to the mean request at 200 ms of latency (``benchmarks/bench_judge.py --throughput``).
+    Hooks a subclass overrides (``labeled_segments``, ``failed_segments``) are called per trace on
+    the loop's thread. Where the store gives no thread handle (read-only, or inside a transaction
+    before its first commit) the blocks are read on the loop's thread, as before.
+    """
 
     BLOCK = 64
 
     def __init__(self, judge: LLMJudge, store: "Store", trace_ids: Sequence[str]) -> None:
         self.judge, self.store = judge, store
-        self.order = list(dict.fromkeys(trace_ids))
-        self.pos = {t: i for i, t in enumerate(self.order)}
         self.annotators = [judge.annotator_for(k) for k in range(1, judge.samples + 1)]
+        order = list(dict.fromkeys(trace_ids))
+        #: The takes in the order the run makes them, and each one's position.
+        self.takes = [(t, a) for a in self.annotators for t in order]
+        self.pos = {take: i for i, take in enumerate(self.takes)}
         self.own_done = type(judge).labeled_segments is LLMJudge.labeled_segments
         self.own_failed = type(judge).failed_segments is LLMJudge.failed_segments
-        self.traces: dict[str, Trace] = {}
-        self.segments: dict[str, list[Segment]] = {}
-        self.rows: dict[str, list[tuple[str, int, int, int, str, int]]] = {}  # loaded, records not built yet
-        self.done: dict[tuple[str, str], set[int]] = {}
-        self.failed: dict[tuple[str, str], dict[int, tuple[int, str | None, str]]] = {}
-        self.uses: dict[str, int] = {}
+        self.blocks: dict[int, asyncio.Future[_Block]] = {}
+        self._executor: Any = None
+        self._handle: "Store | None" = None
 
-    def _load(self, trace_id: str) -> None:
-        start = self.pos.get(trace_id, 0)
-        ids = [t for t in self.order[start : start + self.BLOCK] if t not in self.segments and t not in self.rows]
-        if trace_id not in ids:
-            ids.insert(0, trace_id)
-        store, judge = self.store, self.judge
-        self.traces.update((t.trace_id, t) for t in store.iter_traces(ids))
-        by_trace = store.segment_rows_by_trace(ids)
-        for tid in ids:
-            self.rows[tid] = by_trace.get(tid, [])
-            self.uses[tid] = 0
-        for annotator in self.annotators:
+    def start(self) -> None:
+        """Start the reader thread (on the loop's thread, before the first :meth:`take`)."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        from ..errors import StoreError
+
+        try:
+            self._handle = self.store.thread_handle()
+        except StoreError:  # read-only, or no handle yet (E211): blocks are read on the loop's thread
+            self._handle = None
+            return
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ror-judge-reader")
+
+    def close(self) -> None:
+        """Stop the reader thread (waiting for a read under way) and close its store handle."""
+        executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.shutdown(wait=True, cancel_futures=True)
+        handle, self._handle = self._handle, None
+        if handle is not None:
+            handle.close()
+
+    def _read(self, store: "Store", number: int) -> _Block:
+        takes = self.takes[number * self.BLOCK : (number + 1) * self.BLOCK]
+        ids = list(dict.fromkeys(t for t, _ in takes))
+        traces = {t.trace_id: t for t in store.iter_traces(ids)}
+        segments = {t: segments_of_rows(rows) for t, rows in store.segment_rows_by_trace(ids).items()}
+        done: dict[tuple[str, str], set[int]] = {}
+        failed: dict[tuple[str, str], dict[int, tuple[int, str | None, str]]] = {}
+        judge = self.judge
+        for annotator in dict.fromkeys(a for _, a in takes):
+            mine = [t for t, a in takes if a == annotator]
             if self.own_done:
-                done = store.labelled_indices_by_trace(ids, annotator=annotator, codebook_version=judge.codebook_version, source="judge")
-                self.done.update(((tid, annotator), done.get(tid, set())) for tid in ids)
+                got = store.labelled_indices_by_trace(mine, annotator=annotator, codebook_version=judge.codebook_version, source="judge")
+                done.update(((t, annotator), got.get(t, set())) for t in mine)
             if self.own_failed:
-                failed = failed_segments_by_trace(store, ids, annotator, judge.codebook_version)
-                self.failed.update(((tid, annotator), failed.get(tid, {})) for tid in ids)
+                bad = failed_segments_by_trace(store, mine, annotator, judge.codebook_version)
+                failed.update(((t, annotator), bad.get(t, {})) for t in mine)
+        return _Block(traces=traces, segments=segments, done=done, failed=failed, left=len(takes))
 
-    def take(self, trace_id: str, annotator: str) -> tuple[Trace, list[Segment], set[int], dict[int, tuple[int, str | None, str]]]:
-        """``(trace, segments, labelled indices, failed segments)`` of ``trace_id`` for ``annotator``.
+    def _request(self, number: int) -> None:
+        if number in self.blocks or number * self.BLOCK >= len(self.takes):
+            return
+        loop = asyncio.get_running_loop()
+        if self._executor is None or self._handle is None:
+            future: asyncio.Future[_Block] = loop.create_future()
+            try:
+                future.set_result(self._read(self.store, number))
+            except Exception as exc:  # raised by the take that waits for it
+                future.set_exception(exc)
+        else:
+            future = loop.run_in_executor(self._executor, self._read, self._handle, number)
+        self.blocks[number] = future
+
+    async def take(self, trace_id: str, annotator: str) -> tuple[Trace, list[Segment], set[int], dict[int, tuple[int, str | None, str]]]:
+        """``(trace, segments, labelled indices, failed segments)`` of ``trace_id`` for ``annotator``;
+        asks for the next block to be read.
 
         Raises
         ------
         StoreError
-            No such trace in the store.
+            No such trace in the store, or the read failed.
+        pydantic.ValidationError
+            A stored segment whose span does not match its text (a damaged store).
         """
-        if trace_id not in self.segments:
-            if trace_id not in self.rows:
-                self._load(trace_id)
-            # a trace's records are built when it is taken: a block's thousands at once held the loop
-            # for 50-150 ms (pydantic validation), during which no answer was read and no request sent
-            self.segments[trace_id] = segments_of_rows(self.rows.pop(trace_id))
-        trace = self.traces.get(trace_id) or self.store.get_trace(trace_id)
-        segments = self.segments[trace_id]
-        done = self.done.pop((trace_id, annotator), None)
+        position = self.pos.get((trace_id, annotator))
+        if position is None:  # not a take of this run's order: read it alone
+            return self._take_alone(trace_id, annotator)
+        number = position // self.BLOCK
+        self._request(number)
+        self._request(number + 1)
+        block = await self.blocks[number]
+        block.left -= 1
+        if block.left <= 0:
+            self.blocks.pop(number, None)
+        trace = block.traces.get(trace_id) or self.store.get_trace(trace_id)
+        segments = block.segments.get(trace_id, [])
+        done = block.done.pop((trace_id, annotator), None)
         if done is None:
             done = self.judge.labeled_segments(self.store, trace_id, annotator)
-        failed = self.failed.pop((trace_id, annotator), None)
+        failed = block.failed.pop((trace_id, annotator), None)
         if failed is None:
             failed = self.judge.failed_segments(self.store, trace_id, annotator)
-        self.uses[trace_id] += 1
-        if self.uses[trace_id] >= len(self.annotators):
-            for table in (self.traces, self.segments, self.uses):
-                table.pop(trace_id, None)  # type: ignore[attr-defined]
         return trace, segments, done, failed
+
+    def _take_alone(self, trace_id: str, annotator: str) -> tuple[Trace, list[Segment], set[int], dict[int, tuple[int, str | None, str]]]:
+        trace = self.store.get_trace(trace_id)
+        segments = self.store.segments(trace_id)
+        return (trace, segments, self.judge.labeled_segments(self.store, trace_id, annotator),
+                self.judge.failed_segments(self.store, trace_id, annotator))
 
 
 @dataclass
