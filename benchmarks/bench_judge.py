@@ -24,7 +24,14 @@ fresh process on a copy of one store of ``--copies`` copies of the traces:
   2. the judge against the zero-latency server at ``--concurrency`` (chunked; ``--per-segment`` adds
      per-segment mode), the client's ceiling;
   3. the judge with ``--latency-ms`` (200) per request at each concurrency, against Little's law
-     (throughput = concurrency / latency), and against min(Little, the zero-latency ceiling).
+     (throughput = concurrency / latency): over the whole run, and in the steady state (answers per
+     second over the middle 80% of the answers, by the time the server sent them: Little's law is a
+     statement about the steady state, and a run of a few thousand requests spends a few hundred
+     milliseconds ramping up and draining); and against min(Little, the zero-latency ceiling).
+The server of the judge runs is warm (``--cold-server`` to turn it off): it answered the first request
+of every trace before the run, so that reading back a trace block's segments, their cue labels and
+its token count (about half of its CPU per request otherwise) is not charged to the cores it shares
+with the judge; a vLLM server on other hardware costs the judge's machine nothing.
 Each judge row also prints the judge's and the server's CPU milliseconds per request (the server's
 from ``/proc``, Linux; the judge's whole process, and its event loop's thread alone) and the CPU
 bound they set: min(one core / the loop thread's CPU per request, all cores / (judge + server CPU
@@ -37,7 +44,7 @@ also measured with that tree's code in the same run, and printed with the ratio 
 
     python benchmarks/bench_judge.py                 # 6 traces (short, about 2 min)
     python benchmarks/bench_judge.py --traces 0      # all 201 traces (long)
-    python benchmarks/bench_judge.py --throughput --traces 60 --copies 4 --against ../_base
+    python benchmarks/bench_judge.py --throughput --traces 40 --copies 30 --against ../_base
 """
 
 from __future__ import annotations
@@ -227,6 +234,25 @@ def request_bodies(db: Path, limit: int = 400) -> list[dict]:
     return bodies
 
 
+def trace_bodies(db: Path) -> list[dict]:
+    """The judge's first request body (K=24) of every trace of the store: answering them parses and
+    counts every trace block once (a warm server, ``tests.fast_openai_server._Answerer.warm``)."""
+    store = Store(db)
+    judge = make_judge("openai:gpt-4.1-mini", base_url="http://127.0.0.1:9/v1", chunk_size=24)
+    bodies: list[dict] = []
+    for tid in store.trace_ids():
+        trace, segments = store.get_trace(tid), store.segments(tid)
+        if not segments:
+            continue
+        block = judge.render_trace_block(store, trace, segments)
+        ids = [s.segment_index for s in segments[:24]]
+        max_tokens = judge.default_max_tokens(len(ids))
+        messages, _ = judge.render_messages(trace, segments, ids, max_tokens=max_tokens, block=block)
+        bodies.append(judge.request_body(messages, 1, max_tokens))
+    store.close()
+    return bodies
+
+
 def process_cpu_s(pid: int) -> float | None:
     """CPU seconds (user + system) process ``pid`` has used so far (Linux ``/proc``; ``None`` elsewhere)."""
     try:
@@ -236,8 +262,8 @@ def process_cpu_s(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def judge_rate(tmp: Path, db: Path, tree: Path, *, latency: float, concurrency: int,
-               mode: str = "24") -> tuple[float, float, float | None, tuple[float, float], float]:
+def judge_rate(tmp: Path, db: Path, tree: Path, *, latency: float, concurrency: int, mode: str = "24",
+               warm: Path | None = None) -> tuple[float, float, float | None, tuple[float, float], float, float | None]:
     """``(requests/s, requests per CPU-second of the judge's process, the server's CPU ms per request,
     the longest event-loop stall in ms, the event loop's thread's CPU ms per request)`` of one judge
     run of ``tree``'s code on a fresh copy of ``db``.
@@ -245,20 +271,24 @@ def judge_rate(tmp: Path, db: Path, tree: Path, *, latency: float, concurrency: 
     would sustain (the judge's process: its event loop and, where the tree has one, its writer
     thread). The third is the fast server's own CPU during the run (the server shares the machine's
     cores with the judge). The fourth: how late a 5 ms watchdog on the judge's loop woke, at most.
-    The fifth: the CPU of the loop's own thread (``time.thread_time``), which one core bounds."""
+    The fifth: the CPU of the loop's own thread (``time.thread_time``), which one core bounds.
+    The sixth: the steady-state rate, answers per second over the middle 80% of the answers by the
+    time the server sent them (without the run's ramp-up and drain), or None.
+    ``warm``: the bodies the server answers before the run (:func:`trace_bodies`)."""
     run_db = tmp / "run.duckdb"
     for suffix in ("", ".wal", JOURNAL_SUFFIX):  # the commit journal of an earlier run belongs to another store
         Path(str(run_db) + suffix).unlink(missing_ok=True)
     shutil.copy(db, run_db)
-    with FastOpenAI(latency=latency) as srv:
+    with FastOpenAI(latency=latency, warm=warm) as srv:
         pid = srv._proc.pid if srv._proc is not None else -1
         before = process_cpu_s(pid)
         got = _run_json(_JUDGE_WORKER, [str(run_db), srv.base_url, str(concurrency), mode], pythonpath=tree)
         after = process_cpu_s(pid)
+        steady = srv.stats()["steady_rate"]
     assert Path(got["code"]).resolve().is_relative_to(tree.resolve()), (got["code"], tree)
     server_ms = 1000 * (after - before) / got["requests"] if before is not None and after is not None else None
     return (got["requests"] / got["wall"], got["requests"] / got["cpu"], server_ms, (1000 * got["stall_max"], 1000 * got["cpu_stall_max"]),
-            1000 * got["loop_cpu"] / got["requests"])
+            1000 * got["loop_cpu"] / got["requests"], steady)
 
 
 def throughput(args: argparse.Namespace, traces: list[Trace]) -> None:
@@ -293,6 +323,11 @@ def throughput(args: argparse.Namespace, traces: list[Trace]) -> None:
             print(f"server alone with {args.latency_ms:.0f} ms latency, {conc} connections (bare load generator): {bare:.0f} req/s "
                   f"(Little {conc / latency:.0f}: {bare * latency / conc:.2f})")
         # 2. zero latency; 3. with latency. Each figure: the trees one after the other, best of --repeat runs.
+        warm: Path | None = None
+        if not args.cold_server:
+            warm = tmp / "warm.json"
+            warm.write_text(json.dumps(trace_bodies(db)), encoding="utf-8")
+        print(f"judge runs: the server {'cold (parses each trace block when first asked)' if warm is None else 'warm (every trace block parsed before the run)'}")
         rows: list[tuple[str, float, dict[str, float]]] = []
         ceiling: dict[str, float] = {}
 
@@ -302,9 +337,13 @@ def throughput(args: argparse.Namespace, traces: list[Trace]) -> None:
             server_ms: dict[str, float] = {}
             stall_ms: dict[str, tuple[float, float]] = {}
             loop_ms: dict[str, float] = {}
+            steady: dict[str, float] = {}
             for _ in range(args.repeat):
                 for tree_name, tree in trees:
-                    rate, cpu_rate, srv_ms, stall, loop = judge_rate(tmp, db, tree, latency=lat, concurrency=conc, mode=mode)
+                    rate, cpu_rate, srv_ms, stall, loop, steady_rate = judge_rate(tmp, db, tree, latency=lat, concurrency=conc, mode=mode,
+                                                                                  warm=warm)
+                    if steady_rate is not None:
+                        steady[tree_name] = max(steady.get(tree_name, 0.0), steady_rate)
                     loop_ms[tree_name] = min(loop_ms.get(tree_name, loop), loop)
                     before = stall_ms.get(tree_name, stall)  # the worst of the runs
                     stall_ms[tree_name] = (max(before[0], stall[0]), max(before[1], stall[1]))
@@ -327,7 +366,11 @@ def throughput(args: argparse.Namespace, traces: list[Trace]) -> None:
                 extra += f"   client {client_ms:.2f} + server {server_ms['new']:.2f} CPU ms/req: CPU bound {bound:.0f}/s"
             if expect:
                 bound = min(expect, ceiling.get("new", expect))
-                extra += f"   Little {expect:.0f}: {rates['new'] / expect:.2f}; min(Little, ceiling {bound:.0f}): {rates['new'] / bound:.2f}"
+                extra += f"   Little {expect:.0f}: whole run {rates['new'] / expect:.2f}"
+                if "new" in steady:
+                    extra += f", steady state {steady['new']:.0f}/s: {steady['new'] / expect:.2f}"
+                    extra += f" (base {steady['base']:.0f}/s: {steady['base'] / expect:.2f})" if "base" in steady else ""
+                extra += f"; min(Little, ceiling {bound:.0f}): {rates['new'] / bound:.2f}"
             print(f"{name:<30}{cells}{extra}", flush=True)
 
         names = "".join(f"{t:>9}" for t, _ in trees) + (f"{'ratio':>8}" if len(trees) > 1 else "")
@@ -357,6 +400,8 @@ def main() -> None:
     ap.add_argument("--server-seconds", type=float, default=3.0, help="throughput: seconds of the server-alone load")
     ap.add_argument("--per-segment", action="store_true", help="throughput: add per-segment mode at zero latency")
     ap.add_argument("--against", type=Path, help="throughput: another checkout measured in the same run (the baseline)")
+    ap.add_argument("--cold-server", action="store_true",
+                    help="throughput: the server parses each trace block when first asked, on the cores the judge uses (default: before the run)")
     args = ap.parse_args()
     os.environ.pop("OPENAI_API_KEY", None)
 

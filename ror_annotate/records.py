@@ -16,7 +16,7 @@ import json
 from datetime import datetime, timezone
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -131,6 +131,56 @@ def segments_of_rows(rows: Sequence[tuple[str, int, int, int, str, int]]) -> lis
         A row whose span does not match its text (a damaged store).
     """
     return [Segment(trace_id=r[0], segment_index=r[1], char_start=r[2], char_end=r[3], text=r[4], n_tokens=r[5]) for r in rows]
+
+
+class SegmentRow(NamedTuple):
+    """A stored segment as a plain read-only row: :class:`Segment`'s fields, in its order, without a
+    pydantic record (about a tenth of the cost to build: 0.2 against 2-9 microseconds).
+
+    For stages that read thousands of stored segments a second and only read their fields (the LLM
+    judge's prompts: a block of 64 traces, 7,000 segments, took 63 ms of CPU as records, 3 ms as rows,
+    on a core the event loop shares). Built by :func:`segment_rows_checked`, which makes the checks
+    :class:`Segment` makes; everything else uses :class:`Segment`.
+    """
+
+    trace_id: str
+    segment_index: int
+    char_start: int
+    char_end: int
+    text: str
+    n_tokens: int
+
+    @property
+    def segment_id(self) -> str:
+        """``"<trace_id>#<segment_index>"``: the id shown to judges and annotators."""
+        return f"{self.trace_id}#{self.segment_index}"
+
+
+#: What reading a segment's fields needs: a :class:`Segment` record or a :class:`SegmentRow`.
+SegmentLike = Segment | SegmentRow
+
+
+def segment_rows_checked(rows: Iterable[tuple[str, int, int, int, str, int]]) -> list[SegmentRow]:
+    """:class:`SegmentRow` of rows ``(trace_id, segment_index, char_start, char_end, text, n_tokens)`` as
+    :meth:`~ror_annotate.store.Store.segment_rows_by_trace` returns them, with :class:`Segment`'s
+    checks (a non-empty trace id and text, non-negative index, offsets and token count, and
+    ``char_end - char_start == len(text) > 0``).
+
+    Raises
+    ------
+    ValueError
+        A row that fails a check (a damaged store), naming the segment and the check.
+    """
+    out = list(map(SegmentRow._make, rows))
+    for s in out:
+        if (s.char_end - s.char_start != len(s.text) or not s.text or not s.trace_id or s.segment_index < 0
+                or s.char_start < 0 or s.n_tokens < 0):
+            raise ValueError(
+                f"stored segment {s.trace_id}#{s.segment_index} is damaged: span {s.char_start}-{s.char_end}, "
+                f"{len(s.text)} characters of text, {s.n_tokens} tokens (a span must hold its text, every count >= 0); "
+                "segment the trace again (ror segment --force)"
+            )
+    return out
 
 
 class Label(_Record):

@@ -48,7 +48,7 @@ from .judge.outcome import MaxFailed
 from .judge.prompt import RETRY_TEMPLATE, TRACE_TEMPLATE, build_messages, trace_block
 from .judge.schema import BehaviorName, response_format
 from .options import StageOptions
-from .records import BEHAVIORS, Annotator, Label, Segment, Trace, sha256_text
+from .records import BEHAVIORS, Annotator, Label, SegmentLike, Trace, sha256_text
 from .reference import latest, reference_labels_from
 from .provenance import scrub_url
 
@@ -202,11 +202,11 @@ class Verifier(LLMJudge):
         audited = self._audited.get(trace_id, {})
         return lambda i: f"«{i} | {audited[i]}» " if i in audited else f"«{i}» "
 
-    def render_trace_block(self, store: "Store", trace: Trace, segments: Sequence[Segment]) -> str:
+    def render_trace_block(self, store: "Store", trace: Trace, segments: Sequence[SegmentLike]) -> str:
         self.audited(store, trace.trace_id, refresh=True)
         return trace_block(trace, segments, mark=self._mark(trace.trace_id))
 
-    def render_messages(self, trace: Trace, segments: Sequence[Segment], ids: Sequence[int], *, max_tokens: int, block: str,
+    def render_messages(self, trace: Trace, segments: Sequence[SegmentLike], ids: Sequence[int], *, max_tokens: int, block: str,
                         retry_problem: str | None = None) -> tuple[list[dict[str, str]], bool]:
         return build_messages(self.book, trace, segments, ids, context_tokens=self.context_tokens, max_tokens=max_tokens,
                               system=self.system_prompt, full_trace_block=block, retry_problem=retry_problem,

@@ -54,7 +54,31 @@ class _Answerer:
         #: Seconds answers went out after their due time (arrival + latency), summed: the server's own
         #: queueing (a busy loop), which a client's figures would otherwise be blamed for.
         self.late_s = 0.0
+        #: When each answer went out (``time.perf_counter``, CLOCK_MONOTONIC on Linux: comparable
+        #: across processes), for the steady-state rate (:meth:`steady_rate`).
+        self.sent_at: list[float] = []
         self._n = 0
+
+    def warm(self, bodies: list[bytes]) -> None:
+        """Answer ``bodies`` before serving and forget them (counters, answer times): every trace block
+        in them is parsed and counted already when the measured run starts. A server on other
+        hardware costs the client's cores nothing; this one shares them, and its per-block work
+        (reading back the segments, their cue labels, the block's token count: about half of its CPU
+        per request) would be charged to the client."""
+        for body in bodies:
+            self.answer(body)
+        self.requests, self.busy_s, self.late_s, self._n = 0, 0.0, 0.0, 0
+        self.sent_at.clear()
+
+    def steady_rate(self) -> float | None:
+        """Answers per second over the middle 80% of the answers (by the time they went out): the rate
+        of the steady state, without the run's ramp-up and drain; ``None`` under 20 answers."""
+        times = sorted(self.sent_at)
+        n = len(times)
+        if n < 20:
+            return None
+        lo, hi = times[n // 10], times[n - 1 - n // 10]
+        return (n - 1 - 2 * (n // 10)) / (hi - lo) if hi > lo else None
 
     def _block(self, block: str) -> tuple[dict[int, str], int, bool]:
         hit = self._blocks.get(block)
@@ -147,7 +171,8 @@ class _Protocol(asyncio.Protocol):
 
     def _handle(self, method: str, path: str, body: bytes) -> None:
         if method == "GET" and path == "/stats":
-            data = json.dumps({"requests": self.answerer.requests, "busy_s": self.answerer.busy_s, "late_s": self.answerer.late_s}).encode()
+            data = json.dumps({"requests": self.answerer.requests, "busy_s": self.answerer.busy_s, "late_s": self.answerer.late_s,
+                               "steady_rate": self.answerer.steady_rate()}).encode()
             return self._write(_response(200, data))
         if method == "POST" and path.endswith("/chat/completions"):
             arrived = time.perf_counter()
@@ -165,7 +190,9 @@ class _Protocol(asyncio.Protocol):
         return None
 
     def _write_due(self, data: bytes, due: float) -> None:
-        self.answerer.late_s += time.perf_counter() - due
+        now = time.perf_counter()
+        self.answerer.late_s += now - due
+        self.answerer.sent_at.append(now)
         self._write(data)
 
     def _write(self, data: bytes) -> None:
@@ -173,9 +200,12 @@ class _Protocol(asyncio.Protocol):
             self.transport.write(data)
 
 
-async def serve(port: int, latency: float) -> None:
-    """Serve on 127.0.0.1:``port`` (0 = any free port) until killed; prints ``listening PORT``."""
+async def serve(port: int, latency: float, warm: str | None = None) -> None:
+    """Serve on 127.0.0.1:``port`` (0 = any free port) until killed; prints ``listening PORT``. ``warm``:
+    a JSON file of request bodies answered first (:meth:`_Answerer.warm`)."""
     answerer = _Answerer()
+    if warm:
+        answerer.warm([json.dumps(b).encode("utf-8") for b in json.loads(Path(warm).read_text(encoding="utf-8"))])
     loop = asyncio.get_running_loop()
     server = await loop.create_server(lambda: _Protocol(answerer, latency), "127.0.0.1", port, backlog=1024)
     print(f"listening {server.sockets[0].getsockname()[1]}", flush=True)
@@ -190,16 +220,21 @@ class FastOpenAI:
     ----------
     latency : float
         Seconds between a request's arrival and its answer (slept without blocking the server).
+    warm : path, optional
+        A JSON file of request bodies the server answers before it listens (the trace blocks in them
+        are parsed and counted before the measured run: :meth:`_Answerer.warm`).
     """
 
-    def __init__(self, *, latency: float = 0.0) -> None:
+    def __init__(self, *, latency: float = 0.0, warm: Path | None = None) -> None:
         self.latency = latency
+        self.warm = warm
         self.port: int | None = None
         self._proc: subprocess.Popen[str] | None = None
 
     def __enter__(self) -> "FastOpenAI":
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(_REPO), os.environ.get("PYTHONPATH", "")])}
-        self._proc = subprocess.Popen([sys.executable, "-m", "tests.fast_openai_server", "--port", "0", "--latency", str(self.latency)],
+        self._proc = subprocess.Popen([sys.executable, "-m", "tests.fast_openai_server", "--port", "0", "--latency", str(self.latency)]
+                                      + (["--warm", str(self.warm)] if self.warm else []),
                                       stdout=subprocess.PIPE, text=True, env=env, cwd=str(_REPO))
         assert self._proc.stdout is not None
         line = self._proc.stdout.readline()
@@ -220,7 +255,8 @@ class FastOpenAI:
 
     def stats(self) -> dict[str, Any]:
         """``{"requests": chat completions answered, "busy_s": CPU-bound seconds spent answering,
-        "late_s": seconds the answers went out after arrival + latency, summed}``."""
+        "late_s": seconds the answers went out after arrival + latency, summed, "steady_rate": answers
+        per second over the middle 80% of the answers or null}``."""
         with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/stats", timeout=10) as r:
             return json.loads(r.read())
 
@@ -229,8 +265,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description="fast OpenAI-compatible test server")
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--latency", type=float, default=0.0)
+    ap.add_argument("--warm", help="a JSON file of request bodies to answer before listening")
     args = ap.parse_args()
-    asyncio.run(serve(args.port, args.latency))
+    asyncio.run(serve(args.port, args.latency, args.warm))
 
 
 if __name__ == "__main__":

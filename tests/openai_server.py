@@ -81,8 +81,15 @@ CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
 )
 
 
+#: Any cue at all: most segments have none, and one scan tells so instead of one per class (a match
+#: anywhere of the alternation is a match anywhere of one of its patterns, flags being equal).
+_ANY_CUE = re.compile("|".join(f"(?:{pattern.pattern})" for _, pattern in CUES), re.I)
+
+
 def cue_label(text: str) -> str:
     """The fake judge's rule: the first cue class whose pattern matches, else ``execution``."""
+    if not _ANY_CUE.search(text):
+        return "execution"
     for label, pattern in CUES:
         if pattern.search(text):
             return label

@@ -211,7 +211,33 @@ def test_the_cache_key_and_body_of_a_request_do_not_change(tmp_path):
         assert judge.cache_key(trace, ids, params, 1, messages, prompt_sha=encoded[1]) == judge.cache_key(trace, ids, params, 1, messages)
         body = judge.request_body(messages, 1, 200)
         assert json.loads(_body_bytes(body, messages, encoded[0])) == body
+        # byte for byte what json.dumps makes of the body with its messages first, with the
+        # response format's stored encoding as without it
+        rest = {k: v for k, v in body.items() if k != "messages"}
+        reference = json.dumps({"messages": messages, **rest}, ensure_ascii=False).encode("utf-8")
+        assert _body_bytes(body, messages, encoded[0], judge._known_json()) == reference
+        assert _body_bytes(body, messages, encoded[0]) == reference
     assert kinds == [False, False, True]
+
+
+def test_the_body_bytes_match_json_dumps_for_any_parameters():
+    """Non-ASCII model names, seeds, floats, nested values and an empty rest, with and without the
+    stored encodings: the bytes are json.dumps's."""
+    from ror_annotate.judge.llm import _body_bytes, _KnownJson
+
+    schema = {"type": "json_schema", "json_schema": {"name": "labels", "schema": {"enum": ["é", "計画"]}, "strict": True}}
+    messages = [{"role": "system", "content": "Sÿstem ✓"}, {"role": "user", "content": "«0» x \"y\"\n"}]
+    messages_json = json.dumps(messages, ensure_ascii=False).encode("utf-8")
+    bodies = [
+        {"model": "modèle/計画", "messages": messages, "temperature": 0.7, "max_tokens": 1632, "response_format": schema, "seed": 2**40},
+        {"messages": messages},
+        {"messages": messages, "temperature": 1e-7, "top_p": float("inf"), "stop": ["\u2028", None], "logit_bias": {"12": -100}},
+    ]
+    for body in bodies:
+        reference = json.dumps({"messages": messages, **{k: v for k, v in body.items() if k != "messages"}}, ensure_ascii=False)
+        for known in (None, _KnownJson(schema), _KnownJson({"type": "json_schema"})):
+            assert _body_bytes(body, messages, messages_json, known) == reference.encode("utf-8")
+    assert _body_bytes({"messages": list(messages)}, messages, messages_json) is None  # other messages
 
 
 def test_approx_tokens_never_exceeds_the_characters():

@@ -118,11 +118,103 @@ def test_a_failed_read_is_the_runs_error_and_stops_the_thread(tmp_path, monkeypa
         raise StoreError("the segments table is damaged (planted)", code="E200")
 
     monkeypatch.setattr(llm._Prefetch, "_read", broken)
+    import gc
+
+    thresholds, frozen = gc.get_threshold(), gc.get_freeze_count()
     with FakeOpenAI() as srv:
         with pytest.raises(StoreError, match="damaged"):
             make_judge(f"openai:{MODEL}", base_url=srv.base_url).label(store, ["t0", "t1", "t2"])
         assert srv.chat_requests() == []
     assert not [t for t in threading.enumerate() if t.name.startswith("ror-judge-reader")]
+    assert (gc.get_threshold(), gc.get_freeze_count()) == (thresholds, frozen)  # the collector as before
     # nothing was half-written: no label, and the store takes a new run
     assert store.execute("SELECT count(*) FROM labels").fetchone()[0] == 0
+    store.close()
+
+
+def test_segment_rows_are_checked_like_segment_records():
+    """Rows the store gives become SegmentRows with Segment's fields and id; a damaged row is refused
+    as Segment refuses it (the same rows through pydantic raise too), naming the segment."""
+    import pydantic
+
+    from ror_annotate.records import Segment, SegmentRow, segment_rows_checked
+
+    text = "Ünïcode 数学 🎉 ok. Next one."
+    rows = [("t", 0, 0, 17, text[0:17], 5), ("t", 1, 18, len(text), text[18:], 2)]
+    got = segment_rows_checked(rows)
+    assert [tuple(r) for r in got] == rows
+    records = [Segment(trace_id=r[0], segment_index=r[1], char_start=r[2], char_end=r[3], text=r[4], n_tokens=r[5]) for r in rows]
+    assert [r.segment_id for r in got] == [s.segment_id for s in records] == ["t#0", "t#1"]
+    assert all(isinstance(r, SegmentRow) for r in got)
+    damaged = [
+        ("t", 2, 0, 18, text[0:17], 5),     # span one longer than its text (🎉 is one code point, not two)
+        ("t", 2, 5, 5, "", 0),             # empty
+        ("", 2, 0, 17, text[0:17], 5),      # no trace id
+        ("t", -1, 0, 17, text[0:17], 5),    # negative index
+        ("t", 2, 0, 17, text[0:17], -3),    # negative token count
+    ]
+    for row in damaged:
+        with pytest.raises(ValueError, match=r"stored segment t?#-?\d+ is damaged"):
+            segment_rows_checked([rows[0], row])
+        with pytest.raises(pydantic.ValidationError):
+            Segment(trace_id=row[0], segment_index=row[1], char_start=row[2], char_end=row[3], text=row[4], n_tokens=row[5])
+
+
+def test_prompts_from_segment_rows_equal_prompts_from_records():
+    """The judge's trace block and messages are the same strings from SegmentRows as from Segment
+    records (whole, and windowed when the context is small)."""
+    from ror_annotate.judge.prompt import build_messages, trace_block
+    from ror_annotate.records import Trace, segment_rows_checked
+
+    from .judge_fixtures import split_segments
+
+    text = TRACE_U + " " + TRACE_A
+    trace = Trace(trace_id="u", text=text, problem="Ünïcode problem?")
+    records = split_segments("u", text)
+    rows = segment_rows_checked([(s.trace_id, s.segment_index, s.char_start, s.char_end, s.text, s.n_tokens) for s in records])
+    judge = make_judge(f"openai:{MODEL}", base_url="http://127.0.0.1:9/v1")
+    assert trace_block(trace, rows) == trace_block(trace, records)
+    for context in (128_000, 2_200):
+        a = build_messages(judge.book, trace, rows, [3, 4], context_tokens=context, max_tokens=200)
+        b = build_messages(judge.book, trace, records, [3, 4], context_tokens=context, max_tokens=200)
+        assert a == b
+    assert build_messages(judge.book, trace, rows, [3, 4], context_tokens=2_200, max_tokens=200)[1] is True  # windowed
+
+
+def test_a_run_collects_garbage_less_often_and_restores_the_collector(tmp_path, monkeypatch):
+    """Inside a run: the objects from before it frozen, the young threshold raised; after it (also
+    after a failed run) the thresholds and the frozen count are as before. Nested blocks act once;
+    a collector switched off by threshold 0 stays off."""
+    import gc
+
+    seen: list[tuple[tuple[int, int, int], int]] = []
+    original = llm.LLMJudge._judge_trace
+
+    async def spy(self, ctx, trace_id, sample):
+        seen.append((gc.get_threshold(), gc.get_freeze_count()))
+        return await original(self, ctx, trace_id, sample)
+
+    monkeypatch.setattr(llm.LLMJudge, "_judge_trace", spy)
+    before = gc.get_threshold()
+    frozen_before = gc.get_freeze_count()
+    store = build_store(tmp_path / "s.duckdb", _traces(2))
+    with FakeOpenAI() as srv:
+        make_judge(f"openai:{MODEL}", base_url=srv.base_url).label(store, ["t0", "t1"])
+    assert gc.get_threshold() == before and gc.get_freeze_count() == frozen_before
+    assert [t for t, _ in seen] == [(max(before[0], 20_000), before[1], before[2])] * 2
+    assert all(n > frozen_before for _, n in seen)  # the heap of before the run, frozen
+
+    with llm._run_gc():
+        with llm._run_gc():
+            inner = gc.get_threshold()
+        assert gc.get_threshold() == inner  # the inner exit left the outer block's settings
+    assert gc.get_threshold() == before and gc.get_freeze_count() == frozen_before
+
+    gc.set_threshold(0)
+    try:
+        with llm._run_gc():
+            assert gc.get_threshold()[0] == 0
+        assert gc.get_threshold()[0] == 0
+    finally:
+        gc.set_threshold(*before)
     store.close()

@@ -28,7 +28,7 @@ import re
 from collections.abc import Callable, Sequence
 
 from ..codebook import Codebook, render_markdown
-from ..records import Segment, Trace, sha256_text
+from ..records import SegmentLike, Trace, sha256_text
 
 #: Bump when the template text below changes: its hash is part of the cache key and label provenance.
 PROMPT_TEMPLATE_VERSION = "judge-prompt-v2"
@@ -98,14 +98,14 @@ def system_message(codebook: Codebook) -> str:
     return SYSTEM_TEMPLATE.format(codebook=render_markdown(codebook))
 
 
-def marked_trace(trace: Trace, segments: Sequence[Segment], *, window: tuple[int, int] | None = None,
+def marked_trace(trace: Trace, segments: Sequence[SegmentLike], *, window: tuple[int, int] | None = None,
                  mark: Callable[[int], str] = marker) -> str:
     """The trace text with ``«i»`` before each segment; offsets are code-point indices into ``trace.text``.
 
     Parameters
     ----------
     trace : Trace
-    segments : sequence of Segment, ordered by ``segment_index``
+    segments : sequence of Segment (or SegmentRow), ordered by ``segment_index``
     window : (first, last) or None
         Positions (into ``segments``, inclusive) to show; text outside is replaced by an omission
         note. ``None`` shows everything, including text before the first and after the last segment.
@@ -133,7 +133,7 @@ def marked_trace(trace: Trace, segments: Sequence[Segment], *, window: tuple[int
     return "".join(parts)
 
 
-def _choose_window(segments: Sequence[Segment], positions: Sequence[int], budget: int) -> tuple[int, int]:
+def _choose_window(segments: Sequence[SegmentLike], positions: Sequence[int], budget: int) -> tuple[int, int]:
     costs = [approx_tokens(s.text) + 2 for s in segments]
     lo, hi = min(positions), max(positions)
     used = sum(costs[lo : hi + 1])
@@ -155,7 +155,7 @@ def _choose_window(segments: Sequence[Segment], positions: Sequence[int], budget
 def build_messages(
     codebook: Codebook,
     trace: Trace,
-    segments: Sequence[Segment],
+    segments: Sequence[SegmentLike],
     ids: Sequence[int],
     *,
     context_tokens: int,
@@ -172,7 +172,7 @@ def build_messages(
     ----------
     codebook : Codebook
     trace : Trace
-    segments : sequence of Segment
+    segments : sequence of Segment (or SegmentRow)
         All segments of the trace, ordered by ``segment_index``.
     ids : sequence of int
         Segment indices to label now.
@@ -209,7 +209,7 @@ def build_messages(
     return [{"role": "system", "content": system}, {"role": "user", "content": user}], windowed
 
 
-def trace_block(trace: Trace, segments: Sequence[Segment], *, mark: Callable[[int], str] = marker) -> str:
+def trace_block(trace: Trace, segments: Sequence[SegmentLike], *, mark: Callable[[int], str] = marker) -> str:
     """The ``<problem>``/``<trace>`` block with every segment marked (the per-trace cacheable part)."""
     return TRACE_TEMPLATE.format(problem=trace.problem or "(not given)", trace=marked_trace(trace, segments, mark=mark))
 

@@ -344,9 +344,9 @@ class SegmentsMixin(AccessMixin):
 
     def segment_rows_by_trace(self, trace_ids: Sequence[str]) -> dict[str, list[tuple[str, int, int, int, str, int]]]:
         """:meth:`segments_by_trace` as plain rows ``(trace_id, segment_index, char_start, char_end, text,
-        n_tokens)``: one query, no record built. A caller that reads many traces at once and uses them
-        one at a time (the LLM judge's prefetch) builds each trace's records when it needs them
-        (:func:`segments_of_rows`), so that no single step pays for thousands of records."""
+        n_tokens)``: one query, no record built. A caller that reads many traces at once and only reads
+        the fields (the LLM judge's reader thread) makes checked rows of them
+        (:func:`~ror_annotate.records.segment_rows_checked`) rather than thousands of records."""
         out: dict[str, list[tuple[str, int, int, int, str, int]]] = {t: [] for t in trace_ids}
         with duckdb_errors(self.path, "read segments"):
             rows = self.rows_of_traces(
