@@ -233,9 +233,15 @@ def test_the_body_bytes_match_json_dumps_for_any_parameters():
         {"messages": messages},
         {"messages": messages, "temperature": 1e-7, "top_p": float("inf"), "stop": ["\u2028", None], "logit_bias": {"12": -100}},
     ]
-    for body in bodies:
+    # values that compare and hash alike but encode apart, sent through one encoder (its cache) in turn
+    alike = [{"messages": messages, "temperature": 0.0}, {"messages": messages, "temperature": -0.0},
+             {"messages": messages, "seed": 1}, {"messages": messages, "seed": True}, {"messages": messages, "seed": 1.0},
+             {"messages": messages, "max_tokens": 9, "model": "m"}, {"messages": messages, "model": "m", "max_tokens": 9},
+             {"messages": messages, "response_format": {"type": "json_schema"}}, {"messages": messages, "response_format": schema}]
+    shared = _KnownJson(schema)
+    for body in bodies + alike + bodies + alike:
         reference = json.dumps({"messages": messages, **{k: v for k, v in body.items() if k != "messages"}}, ensure_ascii=False)
-        for known in (None, _KnownJson(schema), _KnownJson({"type": "json_schema"})):
+        for known in (None, _KnownJson(schema), _KnownJson({"type": "json_schema"}), shared):
             assert _body_bytes(body, messages, messages_json, known) == reference.encode("utf-8")
     assert _body_bytes({"messages": list(messages)}, messages, messages_json) is None  # other messages
 

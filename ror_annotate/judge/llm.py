@@ -58,18 +58,16 @@ secrets before they are stored.
 from __future__ import annotations
 
 import asyncio
-import gc
 import json
 import os
-import threading
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..codebook import Codebook, load_codebook
 from ..errors import ConfigError, JudgeError
+from ..gc_policy import fewer_collections
 from ..provenance import scrub_text, scrub_url
 from ..records import Annotator, Label, SegmentLike, Trace, segment_rows_checked, sha256_text, utc_now
 from . import JudgeReport, register_judge
@@ -139,46 +137,6 @@ PREP_SLICE_S = 0.01
 RETRY_CAUSES = ("transport", "truncated", "parse", "refusal", "invalid_ids")
 #: What the retry instruction (prompt.RETRY_TEMPLATE) says was wrong, per cause with a fixed text.
 _RETRY_PROBLEMS = {"parse": "it was not a JSON object", "refusal": "it was a refusal; the task is only to classify text"}
-
-
-#: The youngest generation's collection threshold during a run (CPython's default is 700).
-RUN_GC_THRESHOLD0 = 20_000
-_gc_depth = 0
-_gc_lock = threading.Lock()
-
-
-@contextmanager
-def _run_gc() -> Iterator[None]:
-    """Fewer, cheaper garbage collections while a run labels (CPython's cyclic collector).
-
-    A run allocates a few hundred objects per request (answers, label columns, futures); with the
-    default thresholds the collector ran about 1,000 young and 8 full collections in a run of 6,090
-    requests, 1.6 s of its 8.3 s of CPU, the full ones stalling every thread for up to 190 ms
-    (``benchmarks/bench_judge.py --throughput``, c=256). Inside this block the objects that existed
-    before it (modules, the codebook, the store: most of the heap) are frozen out of collection
-    (:func:`gc.freeze`) and the youngest generation is collected every :data:`RUN_GC_THRESHOLD0`
-    allocations instead of 700: garbage cycles are still collected, in bounded batches. The previous
-    thresholds are restored and the frozen objects returned to collection on exit; nested blocks
-    act once; a collector turned off (threshold 0, or :func:`gc.disable`) is left alone.
-    """
-    global _gc_depth
-    with _gc_lock:
-        _gc_depth += 1
-        outer = _gc_depth == 1
-        old = gc.get_threshold()
-        if outer:
-            gc.freeze()
-            if old[0] > 0:
-                gc.set_threshold(max(old[0], RUN_GC_THRESHOLD0), *old[1:])
-    try:
-        yield
-    finally:
-        with _gc_lock:
-            _gc_depth -= 1
-            if outer:
-                if old[0] > 0:
-                    gc.set_threshold(*old)
-                gc.unfreeze()
 
 
 @dataclass
@@ -557,7 +515,7 @@ class LLMJudge:
         try:
             # A trace id given twice is judged once (two concurrent passes would send the same requests).
             unique = list(dict.fromkeys(trace_ids))
-            with _run_gc():
+            with fewer_collections():  # a fifth of the run's CPU went to the collector with its defaults
                 await asyncio.gather(*(one(t, k) for k in range(1, self.samples + 1) for t in unique))
         finally:
             report.extra["retries"]["transport"] += len(client.waits)
@@ -1105,24 +1063,33 @@ def _body_bytes(body: dict[str, Any], messages: list[dict[str, str]], messages_j
                 known: "_KnownJson | None" = None) -> bytes | None:
     """``body`` as JSON bytes, its ``messages`` given as their JSON (:class:`.prompt.MessagesJson`);
     ``None`` when ``body`` does not hold these messages. The bytes equal ``json.dumps(body,
-    ensure_ascii=False)`` with ``messages`` moved first. ``known`` gives the JSON of values sent in
-    every request (the response-format schema: a tenth of the event loop's time per request when it
-    was encoded each time)."""
+    ensure_ascii=False)`` with ``messages`` moved first. ``known`` encodes the rest of the body once
+    per distinct set of parameters (the response-format schema alone was a tenth of the event loop's
+    time per request when it was encoded each time)."""
     if body.get("messages") is not messages:
         return None
-    # json.dumps of a dict: '{' + ', '.join('"key": value') + '}' (the default separators)
-    parts = [json.dumps(k, ensure_ascii=False) + ": " + (known.dumps(v) if known is not None else json.dumps(v, ensure_ascii=False))
-             for k, v in body.items() if k != "messages"]
-    tail = (", " + ", ".join(parts) + "}" if parts else "}").encode("utf-8")
+    tail = known.tail(body) if known is not None else _tail(body, lambda v: json.dumps(v, ensure_ascii=False))
     return b'{"messages": ' + messages_json + tail
 
 
+def _tail(body: dict[str, Any], dumps: Any) -> bytes:
+    # json.dumps of a dict: '{' + ', '.join('"key": value') + '}' (the default separators)
+    parts = [json.dumps(k, ensure_ascii=False) + ": " + dumps(v) for k, v in body.items() if k != "messages"]
+    return (", " + ", ".join(parts) + "}" if parts else "}").encode("utf-8")
+
+
 class _KnownJson:
-    """The JSON of a few objects sent in every request body, encoded once: the objects are held here
-    (so an identity match is never a reused id) and must not change after they are registered."""
+    """The JSON of the part of a request body other than its messages, encoded once per distinct
+    parameters (model, temperature, output budget, seed: a few dozen in a run) and per object the
+    judge sends in every body (the response-format schema). The objects are held here (so an identity
+    match is never a reused id) and must not change after they are registered."""
+
+    #: Most distinct tails kept (a new one past it is encoded and not kept).
+    MAX_TAILS = 512
 
     def __init__(self, *objects: Any) -> None:
         self._known = [(o, json.dumps(o, ensure_ascii=False)) for o in objects]
+        self._tails: dict[tuple[Any, ...], bytes] = {}
 
     def dumps(self, value: Any) -> str:
         """``json.dumps(value, ensure_ascii=False)``, from the stored encoding for a registered object."""
@@ -1130,6 +1097,41 @@ class _KnownJson:
             if value is obj:
                 return text
         return json.dumps(value, ensure_ascii=False)
+
+    def tail(self, body: dict[str, Any]) -> bytes:
+        """The body's JSON after its messages: ``, "key": value, ...}`` (``}`` alone for no other key)."""
+        key = self._key(body)
+        if key is None:
+            return _tail(body, self.dumps)
+        tail = self._tails.get(key)
+        if tail is None:
+            tail = _tail(body, self.dumps)
+            if len(self._tails) < self.MAX_TAILS:
+                self._tails[key] = tail
+        return tail
+
+    def _key(self, body: dict[str, Any]) -> tuple[Any, ...] | None:
+        # A value is its own key when JSON encodes it one way only: a str, an int or None of exact
+        # type (True == 1 and 1.0 == 1 hash alike but encode differently), a float by its repr; a
+        # registered object is keyed by its position here; anything else is not cached.
+        key: list[Any] = []
+        for k, v in body.items():
+            if k == "messages":
+                continue
+            t = type(v)
+            if t is str or t is int or v is None:
+                key.append((k, t, v))
+                continue
+            if t is float:
+                key.append((k, t, repr(v)))  # 0.0 and -0.0 are equal and hash alike, but encode apart
+                continue
+            for n, (obj, _) in enumerate(self._known):
+                if v is obj:
+                    key.append((k, "known", n))
+                    break
+            else:
+                return None
+        return tuple(key)
 
 
 def _shorten(text: str, limit: int = 400) -> str:
