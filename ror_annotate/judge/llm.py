@@ -818,6 +818,10 @@ class _Prefetch:
         handle, self._handle = self._handle, None
         if handle is not None:
             handle.close()
+        for future in self.blocks.values():  # blocks read ahead and never taken (a run that stopped early)
+            if future.done() and not future.cancelled():
+                future.exception()  # retrieved: no "exception was never retrieved" log at exit
+        self.blocks.clear()
 
     def _read(self, store: "Store", number: int) -> _Block:
         takes = self.takes[number * self.BLOCK : (number + 1) * self.BLOCK]
