@@ -317,6 +317,10 @@ class AnswerWriter:
         self.written = 0
         self.commit_s = 0.0
         self.last_commit_s = 0.0
+        #: ``(trace_id, annotator)`` pairs that may have ``judge_failures`` rows of this codebook version:
+        #: those the table held at this writer's first group with labels, and those it wrote since
+        #: (None until then; see :meth:`_delete_failures_of_labelled`).
+        self._failed_pairs: set[tuple[str, str]] | None = None
 
     def add(self, answer: Answer) -> None:
         """Hold ``answer`` for the next :meth:`flush`."""
@@ -373,8 +377,10 @@ class AnswerWriter:
     def write_group(self, store: "Store", group: Sequence[Answer]) -> None:
         """Write ``group`` in one transaction of ``store`` (this writer's store, or a thread handle of
         it: :meth:`Store.thread_handle <ror_annotate.store.Store.thread_handle>`); nothing of the
-        group is written if it raises. Reads no state of the writer but its constructor arguments,
-        so it may run on a writer thread while the event loop adds answers.
+        group is written if it raises. Reads no state of the writer but its constructor arguments and
+        the pairs that may have failure rows (:meth:`_delete_failures_of_labelled`), which only this
+        method keeps, one group at a time; so it may run on a writer thread while the event loop adds
+        answers.
 
         Raises
         ------
@@ -418,16 +424,35 @@ class AnswerWriter:
                      [scrub_text(a.failures[i])[:2000] for a, i in rows], [a.attempts for a, _ in rows], [a.run_id for a, _ in rows],
                      now, [a.cause for a, _ in rows]],
                 )
+                if self._failed_pairs is not None:
+                    self._failed_pairs.update((a.trace_id, a.annotator) for a in group if a.failures)
 
     def _delete_failures_of_labelled(self, store: "Store", table: Any, group: Sequence[Answer]) -> None:
         """Delete the ``judge_failures`` rows of the segments this group labels (of this codebook version).
 
-        The keys are the label table's own columns (``table``: :func:`label_table` of the group's
-        :class:`LabelRows`, or None), joined in SQL, so no Python tuple is made per label; the
-        :class:`~ror_annotate.records.Label` objects of answers that carry them add theirs.
+        Skipped when no labelled answer's ``(trace_id, annotator)`` can have a failure row: the
+        pairs the table held at this writer's first group with labels (one query, in that group's
+        transaction), plus those this writer has written failure rows for since. A run's answers
+        rarely meet a failure row (only segments that failed in an earlier run and are asked again),
+        so most groups run no statement here. This assumes that while the writer lives (one run) no
+        other writer adds failure rows of its annotators and codebook version, as one judge run per
+        annotator at a time guarantees.
+
+        Otherwise the keys are the label table's own columns (``table``: :func:`label_table` of the
+        group's :class:`LabelRows`, or None), joined in SQL, so no Python tuple is made per label;
+        the :class:`~ror_annotate.records.Label` objects of answers that carry them add theirs.
         """
         import pyarrow as pa
 
+        if self._failed_pairs is None:
+            rows = store.execute("SELECT DISTINCT trace_id, annotator FROM judge_failures WHERE codebook_version = ?",
+                                 [self.codebook_version]).fetchall()
+            self._failed_pairs = {(r[0], r[1]) for r in rows}
+        pairs = self._failed_pairs
+        labelled = [(a.trace_id, a.annotator) for a in group if a.labels]
+        labelled += [(a.label_rows.trace_id, a.label_rows.annotator) for a in group if a.label_rows is not None]
+        if pairs.isdisjoint(labelled):
+            return
         parts = [table.select(["trace_id", "segment_index", "annotator"])] if table is not None else []
         objects = [(a.annotator, lab) for a in group for lab in a.labels]
         if objects:
