@@ -10,6 +10,10 @@ fresh copy of the store (commit journal on). Figures per answer:
   plus the DuckDB statements it runs; DuckDB releases the GIL while a statement runs);
 * process CPU ms: the whole process (adds DuckDB's own threads);
 * wall ms;
+* with ``--contend``: the same, with a pure-Python busy thread running beside the writes (standing
+  for an event loop that always has work, as at concurrency 256), and that thread's speed as a
+  share of its speed alone: the writer's GIL-held work and its waits to take the GIL back after
+  each DuckDB statement show up in its wall and thread CPU;
 * with ``--gil`` (needs ``py-spy`` beside the interpreter, and leave to ptrace): GIL-held ms, the
   samples of ``py-spy record --gil`` inside ``write_group`` (only the thread holding the GIL is
   sampled, so a DuckDB statement that released it is not counted) over the sampling rate: the
@@ -54,6 +58,7 @@ from ror_annotate.judge.llm import ChunkResult
 from ror_annotate.judge.persist import ensure_judge_tables
 from ror_annotate.store import Store
 src, db, group_size, failures, profile = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5] == "1"
+contend = len(sys.argv) > 6 and sys.argv[6] == "1"
 for suffix in ("", ".wal", ".commits"):
     if os.path.exists(db + suffix):
         os.unlink(db + suffix)
@@ -106,10 +111,34 @@ if profile:
     import cProfile
     prof = cProfile.Profile()
     prof.enable()
+busy = {"stop": False, "n": 0}
+def busy_loop():  # pure Python, as an event loop that always has work: it runs whenever it gets the GIL
+    n = 0
+    while not busy["stop"]:
+        n += 1
+    busy["n"] = n
+alone = 0
+if contend:
+    import threading
+    t_alone = time.perf_counter()
+    while time.perf_counter() - t_alone < 0.3:
+        pass
+    th = threading.Thread(target=busy_loop)
+    th.start()
+    time.sleep(0.3)
+    busy["stop"] = True
+    th.join()
+    alone = busy["n"] / 0.3
+    busy.update(stop=False, n=0)
+    th = threading.Thread(target=busy_loop)
+    th.start()
 c0, p0, w0 = time.thread_time(), time.process_time(), time.perf_counter()
 for g in groups:
     writer.write_group(store, g)
 c1, p1, w1 = time.thread_time(), time.process_time(), time.perf_counter()
+if contend:
+    busy["stop"] = True
+    th.join()
 top = []
 if prof is not None:
     prof.disable()
@@ -121,7 +150,8 @@ labels_n = store.execute("SELECT count(*) FROM labels").fetchone()[0]
 fails_left = store.execute("SELECT count(*) FROM judge_failures").fetchone()[0]
 store.close()
 print(json.dumps({"code": ror_annotate.__file__, "answers": len(answers), "groups": len(groups), "labels": labels_n,
-                  "failures_left": fails_left, "thread_cpu": c1 - c0, "process_cpu": p1 - p0, "wall": w1 - w0, "top": top}))
+                  "failures_left": fails_left, "thread_cpu": c1 - c0, "process_cpu": p1 - p0, "wall": w1 - w0, "top": top,
+                  "busy_share": busy["n"] / (w1 - w0) / alone if contend else None}))
 """
 
 
@@ -130,7 +160,7 @@ GIL_RATE = 1000
 
 
 def run_tree(tree: Path, src: Path, tmp: Path, args: argparse.Namespace, *, profile: bool = False, gil: bool = False) -> dict:
-    argv = [str(src), str(tmp / "run.duckdb"), str(args.group), str(args.failures), "1" if profile else "0"]
+    argv = [str(src), str(tmp / "run.duckdb"), str(args.group), str(args.failures), "1" if profile else "0", "1" if args.contend else "0"]
     if not gil:
         got = _run_json(_WRITER_WORKER, argv, pythonpath=tree)
     else:
@@ -177,6 +207,8 @@ def main() -> None:
     p.add_argument("--failures", type=int, default=0, help="failure rows stored first, per trace (its first N segments)")
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--profile", action="store_true", help="print the top functions of the tree under test (cProfile)")
+    p.add_argument("--contend", action="store_true",
+                   help="a pure-Python busy thread runs beside the writes (an event loop's demand for the GIL)")
     p.add_argument("--gil", action="store_true", help="also measure the GIL-held time in write_group (py-spy record --gil)")
     p.add_argument("--against", type=Path, default=None, help="another checkout to compare with (e.g. /work/wt/_base)")
     args = p.parse_args()
@@ -201,6 +233,9 @@ def main() -> None:
             figures[name] = {k: statistics.median(1000 * g[k] / a for g in got) for k in keys}
             first = got[0]
             gil = f", GIL-held {figures[name]['gil']:.3f} ms" if args.gil else ""
+            if args.contend:
+                share = statistics.median(g["busy_share"] for g in got)
+                gil += f"; the busy thread ran at {share:.2f} of its speed alone"
             print(f"{name:>5}: {a} answers in {first['groups']} groups, {first['labels']} labels stored, "
                   f"{first['failures_left']} failure rows left; per answer (median of {len(got)}): "
                   f"thread CPU {figures[name]['thread_cpu']:.3f} ms, process CPU {figures[name]['process_cpu']:.3f} ms, "
