@@ -26,8 +26,8 @@ import threading
 import time
 import uuid
 from collections.abc import Sequence
-from itertools import chain
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import TYPE_CHECKING, Any
 
 from ..provenance import scrub_text
