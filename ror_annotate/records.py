@@ -244,7 +244,11 @@ def label_ids(
     """
     head = json.dumps([trace_id], ensure_ascii=False)[:-1] + ", "
     tail = ", " + json.dumps([source, annotator, codebook_version, study], ensure_ascii=False)[1:]
-    return [hashlib.sha256(f"{head}{int(i)}{tail}".encode()).hexdigest()[:32] for i in segment_indexes]
+    # two tight loops (int() by map, no name look-up of hashlib.sha256 per id): the judge's writer
+    # thread makes an id per label while holding the GIL
+    keys = [f"{head}{i}{tail}".encode() for i in map(int, segment_indexes)]
+    sha256 = hashlib.sha256
+    return [sha256(k).hexdigest()[:32] for k in keys]
 
 class Annotator(_Record):
     """A declared rater: who or what produced a set of labels, and how.

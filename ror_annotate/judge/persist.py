@@ -24,8 +24,10 @@ import json
 import queue
 import threading
 import time
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import TYPE_CHECKING, Any
 
 from ..provenance import scrub_text
@@ -119,6 +121,16 @@ _CACHE_COLUMNS = ("cache_key", "annotator", "codebook_version", "prompt_template
                   "created_at", "run_id", "reasoning", "usage_status")
 _CACHE_TYPES = ("VARCHAR", "VARCHAR", "VARCHAR", "VARCHAR", "VARCHAR", "VARCHAR", "VARCHAR", "VARCHAR", "VARCHAR", "INTEGER",
                 "VARCHAR", "INTEGER", "INTEGER", "INTEGER", "DOUBLE", "TIMESTAMP", "VARCHAR", "VARCHAR", "VARCHAR")
+
+# The writer's JSON encoders, made once: json.dumps with any non-default option builds a JSONEncoder
+# per call, about 2 us each time on the writer thread (GIL held). Same output as json.dumps with
+# these options.
+#: ``json.dumps(params, sort_keys=True)`` (judge_cache.params)
+_PARAMS_JSON = json.JSONEncoder(sort_keys=True)
+#: ``json.dumps(response, ensure_ascii=False)`` (judge_cache.response)
+_RESPONSE_JSON = json.JSONEncoder(ensure_ascii=False)
+#: ``json.dumps(extra, ensure_ascii=False, default=str)`` (labels.extra, as Store.upsert_labels writes it)
+_EXTRA_JSON = json.JSONEncoder(ensure_ascii=False, default=str)
 
 
 def ensure_judge_tables(store: "Store") -> None:
@@ -229,46 +241,55 @@ class LabelRows:
 
 
 def label_table(rows: Sequence[LabelRows]) -> Any:
-    """One Arrow table (``LABEL_TABLE_SCHEMA``) of several answers' :class:`LabelRows`; of rows that
-    repeat a label id the last one is kept (as :meth:`Store.upsert_labels` does)."""
+    """One Arrow table (``LABEL_TABLE_SCHEMA``, one row per label, answers in order) of several
+    answers' :class:`LabelRows`; of rows that repeat a label id the last one is kept (as
+    :meth:`Store.upsert_labels` does).
+
+    Built column by column: each per-segment column is the answers' lists concatenated into one
+    Arrow array, and each per-answer value (trace, annotator, run, ``created_at``, the ``extra``
+    JSON) one array of one entry per answer spread over its rows with ``take``, so the Python work
+    is per answer, not per label (the writer thread holds the GIL for it; the event loop needs it).
+    """
     import pyarrow as pa
 
     from ..records import label_ids
     from ..store.schema import LABEL_TABLE_SCHEMA
 
     ids: list[str] = []
-    owner: list[int] = []  # which LabelRows each row comes from
-    for n, r in enumerate(rows):
+    for r in rows:
         ids += label_ids(r.trace_id, r.segment_index, source=r.source, annotator=r.annotator, codebook_version=r.codebook_version)
-        owner += [n] * len(r.segment_index)
-    keep = list({label_id: i for i, label_id in enumerate(ids)}.values())  # the last row of each id
-    keep.sort()
-    position = [i for r in rows for i in range(len(r.segment_index))]
-    extra_json = [json.dumps(r.extra, ensure_ascii=False, default=str) for r in rows]
-    created = [to_naive_utc(r.created_at) for r in rows]
+    n = len(ids)
+    # which answer each row comes from (a list, not numpy: pyarrow imports pandas to look at a numpy array)
+    owner = pa.array(list(chain.from_iterable([k] * len(r.segment_index) for k, r in enumerate(rows))), type=pa.int32())
 
-    def column(name: str) -> list[Any]:
-        return [getattr(rows[owner[i]], name)[position[i]] for i in keep]
+    def per_segment(name: str, type_: Any) -> Any:
+        return pa.array(list(chain.from_iterable(getattr(r, name) for r in rows)), type=type_)
 
-    def per_answer(values: Sequence[Any]) -> list[Any]:
-        return [values[owner[i]] for i in keep]
+    def per_answer(values: list[Any], type_: Any) -> Any:
+        return pa.array(values, type=type_).take(owner)
 
-    return pa.table({
-        "label_id": [ids[i] for i in keep],
-        "trace_id": per_answer([r.trace_id for r in rows]),
-        "segment_index": column("segment_index"),
-        "label": column("label"),
-        "source": per_answer([r.source for r in rows]),
-        "annotator": per_answer([r.annotator for r in rows]),
-        "codebook_version": per_answer([r.codebook_version for r in rows]),
-        "run_id": per_answer([r.run_id for r in rows]),
-        "study": [None] * len(keep),
-        "confidence": column("confidence"),
-        "rationale": column("rationale"),
-        "created_at": per_answer(created),
-        "extra": per_answer(extra_json),
-        "distribution": [None] * len(keep),
+    string = pa.string()
+    table = pa.table({
+        "label_id": pa.array(ids, type=string),
+        "trace_id": per_answer([r.trace_id for r in rows], string),
+        "segment_index": per_segment("segment_index", pa.int32()),
+        "label": per_segment("label", string),
+        "source": per_answer([r.source for r in rows], string),
+        "annotator": per_answer([r.annotator for r in rows], string),
+        "codebook_version": per_answer([r.codebook_version for r in rows], string),
+        "run_id": per_answer([r.run_id for r in rows], string),
+        "study": pa.nulls(n, type=string),
+        "confidence": per_segment("confidence", pa.float64()),
+        "rationale": per_segment("rationale", string),
+        "created_at": per_answer([to_naive_utc(r.created_at) for r in rows], pa.timestamp("us")),
+        "extra": per_answer([_EXTRA_JSON.encode(r.extra) for r in rows], string),
+        "distribution": pa.nulls(n, type=pa.list_(pa.float64())),
     }, schema=LABEL_TABLE_SCHEMA)
+    if len(set(ids)) < n:
+        # a label id repeated (a segment labelled twice in one group): keep the last row of each, in order
+        keep = sorted({label_id: i for i, label_id in enumerate(ids)}.values())
+        table = table.take(pa.array(keep, type=pa.int64()))
+    return table
 
 
 class AnswerWriter:
@@ -306,6 +327,10 @@ class AnswerWriter:
         self.written = 0
         self.commit_s = 0.0
         self.last_commit_s = 0.0
+        #: ``(trace_id, annotator)`` pairs that may have ``judge_failures`` rows of this codebook version:
+        #: those the table held at this writer's first group with labels, and those it wrote since
+        #: (None until then; see :meth:`_delete_failures_of_labelled`).
+        self._failed_pairs: set[tuple[str, str]] | None = None
 
     def add(self, answer: Answer) -> None:
         """Hold ``answer`` for the next :meth:`flush`."""
@@ -362,8 +387,10 @@ class AnswerWriter:
     def write_group(self, store: "Store", group: Sequence[Answer]) -> None:
         """Write ``group`` in one transaction of ``store`` (this writer's store, or a thread handle of
         it: :meth:`Store.thread_handle <ror_annotate.store.Store.thread_handle>`); nothing of the
-        group is written if it raises. Reads no state of the writer but its constructor arguments,
-        so it may run on a writer thread while the event loop adds answers.
+        group is written if it raises. Reads no state of the writer but its constructor arguments and
+        the pairs that may have failure rows (:meth:`_delete_failures_of_labelled`), which only this
+        method keeps, one group at a time; so it may run on a writer thread while the event loop adds
+        answers.
 
         Raises
         ------
@@ -376,30 +403,25 @@ class AnswerWriter:
         cache = [a for a in group if a.cache_row is not None]
         labels = [lab for a in group for lab in a.labels]
         label_rows = [a.label_rows for a in group if a.label_rows is not None and a.label_rows.segment_index]
+        table = label_table(label_rows) if label_rows else None
         with store.transaction():
             if cache:
-                columns = list(zip(*(self._cache_values(a, now) for a in cache), strict=True))
+                values = [self._cache_values(a, now) for a in cache]
                 select = ", ".join(f"unnest(?::{t}[])" for t in _CACHE_TYPES)
                 store.execute(f"INSERT INTO judge_cache ({', '.join(_CACHE_COLUMNS)}) SELECT {select} ON CONFLICT DO NOTHING",
-                              [list(c) for c in columns])
+                              [list(c) for c in zip(*values, strict=True)])
                 # the paid responses also go to the commit journal, which outlives a write-ahead log cut short
-                for values in zip(*columns, strict=True):
-                    row = dict(zip(_CACHE_COLUMNS, values, strict=True))
-                    store.journal_note("judge_cache", {**row, "created_at": now.isoformat()})
+                created_at = now.isoformat()
+                for v in values:
+                    note = dict(zip(_CACHE_COLUMNS, v, strict=True))
+                    note["created_at"] = created_at  # keeps its place among the columns
+                    store.journal_note("judge_cache", note)
             if labels:
                 store.upsert_labels(labels)
-            if label_rows:
-                store.upsert_label_table(label_table(label_rows))
-            if labels or label_rows:
-                keys = [(a.trace_id, lab.segment_index, a.annotator) for a in group for lab in a.labels]
-                keys += [(r.trace_id, i, r.annotator) for r in label_rows for i in r.segment_index]
-                store.execute(
-                    # numbered parameters: DuckDB 1.3 binds the USING subquery's '?' out of textual order
-                    "DELETE FROM judge_failures f USING (SELECT unnest($1::VARCHAR[]) AS t, unnest($2::INTEGER[]) AS i, "
-                    "unnest($3::VARCHAR[]) AS a) d WHERE f.trace_id = d.t AND f.segment_index = d.i AND f.annotator = d.a "
-                    "AND f.codebook_version = $4",
-                    [[k[0] for k in keys], [k[1] for k in keys], [k[2] for k in keys], self.codebook_version],
-                )
+            if table is not None:
+                store.upsert_label_table(table)
+            if labels or table is not None:
+                self._delete_failures_of_labelled(store, table, group)
             rows = [(a, i) for a in group for i in sorted(a.failures)]
             if rows:
                 # One statement for all rows (unnest zips the lists): a long trace that fails as a whole has
@@ -412,6 +434,53 @@ class AnswerWriter:
                      [scrub_text(a.failures[i])[:2000] for a, i in rows], [a.attempts for a, _ in rows], [a.run_id for a, _ in rows],
                      now, [a.cause for a, _ in rows]],
                 )
+                if self._failed_pairs is not None:
+                    self._failed_pairs.update((a.trace_id, a.annotator) for a in group if a.failures)
+
+    def _delete_failures_of_labelled(self, store: "Store", table: Any, group: Sequence[Answer]) -> None:
+        """Delete the ``judge_failures`` rows of the segments this group labels (of this codebook version).
+
+        Skipped when no labelled answer's ``(trace_id, annotator)`` can have a failure row: the
+        pairs the table held at this writer's first group with labels (one query, in that group's
+        transaction), plus those this writer has written failure rows for since. A run's answers
+        rarely meet a failure row (only segments that failed in an earlier run and are asked again),
+        so most groups run no statement here. This assumes that while the writer lives (one run) no
+        other writer adds failure rows of its annotators and codebook version, as one judge run per
+        annotator at a time guarantees.
+
+        Otherwise the keys are the label table's own columns (``table``: :func:`label_table` of the
+        group's :class:`LabelRows`, or None), joined in SQL, so no Python tuple is made per label;
+        the :class:`~ror_annotate.records.Label` objects of answers that carry them add theirs.
+        """
+        import pyarrow as pa
+
+        if self._failed_pairs is None:
+            rows = store.execute("SELECT DISTINCT trace_id, annotator FROM judge_failures WHERE codebook_version = ?",
+                                 [self.codebook_version]).fetchall()
+            self._failed_pairs = {(r[0], r[1]) for r in rows}
+        pairs = self._failed_pairs
+        labelled = [(a.trace_id, a.annotator) for a in group if a.labels]
+        labelled += [(a.label_rows.trace_id, a.label_rows.annotator) for a in group if a.label_rows is not None]
+        if pairs.isdisjoint(labelled):
+            return
+        parts = [table.select(["trace_id", "segment_index", "annotator"])] if table is not None else []
+        objects = [(a.annotator, lab) for a in group for lab in a.labels]
+        if objects:
+            # keyed by the answer's trace and annotator, as the labels' own may differ (a custom make_labels)
+            parts.append(pa.table({"trace_id": pa.array([a.trace_id for a in group for _ in a.labels], type=pa.string()),
+                                   "segment_index": pa.array([lab.segment_index for _, lab in objects], type=pa.int32()),
+                                   "annotator": pa.array([ann for ann, _ in objects], type=pa.string())}))
+        keys = parts[0] if len(parts) == 1 else pa.concat_tables(parts)
+        view = f"_ror_labelled_{uuid.uuid4().hex[:8]}"
+        store._register(view, keys)
+        try:
+            store.execute(
+                f"DELETE FROM judge_failures f USING {view} d WHERE f.trace_id = d.trace_id AND f.segment_index = d.segment_index "
+                "AND f.annotator = d.annotator AND f.codebook_version = ?",
+                [self.codebook_version],
+            )
+        finally:
+            store._unregister(view)
 
     def _cache_values(self, a: Answer, now: Any) -> tuple[Any, ...]:
         row = a.cache_row
@@ -419,8 +488,8 @@ class AnswerWriter:
         known = row.get("usage_status", "ok") == "ok"
         usage = [row[k] if known else None for k in ("input_tokens", "cached_input_tokens", "output_tokens")]
         return (row["cache_key"], a.annotator, self.codebook_version, self.prompt_template_hash, self.model,
-                json.dumps(row["params"], sort_keys=True), a.trace_id, a.trace_sha256, json.dumps(row["ids"]), row["attempt"],
-                json.dumps(row["response"], ensure_ascii=False), *usage, row["cost_usd"], now, a.run_id, row.get("reasoning"),
+                _PARAMS_JSON.encode(row["params"]), a.trace_id, a.trace_sha256, json.dumps(row["ids"]), row["attempt"],
+                _RESPONSE_JSON.encode(row["response"]), *usage, row["cost_usd"], now, a.run_id, row.get("reasoning"),
                 row.get("usage_status", "ok"))
 
 
