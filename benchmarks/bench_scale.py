@@ -235,7 +235,9 @@ def bench(work: Path, corpus: Path, n_segments: int | None, mode: str, memory_li
     more = ["--workers", str(workers)] if workers else []
     if memory_limit:
         env["ROR_DUCKDB_MEMORY_LIMIT"] = memory_limit
-    ror = [sys.executable, "-c", "from ror_annotate.cli import app; app()"]
+    # the command as a user runs it (``python -m ror_annotate``: the command's own process settings,
+    # signal handlers and collector thresholds, apply; ``-c`` was a program importing the package)
+    ror = [sys.executable, "-m", "ror_annotate"]
     results = []
     if mode in ("stages", "both"):
         db = work / f"stages{tag}.duckdb"

@@ -48,6 +48,9 @@ def init_worker() -> None:
     """
     import multiprocessing
 
+    from .gc_policy import set_for_process
+
+    set_for_process()  # our own process: fewer collections (gc_policy)
     if hasattr(signal, "SIGINT"):
         # Ctrl-C reaches the whole process group: only the parent handles it (it stops the pool and
         # records the interruption); a worker dying of it would turn it into a BrokenProcessPool.

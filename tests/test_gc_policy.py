@@ -82,3 +82,13 @@ def test_the_command_process_collects_less_often_a_program_keeps_its_settings(as
     bare = subprocess.run([sys.executable, "-c", "import gc; print(gc.get_threshold()[0])"], capture_output=True, text=True,
                           timeout=60, check=True)  # this interpreter's default (700 up to CPython 3.13)
     assert int(out.stdout.strip()) == (max(20_000, int(bare.stdout)) if as_command else int(bare.stdout))
+
+
+def test_worker_processes_of_our_pools_collect_less_often():
+    """pool.init_worker (every worker of the segmenter's pool runs it first) raises the threshold in
+    that process."""
+    code = "import gc; from ror_annotate.pool import init_worker; init_worker(); print(gc.get_threshold()[0])"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    bare = subprocess.run([sys.executable, "-c", "import gc; print(gc.get_threshold()[0])"], capture_output=True, text=True,
+                          timeout=60, check=True)
+    assert int(out.stdout.strip()) == max(20_000, int(bare.stdout))

@@ -48,9 +48,9 @@ if _threading.current_thread() is _threading.main_thread() and _is_command_proce
     import atexit as _atexit
 
     _atexit.register(_ignore_interrupts_at_exit)  # first registered, so run last
-    from ..gc_policy import set_for_command as _set_gc_for_command
+    from ..gc_policy import set_for_process as _set_gc_for_process
 
-    _set_gc_for_command()  # fewer collections: a fifth less CPU for `ror run` (ror_annotate/gc_policy.py)
+    _set_gc_for_process()  # fewer collections: a fifth less CPU for `ror run` (ror_annotate/gc_policy.py)
 
 from .app import app  # noqa: F401,E402
 from . import core  # noqa: F401,E402  (registers ingest, segment, label, run, status)
