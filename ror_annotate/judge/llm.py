@@ -775,8 +775,7 @@ class _Prefetch:
     judge-failed segments) by one reader thread with its own store handle
     (:meth:`~ror_annotate.store.Store.thread_handle`), and the next block is read while this one is
     used. The event loop never runs a read: a block read on the loop's thread (64 traces, 50-100 ms
-    of DuckDB fetch and records) held back every answer and every send meanwhile, which added about
-    20 ms to the mean request at 200 ms of latency (``benchmarks/bench_judge.py --throughput``).
+    of DuckDB fetch and records) held back every answer and every send meanwhile.
     Hooks a subclass overrides (``labeled_segments``, ``failed_segments``) are called per trace on
     the loop's thread. Where the store gives no thread handle (read-only, or inside a transaction
     before its first commit) the blocks are read on the loop's thread, as before.
