@@ -78,3 +78,11 @@ def shared_traces_path() -> Path:
 @pytest.fixture
 def db_path(tmp_path: Path) -> Path:
     return tmp_path / "store.duckdb"
+
+
+@pytest.fixture
+def no_openai_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No ``OPENAI_API_KEY`` or ``OPENAI_BASE_URL`` of the machine reaches the test (the judge tests
+    talk to local fake servers only; a real key must never be sent, or shown in a failure)."""
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)

@@ -30,18 +30,13 @@ from ror_annotate.store import Store
 from .judge_fixtures import LABELS_A, LABELS_U, TRACE_A, TRACE_U, Sleeps, build_store
 from .openai_server import RETRY_MARK, THINK, FakeOpenAI, parse_prompt
 
-pytestmark = pytest.mark.integration
+# no OPENAI_API_KEY / OPENAI_BASE_URL of the machine reaches a test (conftest.no_openai_env)
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("no_openai_env")]
 
 MODEL = "gpt-4.1-mini"
 ANN = f"openai:{MODEL}"
 LONG = " ".join(f"Step {i}: 12 * {i} = {12 * i}." for i in range(700))  # 700 segments, ~9,000 tokens marked
 CONTEXT = 8000  # the fake model's context: the short traces fit, LONG does not
-
-
-@pytest.fixture(autouse=True)
-def _no_real_key(monkeypatch):
-    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
 
 
 def judge_for(server, **options):

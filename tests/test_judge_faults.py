@@ -28,19 +28,14 @@ from ror_annotate.store import ProgressFile, Store
 from .judge_fixtures import LABELS_A, LABELS_U, TRACE_A, TRACE_U, Sleeps, build_store
 from .openai_server import THINK, FakeOpenAI
 
-pytestmark = pytest.mark.integration
+# no OPENAI_API_KEY / OPENAI_BASE_URL of the machine reaches a test (conftest.no_openai_env)
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("no_openai_env")]
 
 MODEL = "gpt-4.1-mini"
 ANN = f"openai:{MODEL}"
 ROOT = Path(__file__).resolve().parents[1]
 ROR = [sys.executable, "-c", "from ror_annotate.cli import app; app(prog_name='ror')"]
 TRACES = {"a": ("Add 17 and 25.", TRACE_A), "u": ("Sum.", TRACE_U)}
-
-
-@pytest.fixture(autouse=True)
-def _no_real_key(monkeypatch):
-    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
 
 
 def judge_for(server, **options):

@@ -23,7 +23,8 @@ from ror_annotate.store import Store
 from .judge_fixtures import LABELS_A, LABELS_U, TRACE_A, TRACE_U, build_store, split_segments
 from .openai_server import FakeOpenAI, parse_prompt
 
-pytestmark = pytest.mark.integration
+# no OPENAI_API_KEY / OPENAI_BASE_URL of the machine reaches a test (conftest.no_openai_env)
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("no_openai_env")]
 
 V1_SHA256 = "de0624a56bae30c53b6fa7203ca5d964e4f4d5445a3ba2db5381eb4462c488c7"
 MODEL = "gpt-4.1-mini"
@@ -44,12 +45,6 @@ class Sleeps:
 def server():
     with FakeOpenAI() as srv:
         yield srv
-
-
-@pytest.fixture(autouse=True)
-def _no_real_key(monkeypatch):
-    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
 
 
 def judge_for(server, **options):

@@ -20,15 +20,10 @@ from ror_annotate.judge.persist import AnswerWriter
 from .judge_fixtures import LABELS_A, TRACE_A, build_store
 from .openai_server import FakeOpenAI
 
-pytestmark = pytest.mark.integration
+# no OPENAI_API_KEY / OPENAI_BASE_URL of the machine reaches a test (conftest.no_openai_env)
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("no_openai_env")]
 
 MODEL = "gpt-4.1-mini"
-
-
-@pytest.fixture(autouse=True)
-def _no_real_key(monkeypatch):
-    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
 
 
 class _Slow(AnswerWriter):
