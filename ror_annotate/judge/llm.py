@@ -862,8 +862,10 @@ class _Prefetch:
         ------
         StoreError
             No such trace in the store, or the read failed.
-        pydantic.ValidationError
-            A stored segment whose span does not match its text (a damaged store).
+        SegmentationError
+            A stored segment whose span does not match its text (a damaged store; E300, naming the
+            segment). A take out of the run's order reads its segments as records: pydantic's
+            ``ValidationError`` there.
         """
         position = self.pos.get((trace_id, annotator))
         if position is None:  # not a take of this run's order: read it alone
