@@ -61,23 +61,28 @@ def test_a_damaged_stored_segment_is_a_coded_error_of_the_judge_and_of_ror_label
 def test_a_run_leaves_objects_the_program_froze_itself_frozen(tmp_path):
     """A program that froze its own heap (gc.freeze, as before forking workers) and then runs the judge:
     before, the run's exit called gc.unfreeze() and returned the program's frozen objects to
-    collection (freeze count back to 0); now the count is the program's own after the run."""
+    collection (freeze count 0, its object back among the collected ones); now they stay frozen.
+    (The count itself may fall a little: a frozen object freed by its reference count leaves it.)"""
     from ror_annotate.gc_policy import fewer_collections
 
+    def collected(obj: object) -> bool:
+        return any(o is obj for o in gc.get_objects())  # frozen objects are in no generation
+
     store = build_store(tmp_path / "s.duckdb", {"t0": ("p", TRACE_A)})
+    mine = [["the program's own"]]
     gc.freeze()
     try:
-        mine = gc.get_freeze_count()
-        assert mine > 0
+        assert not collected(mine)
         with FakeOpenAI() as srv:
             report = make_judge(f"openai:{MODEL}", base_url=srv.base_url).label(store, ["t0"])
         assert report.labeled == 6
-        assert gc.get_freeze_count() == mine
+        assert gc.get_freeze_count() > 0 and not collected(mine)
         with fewer_collections():
             pass
-        assert gc.get_freeze_count() == mine
+        assert gc.get_freeze_count() > 0 and not collected(mine)
     finally:
         gc.unfreeze()
+    assert collected(mine)
     store.close()
 
 
