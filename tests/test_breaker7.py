@@ -116,3 +116,26 @@ def test_two_runs_in_two_threads_keep_the_raised_threshold_until_the_last_one_en
         t.join(20)
     assert seen["b after a left"] == (max(before[0], RUN_THRESHOLD0), before[1], before[2])
     assert (gc.get_threshold(), gc.get_freeze_count()) == (before, frozen)
+
+
+def test_a_run_on_a_read_only_store_with_work_to_do_sends_no_request(tmp_path):
+    """Before: the run sent requests (paid) and failed when it stored their labels (E203). Now it
+    fails with E203 before the first request; a read-only store with nothing left to label still
+    runs (t0's 6 segments labelled before: 6 skipped, no request)."""
+    from ror_annotate.errors import StoreReadOnlyError
+    from ror_annotate.store import Store
+
+    store = build_store(tmp_path / "s.duckdb", {"t0": ("p", TRACE_A), "t1": ("p", TRACE_U)})
+    with FakeOpenAI() as srv:
+        make_judge(f"openai:{MODEL}", base_url=srv.base_url).label(store, ["t0"])
+        store.close()
+        sent = len(srv.chat_requests())
+        assert sent == 1
+        with Store(tmp_path / "s.duckdb", read_only=True) as ro:
+            with pytest.raises(StoreReadOnlyError):
+                make_judge(f"openai:{MODEL}", base_url=srv.base_url).label(ro, ["t0", "t1"])
+            assert len(srv.chat_requests()) == sent
+            report = make_judge(f"openai:{MODEL}", base_url=srv.base_url).label(ro, ["t0"])
+            assert (report.labeled, report.skipped) == (0, 6)
+            assert len(srv.chat_requests()) == sent
+    assert not [t for t in threading.enumerate() if t.name.startswith("ror-judge-reader")]

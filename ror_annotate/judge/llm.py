@@ -577,6 +577,11 @@ class LLMJudge:
         chunks = [c for c in chunks if c]
         if not chunks:
             return None
+        if store.read_only:  # refused before the first (paid) request, not when its labels are stored
+            from ..errors import StoreReadOnlyError
+
+            raise StoreReadOnlyError(f"cannot store labels: the store {store.path} is open read-only, and trace "
+                                     f"{trace.trace_id} has segments to label; open it for writing")
         job = _TraceJob(trace=trace, segments=segments, sample=sample, block=self.render_trace_block(store, trace, segments),
                         failed=failed)
         return job, chunks
