@@ -30,6 +30,8 @@ RUN_THRESHOLD0 = 20_000
 
 _depth = 0
 _lock = threading.Lock()
+#: What the first of the blocks now open found: the thresholds, and whether it froze the heap.
+_saved: tuple[tuple[int, int, int], bool] = ((700, 10, 10), False)
 
 
 def set_for_process() -> None:
@@ -46,16 +48,20 @@ def fewer_collections() -> Iterator[None]:
     """Inside the block, the objects that existed before it (modules, the codebook, the store: most
     of the heap) are frozen out of collection (:func:`gc.freeze`) and the youngest generation is
     collected every :data:`RUN_THRESHOLD0` net allocations at least. On exit (also on an error) the
-    previous thresholds come back and the frozen objects return to collection. Nested blocks, also
-    in other threads, act once (the outermost).
+    previous thresholds come back and the frozen objects return to collection. Blocks open at the
+    same time (nested, or in other threads) act once: the first one's entry sets, the last one's
+    exit restores what the first found. A program that froze objects itself (``gc.get_freeze_count()
+    > 0``) keeps them frozen: the block then freezes nothing and unfreezes nothing.
     """
-    global _depth
+    global _depth, _saved
     with _lock:
         _depth += 1
-        outer = _depth == 1
-        old = gc.get_threshold()
-        if outer:
-            gc.freeze()
+        if _depth == 1:
+            old = gc.get_threshold()
+            freeze = gc.get_freeze_count() == 0  # gc.unfreeze() would release the program's own frozen objects too
+            _saved = (old, freeze)
+            if freeze:
+                gc.freeze()
             if old[0] > 0:
                 gc.set_threshold(max(old[0], RUN_THRESHOLD0), *old[1:])
     try:
@@ -63,7 +69,10 @@ def fewer_collections() -> Iterator[None]:
     finally:
         with _lock:
             _depth -= 1
-            if outer:
+            if _depth == 0:
+                old, froze = _saved
+                _saved = ((700, 10, 10), False)
                 if old[0] > 0:
                     gc.set_threshold(*old)
-                gc.unfreeze()
+                if froze:
+                    gc.unfreeze()

@@ -20,6 +20,8 @@ from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from .errors import SegmentationError
+
 #: The six behaviors, in ClassLabel order (index = class id in every export).
 BEHAVIORS: tuple[str, ...] = (
     "planning",
@@ -170,14 +172,15 @@ def segment_rows_checked(rows: Iterable[tuple[str, int, int, int, str, int]]) ->
 
     Raises
     ------
-    ValueError
-        A row that fails a check (a damaged store), naming the segment and the check.
+    SegmentationError
+        A row that fails a check (a damaged store), naming the segment and the check; code E300, a
+        ``ValueError`` (the ``ror`` command prints it and exits with status 2, no traceback).
     """
     out = list(map(SegmentRow._make, rows))
     for s in out:
         if (s.char_end - s.char_start != len(s.text) or not s.text or not s.trace_id or s.segment_index < 0
                 or s.char_start < 0 or s.n_tokens < 0):
-            raise ValueError(
+            raise SegmentationError(
                 f"stored segment {s.trace_id}#{s.segment_index} is damaged: span {s.char_start}-{s.char_end}, "
                 f"{len(s.text)} characters of text, {s.n_tokens} tokens (a span must hold its text, every count >= 0); "
                 "segment the trace again (ror segment --force)"

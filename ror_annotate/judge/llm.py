@@ -577,6 +577,11 @@ class LLMJudge:
         chunks = [c for c in chunks if c]
         if not chunks:
             return None
+        if store.read_only:  # refused before the first (paid) request, not when its labels are stored
+            from ..errors import StoreReadOnlyError
+
+            raise StoreReadOnlyError(f"cannot store labels: the store {store.path} is open read-only, and trace "
+                                     f"{trace.trace_id} has segments to label; open it for writing")
         job = _TraceJob(trace=trace, segments=segments, sample=sample, block=self.render_trace_block(store, trace, segments),
                         failed=failed)
         return job, chunks
@@ -862,8 +867,10 @@ class _Prefetch:
         ------
         StoreError
             No such trace in the store, or the read failed.
-        pydantic.ValidationError
-            A stored segment whose span does not match its text (a damaged store).
+        SegmentationError
+            A stored segment whose span does not match its text (a damaged store; E300, naming the
+            segment). A take out of the run's order reads its segments as records: pydantic's
+            ``ValidationError`` there.
         """
         position = self.pos.get((trace_id, annotator))
         if position is None:  # not a take of this run's order: read it alone
