@@ -174,3 +174,28 @@ def test_prompts_from_segment_rows_equal_prompts_from_records():
         b = build_messages(judge.book, trace, records, [3, 4], context_tokens=context, max_tokens=200)
         assert a == b
     assert build_messages(judge.book, trace, rows, [3, 4], context_tokens=2_200, max_tokens=200)[1] is True  # windowed
+
+
+def test_a_run_inside_an_open_transaction_is_refused_before_any_request(tmp_path):
+    """The run reads and commits through handles of its own threads, which cannot see what an open
+    transaction of the caller has not committed (DuckDB's "Table ... does not exist", or a hang in
+    round 6): E213 before any request, nothing written; outside the transaction the run works."""
+    store = build_store(tmp_path / "s.duckdb", _traces(2))
+    store.execute("CREATE TABLE marker (x INTEGER)")  # a first commit of the store
+    with FakeOpenAI() as srv:
+        judge = make_judge(f"openai:{MODEL}", base_url=srv.base_url)
+        with pytest.raises(StoreError) as caught:
+            with store.transaction():
+                judge.label(store, ["t0", "t1"])
+        assert caught.value.code == "E213" and "outside store.transaction()" in str(caught.value)
+        with pytest.raises(StoreError) as caught:
+            with store.read_snapshot():
+                judge.label(store, ["t0", "t1"])
+        # E212 where the judge's tables are created first (a write refused inside the snapshot), else E213
+        assert caught.value.code in ("E212", "E213")
+        assert srv.chat_requests() == []
+        assert store.execute("SELECT count(*) FROM labels").fetchone()[0] == 0
+        report = judge.label(store, ["t0", "t1"])
+    assert report.labeled == len(LABELS_A) + len(LABELS_U)
+    assert not store.in_transaction
+    store.close()

@@ -487,7 +487,24 @@ class LLMJudge:
 
     async def label_async(self, store: "Store", trace_ids: Sequence[str], *, run: "Run | None" = None,
                           progress: "Progress | None" = None, report: JudgeReport | None = None) -> JudgeReport:
-        """:meth:`label` inside a running event loop (all store writes happen on this loop's thread)."""
+        """:meth:`label` inside a running event loop (all store writes happen on this loop's thread).
+
+        Raises
+        ------
+        StoreError
+            ``E213``: called inside an open transaction or snapshot of ``store`` (the run reads and
+            commits through handles of its own threads, which cannot see what that transaction has
+            not committed).
+        """
+        if store.in_transaction:
+            from ..errors import StoreError
+            from ..store.connection import IN_TRANSACTION
+
+            raise StoreError(
+                f"the LLM judge cannot run inside an open transaction of {store.path}: it reads and commits on threads of its "
+                "own, which do not see what the transaction has not committed. Run it outside store.transaction() "
+                "(and outside read_snapshot())", code=IN_TRANSACTION,
+            )
         ensure_judge_tables(store)
         report = report or JudgeReport()
         report.extra.setdefault("unsegmented_traces", 0)

@@ -32,6 +32,10 @@ NO_THREAD_HANDLE = "E211"
 #: Code of a write transaction opened inside :meth:`ConnectionMixin.read_snapshot` (its writes would be rolled back).
 WRITE_IN_SNAPSHOT = "E212"
 
+#: Code of a stage that commits on threads of its own (the LLM judge) asked to run inside an open
+#: transaction or snapshot of the store (its threads cannot see what the transaction has not committed).
+IN_TRANSACTION = "E213"
+
 
 def _wrong_thread(path: str, shared: "_Shared") -> StoreError:
     return StoreError(
