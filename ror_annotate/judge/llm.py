@@ -573,7 +573,7 @@ class LLMJudge:
         await self._judge_chunk(ctx, job, chunks[0])
         await asyncio.gather(*(self._judge_chunk(ctx, job, c) for c in chunks[1:]))
 
-    def _prepare_trace(self, ctx: "_RunContext", taken: "tuple[Trace, list[SegmentLike], set[int], dict[int, tuple[int, str | None, str]]]",
+    def _prepare_trace(self, ctx: "_RunContext", taken: "_Taken",
                        sample: int) -> "tuple[_TraceJob, list[list[int]]] | None":
         """The trace's job and its chunks of segment ids still to label (None: nothing to ask), from
         what :meth:`_Prefetch.take` gave."""
@@ -775,6 +775,11 @@ class _TraceJob:
             self.trace_sha256 = self.trace.text_sha256
 
 
+#: What :meth:`_Prefetch.take` gives for one trace and rater: the trace, its segments, its labelled
+#: segment indices, and its judge-failed segments (index -> (attempts, cause, reason)).
+_Taken = tuple[Trace, list[SegmentLike], set[int], dict[int, tuple[int, str | None, str]]]
+
+
 @dataclass
 class _Block:
     """What :class:`_Prefetch` read for one block of takes: traces, their segments (records built),
@@ -876,7 +881,7 @@ class _Prefetch:
             future = loop.run_in_executor(self._executor, self._read, self._handle, number)
         self.blocks[number] = future
 
-    async def take(self, trace_id: str, annotator: str) -> tuple[Trace, list[SegmentLike], set[int], dict[int, tuple[int, str | None, str]]]:
+    async def take(self, trace_id: str, annotator: str) -> "_Taken":
         """``(trace, segments, labelled indices, failed segments)`` of ``trace_id`` for ``annotator``;
         asks for the next block to be read.
 
@@ -909,7 +914,7 @@ class _Prefetch:
             failed = self.judge.failed_segments(self.store, trace_id, annotator)
         return trace, segments, done, failed
 
-    def _take_alone(self, trace_id: str, annotator: str) -> tuple[Trace, list[SegmentLike], set[int], dict[int, tuple[int, str | None, str]]]:
+    def _take_alone(self, trace_id: str, annotator: str) -> "_Taken":
         trace = self.store.get_trace(trace_id)
         segments: list[SegmentLike] = list(self.store.segments(trace_id))
         return (trace, segments, self.judge.labeled_segments(self.store, trace_id, annotator),
